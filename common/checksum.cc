@@ -1,0 +1,23 @@
+#include "common/checksum.h"
+
+#include <xxhash.h>
+
+namespace diloco {
+
+uint64_t Checksum64(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
+Hasher::Hasher() : state_(XXH3_createState()) { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
+Hasher::~Hasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void Hasher::Update(const void* data, size_t size) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, size);
+}
+
+void Hasher::Update(std::string_view s) {
+  UpdateValue(static_cast<uint64_t>(s.size()));
+  Update(s.data(), s.size());
+}
+
+uint64_t Hasher::Digest() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
+
+}  // namespace diloco

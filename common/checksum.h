@@ -1,0 +1,34 @@
+// Checksums and fingerprints: XXH3-64 (libxxhash). Fast enough to checksum every payload frame
+// at memory bandwidth; stable across processes and machines, so usable as a fingerprint.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+namespace diloco {
+
+uint64_t Checksum64(const void* data, size_t size);
+
+// Streaming hash for fingerprints over several fields.
+class Hasher {
+ public:
+  Hasher();
+  ~Hasher();
+  Hasher(const Hasher&) = delete;
+  Hasher& operator=(const Hasher&) = delete;
+  void Update(const void* data, size_t size);
+  // Length-prefixed, so ("ab","c") and ("a","bc") differ.
+  void Update(std::string_view s);
+  template <typename T>
+  void UpdateValue(T v) requires std::is_arithmetic_v<T> {
+    Update(&v, sizeof(v));
+  }
+  uint64_t Digest() const;
+
+ private:
+  void* state_;
+};
+
+}  // namespace diloco

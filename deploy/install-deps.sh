@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages this project builds, tests and runs with. Idempotent: packages
+# already present are skipped, so the README commands and CI can call it every time.
+# Usage: deploy/install-deps.sh [--with-torch]   (torch only for the safetensors export test)
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libzmq3-dev cppzmq-dev libsodium-dev
+  libflatbuffers-dev flatbuffers-compiler
+  libabsl-dev librocksdb-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev libcpp-httplib-dev libopenblas-dev
+  clang libclang-rt-dev iproute2 python3
+)
+if [[ "${1:-}" == "--with-torch" ]]; then pkgs+=(python3-torch python3-numpy); fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

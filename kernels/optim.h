@@ -1,0 +1,39 @@
+// Optimizer math on flat fp32 spans (fast CPU path; reference in kernels/reference.h).
+//   Outer (server): Nesterov in PyTorch's SGD convention, one step per merged round:
+//       m = mu*m + d;  theta -= lr*(d + mu*m)
+//   Delayed Nesterov (per-arrival mode): see DelayedNesterov below.
+//   Inner (worker): AdamW with decoupled weight decay; delta = anchor - local; lerp adoption.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace diloco::kernels {
+
+struct NesterovParams {
+  float lr = 0.7f;
+  float mu = 0.9f;
+};
+
+void NesterovStep(const NesterovParams& p, std::span<float> theta, std::span<float> m,
+                  std::span<const float> d);
+
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+};
+
+// One AdamW step; `step` is 1-based (bias correction).
+void AdamWStep(const AdamWParams& p, int64_t step, std::span<float> param,
+               std::span<const float> grad, std::span<float> m, std::span<float> v);
+
+// delta = anchor - local
+void Delta(std::span<const float> anchor, std::span<const float> local, std::span<float> delta);
+
+// local = global + alpha * (local - global)  (alpha = 0: take the global values).
+void LerpAdopt(std::span<const float> global, std::span<float> local, float alpha);
+
+}  // namespace diloco::kernels

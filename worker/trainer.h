@@ -1,0 +1,29 @@
+// The trainer interface the sync client drives. A trainer owns the model's parameters as one
+// flat fp32 buffer in manifest order (host memory for the CPU backend), trains on its local data
+// shard, and reports held-out loss. The sync client reads and writes that buffer only between
+// steps, on the training thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/manifest.h"
+
+namespace diloco {
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+  virtual const Manifest& manifest() const = 0;
+  // The flat parameter buffer (manifest order). Valid for the trainer's life.
+  virtual std::span<float> params() = 0;
+  // One inner step: forward, backward and AdamW on the next training batch. Returns the loss
+  // (nats per token) of that batch.
+  virtual float Step() = 0;
+  // Tokens consumed by one Step().
+  virtual uint64_t tokens_per_step() const = 0;
+  // Mean loss (nats per token) of the current parameters on the held-out set.
+  virtual float EvalLoss() = 0;
+};
+
+}  // namespace diloco
