@@ -1,0 +1,97 @@
+// A shard's durable state in RocksDB. One checkpoint = one WriteBatch holding every owned
+// fragment's params, momentum and version, the shard's dedup table and the round counter, so
+// on disk they always belong to the same round (DESIGN.md section 9, invariant 4).
+//
+// Column families: "meta" (schema version, plan fingerprint, shard, hyper-parameters, the
+// newest complete checkpoint id), "params", "momentum", "dedup". Keys are fixed-width
+// big-endian: (checkpoint id u64, fragment id u32) for tensors, (worker id u32, generation u64)
+// for dedup; large values go to blob files. Retention keeps the newest `keep` checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace diloco::storage {
+
+// What identifies the store's owner; a store written for another plan/shard is refused.
+struct StoreIdentity {
+  uint64_t plan_fingerprint = 0;
+  uint64_t model_fingerprint = 0;
+  uint32_t shard = 0;
+  uint32_t num_shards = 0;
+};
+
+struct FragmentView {  // borrowed from the shard's live state while Write() runs
+  uint32_t id = 0;
+  uint64_t version = 0;
+  std::span<const float> params;
+  std::span<const float> momentum;
+};
+
+struct DedupEntry {
+  uint32_t worker_id = 0;
+  uint64_t generation = 0;
+  uint64_t last_seq = 0;
+  bool operator==(const DedupEntry&) const = default;
+};
+
+struct OptimizerMeta {
+  float outer_lr = 0.7f;
+  float outer_momentum = 0.9f;
+};
+
+struct FragmentState {
+  uint32_t id = 0;
+  uint64_t version = 0;
+  std::vector<float> params;
+  std::vector<float> momentum;
+};
+
+struct Checkpoint {
+  uint64_t id = 0;      // strictly increasing per store
+  uint64_t rounds = 0;  // rounds closed by the shard when it was taken
+  OptimizerMeta optimizer;
+  std::vector<FragmentState> fragments;
+  std::vector<DedupEntry> dedup;
+};
+
+struct StoreOptions {
+  int keep = 3;             // checkpoints retained
+  bool use_blob_files = true;
+};
+
+class CheckpointStore {
+ public:
+  // Opens or creates the store at `path`. An existing store whose identity or schema version
+  // differs is refused with FailedPrecondition and left untouched; an unreadable one with
+  // DataLoss.
+  static absl::StatusOr<std::unique_ptr<CheckpointStore>> Open(const std::string& path,
+                                                               const StoreIdentity& identity,
+                                                               const StoreOptions& options = {});
+  // Opens an existing store read-only without knowing its identity (diloco-ctl).
+  static absl::StatusOr<std::unique_ptr<CheckpointStore>> OpenForRead(const std::string& path);
+
+  virtual ~CheckpointStore() = default;
+
+  // Writes checkpoint `id` (must exceed every earlier id) atomically in one WriteBatch; with
+  // `sync` it is on stable storage when this returns. On error nothing of it is visible.
+  virtual absl::Status Write(uint64_t id, uint64_t rounds, const OptimizerMeta& optimizer,
+                             std::span<const FragmentView> fragments,
+                             std::span<const DedupEntry> dedup, bool sync) = 0;
+  // The newest complete checkpoint, or nullopt for an empty store.
+  virtual absl::StatusOr<std::optional<Checkpoint>> LoadLatest() = 0;
+  virtual StoreIdentity identity() const = 0;
+  // Ids of the checkpoints kept, oldest first.
+  virtual absl::StatusOr<std::vector<uint64_t>> ListCheckpoints() = 0;
+  // Bytes on disk (approximate, from RocksDB's live files).
+  virtual uint64_t ApproximateSizeBytes() = 0;
+};
+
+}  // namespace diloco::storage
