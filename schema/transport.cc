@@ -1,0 +1,71 @@
+#include "schema/transport.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace diloco::wire {
+namespace {
+
+void ReleaseShared(void* /*data*/, void* hint) {
+  delete static_cast<std::shared_ptr<const Bytes>*>(hint);
+}
+
+}  // namespace
+
+zmq::message_t SharedFrame(std::shared_ptr<const Bytes> buffer, size_t offset, size_t len) {
+  auto* keep = new std::shared_ptr<const Bytes>(std::move(buffer));
+  void* data = const_cast<uint8_t*>((*keep)->data() + offset);
+  return zmq::message_t(data, len, &ReleaseShared, keep);
+}
+
+zmq::message_t BorrowedFrame(const void* data, size_t len) {
+  return zmq::message_t(const_cast<void*>(data), len, nullptr, nullptr);
+}
+
+absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
+                  std::vector<zmq::message_t> payloads, const std::string* routing_id,
+                  bool dontwait) {
+  zmq::message_t header = BuildHeader(h, payloads);
+  const auto base = dontwait ? zmq::send_flags::dontwait : zmq::send_flags::none;
+  try {
+    if (routing_id) {
+      if (!socket.send(zmq::buffer(*routing_id), base | zmq::send_flags::sndmore))
+        return absl::UnavailableError("send queue full");
+    }
+    auto flags = payloads.empty() ? base : base | zmq::send_flags::sndmore;
+    if (!socket.send(header, flags)) return absl::UnavailableError("send queue full");
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      // Once the first frame is queued, the rest of a multipart message cannot block.
+      auto f = i + 1 == payloads.size() ? zmq::send_flags::none : zmq::send_flags::sndmore;
+      socket.send(payloads[i], f);
+    }
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("send: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<std::vector<zmq::message_t>> TryRecvMultipart(zmq::socket_t& socket) {
+  std::vector<zmq::message_t> parts;
+  zmq::message_t m;
+  if (!socket.recv(m, zmq::recv_flags::dontwait)) return std::nullopt;
+  parts.push_back(std::move(m));
+  while (parts.back().more()) {
+    zmq::message_t next;
+    (void)socket.recv(next, zmq::recv_flags::none);  // the rest of a multipart is already here
+    parts.push_back(std::move(next));
+  }
+  return parts;
+}
+
+void ConfigureSocket(zmq::socket_t& socket) {
+  socket.set(zmq::sockopt::linger, 200);
+  socket.set(zmq::sockopt::sndhwm, 10000);
+  socket.set(zmq::sockopt::rcvhwm, 10000);
+}
+
+uint64_t ChunkElements(uint32_t block) {
+  const uint64_t b = block == 0 ? 1 : block;
+  return ((uint64_t{1} << 20) + b - 1) / b * b;
+}
+
+}  // namespace diloco::wire

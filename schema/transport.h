@@ -1,0 +1,47 @@
+// Socket-level helpers shared by server and worker: sending a header plus payload frames as one
+// multipart message, receiving one with a deadline, and zero-copy payload frames that keep a
+// shared buffer alive until ZeroMQ has sent them.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "schema/wire.h"
+
+namespace diloco::wire {
+
+using Bytes = std::vector<uint8_t>;
+
+// A frame over [offset, offset+len) of a shared buffer, sent without copying; the buffer lives
+// until ZeroMQ releases the frame.
+zmq::message_t SharedFrame(std::shared_ptr<const Bytes> buffer, size_t offset, size_t len);
+// A frame over [data, data+len) of a buffer the caller keeps alive and unchanged until sent.
+zmq::message_t BorrowedFrame(const void* data, size_t len);
+
+// Sends [routing_id,] header, payloads... Payload frames are moved in and sent zero-copy.
+// With `dontwait`, a full queue gives Unavailable instead of blocking. ROUTER_MANDATORY makes
+// an unknown routing id an Unavailable too.
+absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
+                  std::vector<zmq::message_t> payloads, const std::string* routing_id = nullptr,
+                  bool dontwait = true);
+
+// Receives one whole multipart message if one is ready (non-blocking). Returns nullopt when
+// none is waiting.
+std::optional<std::vector<zmq::message_t>> TryRecvMultipart(zmq::socket_t& socket);
+
+// Common socket settings: linger bounded, message HWM as a backstop only.
+void ConfigureSocket(zmq::socket_t& socket);
+
+// Encoded payload chunking: payload frame i holds elements [i*chunk, (i+1)*chunk), each chunk
+// encoded on its own. A chunk is a whole number of codec blocks of about 1 Mi elements, so that
+// frames stay a few MiB (large zmq frames are slow to receive, see TOOLCHAIN.md).
+uint64_t ChunkElements(uint32_t block);
+
+}  // namespace diloco::wire

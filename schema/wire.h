@@ -1,0 +1,89 @@
+// The message layer of the wire protocol: building a multipart message from header fields and
+// payload frames, and validating a received one. Validation runs in the order DESIGN.md
+// section 6 gives (frame count, header size cap, FlatBuffers verifier, protocol version,
+// declared vs actual lengths, checksums); plan, model and identity checks belong to the
+// receiver, which knows what to expect. A refusal is an absl::Status carrying an ErrorCode.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "schema/protocol_generated.h"
+
+namespace diloco::wire {
+
+inline constexpr uint16_t kProtocolVersion = 1;
+
+struct Limits {
+  size_t max_header_bytes = 64 * 1024;
+  size_t max_payload_frames = 4096;
+  uint64_t max_frame_bytes = uint64_t{1} << 30;
+};
+
+// Everything a header can say; fields a message type does not use stay default.
+struct HeaderFields {
+  MsgType type = MsgType::Invalid;
+  uint64_t plan_fingerprint = 0;
+  uint64_t model_fingerprint = 0;
+  uint32_t worker_id = 0;
+  uint64_t generation = 0;
+  uint64_t seq = 0;
+  uint32_t shard = 0;
+  uint64_t incarnation = 0;
+  uint32_t fragment_id = 0;
+  uint64_t base_version = 0;
+  uint64_t version = 0;
+  uint64_t round = 0;
+  uint64_t tokens = 0;
+  uint32_t steps = 0;
+  uint8_t codec = 0;
+  uint32_t block = 0;
+  uint64_t num_elements = 0;
+  uint64_t chunk_elements = 0;
+  AckStatus ack = AckStatus::Queued;
+  ErrorCode error_code = ErrorCode::None;
+  std::string message;
+  std::vector<FragmentVersion> versions;
+  uint64_t step_time_us = 0;
+  uint64_t fleet_step_time_us = 0;
+};
+
+// A refusal: an absl::Status whose payload carries the wire ErrorCode.
+absl::Status WireError(ErrorCode code, absl::string_view what);
+ErrorCode ErrorCodeOf(const absl::Status& s);
+
+// Serialises the header, declaring each payload frame's length and XXH3-64 checksum.
+zmq::message_t BuildHeader(const HeaderFields& h, std::span<const zmq::message_t> payloads);
+
+// A validated message. Owns its frames; header() points into the first one.
+class Message {
+ public:
+  const Header& header() const { return *header_; }
+  MsgType type() const { return header_->type(); }
+  size_t num_payloads() const { return frames_.size() - 1; }
+  std::span<const uint8_t> payload(size_t i) const {
+    const auto& f = frames_[i + 1];
+    return {static_cast<const uint8_t*>(f.data()), f.size()};
+  }
+  uint64_t payload_bytes() const;
+
+ private:
+  friend absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames,
+                                              const Limits& limits);
+  std::vector<zmq::message_t> frames_;
+  const Header* header_ = nullptr;
+};
+
+// Validates `frames` (header first, payloads after; no routing frames).
+absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames,
+                                     const Limits& limits = {});
+
+const char* MsgTypeName(MsgType t);
+
+}  // namespace diloco::wire

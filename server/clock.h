@@ -1,0 +1,29 @@
+// Time source for round logic, so tests can drive grace windows and liveness with a fake clock.
+#pragma once
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace diloco::server {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() const = 0;
+};
+
+class SystemClock final : public Clock {
+ public:
+  absl::Time Now() const override { return absl::Now(); }
+};
+
+class FakeClock final : public Clock {
+ public:
+  absl::Time Now() const override { return now_; }
+  void Advance(absl::Duration d) { now_ += d; }
+
+ private:
+  absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
+};
+
+}  // namespace diloco::server

@@ -1,0 +1,53 @@
+// When a fragment's open round closes, and how much each push weighs in it (DESIGN.md
+// section 3). Pure functions of the round's state and the time: the shard calls them, tests
+// drive them with a fake clock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace diloco::server {
+
+enum class WeightScheme { kTokensSqOverSteps, kTokens, kUniform };
+absl::StatusOr<WeightScheme> ParseWeightScheme(const std::string& s);
+
+// w = tokens^2/steps (Decoupled DiLoCo's quantity x quality), tokens, or 1; times the optional
+// staleness discount (1+s)^-alpha (alpha = 0: off).
+double PushWeight(WeightScheme scheme, uint64_t tokens, uint32_t steps, uint64_t staleness,
+                  double staleness_alpha);
+
+struct RoundPolicy {
+  uint32_t quorum = 1;                              // K: pushes needed before closing
+  absl::Duration grace_cap = absl::Seconds(5);      // no round waits longer than this
+  double gamma = 1.0;                               // grace = gamma*(tau*t_step - t_q - t_sync)
+  absl::Duration min_grace = absl::Milliseconds(20);
+};
+
+// Moving averages the adaptive grace window is computed from.
+struct RoundTimings {
+  double step_time_s = 0;     // fleet's mean inner step time
+  double inner_steps = 0;     // tau: mean inner steps between a worker's pushes
+  double time_to_quorum_s = 0;
+  double sync_time_s = 0;     // push-to-adopt time seen by workers
+};
+
+// clamp(gamma * (tau*t_step - t_quorum - t_sync), min_grace, cap).
+absl::Duration GraceWindow(const RoundPolicy& p, const RoundTimings& t);
+
+struct OpenRound {
+  uint32_t pushes = 0;
+  uint32_t live_workers_missing = 0;  // live workers that have not pushed into this round
+  absl::Time opened;                  // first push
+  absl::Time quorum_reached;          // K-th push (valid when pushes >= quorum)
+};
+
+// True when the round should close now: quorum in and (grace passed or nobody live is
+// missing), or the cap since the first push has passed.
+bool ShouldClose(const RoundPolicy& p, absl::Duration grace, const OpenRound& r, absl::Time now);
+// When ShouldClose will next become true without new events (for the poll timeout).
+absl::Time CloseDeadline(const RoundPolicy& p, absl::Duration grace, const OpenRound& r);
+
+}  // namespace diloco::server

@@ -1,0 +1,154 @@
+// diloco-server: one outer-optimizer shard. Binds a ROUTER socket, feeds every message to the
+// Shard, sends its replies, closes rounds on time, and writes a final checkpoint on
+// SIGTERM/SIGINT.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include <zmq.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/model_spec.h"
+#include "schema/transport.h"
+#include "server/shard.h"
+
+ABSL_FLAG(std::string, bind, "tcp://127.0.0.1:5555",
+          "ZeroMQ endpoint to bind; a port of * picks a free one (see --port_file)");
+ABSL_FLAG(std::string, port_file, "", "write the bound endpoint here once listening");
+ABSL_FLAG(uint32_t, shard, 0, "this shard's index");
+ABSL_FLAG(uint32_t, shards, 1, "number of shards");
+ABSL_FLAG(uint32_t, fragments, 4, "number of fragments the parameters are cut into");
+ABSL_FLAG(std::string, model, "small", "model preset or spec (see common/model_spec.h)");
+ABSL_FLAG(std::string, store, "", "RocksDB checkpoint directory (empty: no persistence)");
+ABSL_FLAG(std::string, durability, "periodic", "periodic or per-round");
+ABSL_FLAG(uint32_t, checkpoint_every_rounds, 20, "periodic mode: rounds between checkpoints");
+ABSL_FLAG(absl::Duration, checkpoint_interval, absl::Seconds(30),
+          "periodic mode: time between checkpoints");
+ABSL_FLAG(uint32_t, quorum, 1, "K: pushes before a round may close");
+ABSL_FLAG(absl::Duration, grace_cap, absl::Seconds(5), "no round stays open longer than this");
+ABSL_FLAG(double, grace_gamma, 1.0, "adaptive grace window factor");
+ABSL_FLAG(std::string, weights, "tokens2_over_steps", "tokens2_over_steps, tokens or uniform");
+ABSL_FLAG(double, staleness_alpha, 0.0, "staleness discount (1+s)^-alpha; 0 = off");
+ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
+ABSL_FLAG(double, outer_lr, 0.7, "outer Nesterov learning rate");
+ABSL_FLAG(double, outer_momentum, 0.9, "outer Nesterov momentum");
+ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
+          "a worker silent this long is not live");
+ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5), "progress line period");
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "diloco-server: %s\n", std::string(s.message()).c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("diloco-server --shard=I --shards=S --store=DIR [flags]");
+  absl::ParseCommandLine(argc, argv);
+  using namespace diloco;
+  using namespace diloco::server;
+
+  ShardOptions o;
+  o.shard = absl::GetFlag(FLAGS_shard);
+  o.num_shards = absl::GetFlag(FLAGS_shards);
+  o.num_fragments = absl::GetFlag(FLAGS_fragments);
+  auto model = ParseGptConfig(absl::GetFlag(FLAGS_model));
+  if (!model.ok()) return Fail(model.status());
+  o.model = *model;
+  o.store_path = absl::GetFlag(FLAGS_store);
+  const std::string dur = absl::GetFlag(FLAGS_durability);
+  if (dur == "periodic") o.durability = Durability::kPeriodic;
+  else if (dur == "per-round") o.durability = Durability::kPerRound;
+  else return Fail(absl::InvalidArgumentError("--durability must be periodic or per-round"));
+  o.checkpoint_every_rounds = absl::GetFlag(FLAGS_checkpoint_every_rounds);
+  o.checkpoint_interval = absl::GetFlag(FLAGS_checkpoint_interval);
+  o.round.quorum = absl::GetFlag(FLAGS_quorum);
+  o.round.grace_cap = absl::GetFlag(FLAGS_grace_cap);
+  o.round.gamma = absl::GetFlag(FLAGS_grace_gamma);
+  auto weights = ParseWeightScheme(absl::GetFlag(FLAGS_weights));
+  if (!weights.ok()) return Fail(weights.status());
+  o.weights = *weights;
+  o.staleness_alpha = absl::GetFlag(FLAGS_staleness_alpha);
+  o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
+  o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
+  o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));
+  o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
+
+  SystemClock clock;
+  auto shard = Shard::Create(o, &clock);
+  if (!shard.ok()) return Fail(shard.status());
+
+  zmq::context_t ctx(1);
+  zmq::socket_t sock(ctx, zmq::socket_type::router);
+  wire::ConfigureSocket(sock);
+  sock.set(zmq::sockopt::router_mandatory, 1);
+  try {
+    sock.bind(absl::GetFlag(FLAGS_bind));
+  } catch (const zmq::error_t& e) {
+    return Fail(absl::UnavailableError(
+        absl::StrCat("cannot bind ", absl::GetFlag(FLAGS_bind), ": ", e.what())));
+  }
+  const std::string endpoint = sock.get(zmq::sockopt::last_endpoint);
+  if (const auto pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
+    const std::string tmp = pf + ".tmp";
+    { std::ofstream(tmp) << endpoint << "\n"; }
+    std::rename(tmp.c_str(), pf.c_str());
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::fprintf(stderr, "diloco-server: shard %u/%u on %s, %zu fragments, plan %016lx\n", o.shard,
+               o.num_shards, endpoint.c_str(), (*shard)->owned().size(),
+               static_cast<unsigned long>((*shard)->plan_fingerprint()));
+
+  std::vector<Outgoing> out;
+  absl::Time next_progress = absl::Now() + absl::GetFlag(FLAGS_progress_interval);
+  uint64_t unroutable = 0;
+  while (!g_stop) {
+    const absl::Duration wait =
+        std::clamp((*shard)->NextDeadline() - absl::Now(), absl::ZeroDuration(),
+                   absl::Milliseconds(50));
+    zmq::pollitem_t item{static_cast<void*>(sock), 0, ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(wait)));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      return Fail(absl::InternalError(e.what()));
+    }
+    for (int budget = 0; budget < 256; ++budget) {
+      auto frames = wire::TryRecvMultipart(sock);
+      if (!frames) break;
+      if (frames->size() < 2) continue;  // a ROUTER always prepends the routing id
+      std::string rid(static_cast<const char*>((*frames)[0].data()), (*frames)[0].size());
+      frames->erase(frames->begin());
+      (*shard)->Handle(rid, std::move(*frames), &out);
+    }
+    (*shard)->Tick(&out);
+    for (auto& o : out) {
+      uint64_t bytes = 0;
+      for (const auto& p : o.payloads) bytes += p.size();
+      auto s = wire::Send(sock, o.header, std::move(o.payloads), &o.routing_id);
+      if (!s.ok()) ++unroutable;  // a departed worker: it re-pulls when it returns
+      else (*shard)->CountBytesOut(bytes);
+    }
+    out.clear();
+    if (absl::Now() >= next_progress) {
+      next_progress = absl::Now() + absl::GetFlag(FLAGS_progress_interval);
+      std::fprintf(stderr, "diloco-server[%u]: %s\n", o.shard, (*shard)->StatsJson().c_str());
+    }
+  }
+  auto s = (*shard)->CheckpointNow();
+  std::fprintf(stderr, "diloco-server[%u]: stopping, final checkpoint %s; %s\n", o.shard,
+               s.ok() ? "written" : std::string(s.message()).c_str(),
+               (*shard)->StatsJson().c_str());
+  return s.ok() ? 0 : 1;
+}

@@ -1,0 +1,607 @@
+#include "server/shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/codec.h"
+#include "server/payload_check.h"
+
+namespace diloco::server {
+
+using wire::AckStatus;
+using wire::ErrorCode;
+using wire::HeaderFields;
+using wire::MsgType;
+using wire::WireError;
+
+namespace {
+
+// Fragment downloads and theta(0) uploads travel as fp32 in chunks of this codec's layout.
+constexpr kernels::Codec kDownloadCodec{kernels::CodecKind::kFp32, 256};
+
+double Ema(double old, double x, double a = 0.2) { return old == 0 ? x : (1 - a) * old + a * x; }
+
+int StalenessBucket(uint64_t s) {
+  if (s < 4) return static_cast<int>(s);
+  if (s < 8) return 4;
+  if (s < 16) return 5;
+  if (s < 32) return 6;
+  return 7;
+}
+
+}  // namespace
+
+struct Shard::FragmentState {
+  const Fragment* spec = nullptr;
+  uint64_t version = 0;    // applied
+  uint64_t published = 0;  // visible to workers (== version unless a checkpoint is pending)
+  std::vector<float> theta, momentum, acc;
+  double weight_sum = 0, weight_ref = 0;
+  OpenRound round;
+  struct Contribution {
+    std::string rid;
+    uint32_t worker = 0;
+    uint64_t generation = 0, seq = 0;
+  };
+  std::vector<Contribution> contributors;  // in the open round
+  std::vector<Contribution> unacked;       // applied, Applied ack held until published
+  std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
+};
+
+struct Shard::WorkerInfo {
+  uint32_t id = 0;
+  uint64_t generation = 0;
+  std::string rid;
+  absl::Time last_seen;
+  double step_time_us = 0;
+  absl::flat_hash_map<uint32_t, uint64_t> applied_seq;  // fragment -> last applied seq
+};
+
+Shard::Shard(const ShardOptions& o, const Clock* clock, Plan plan)
+    : opt_(o), clock_(clock), plan_(std::move(plan)) {}
+Shard::~Shard() = default;
+
+absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, const Clock* clock) {
+  if (o.shard >= o.num_shards)
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", o.shard, " out of range for ", o.num_shards, " shards"));
+  if (o.round.quorum == 0) return absl::InvalidArgumentError("quorum must be at least 1");
+  auto manifest = GptManifest(o.model);
+  if (!manifest.ok()) return manifest.status();
+  auto plan = Plan::Create(*manifest, o.num_fragments, o.num_shards);
+  if (!plan.ok()) return plan.status();
+  std::unique_ptr<Shard> s(new Shard(o, clock, std::move(*plan)));
+  s->model_fingerprint_ = manifest->fingerprint();
+  std::random_device rd;
+  s->incarnation_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                    static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  s->owned_ = s->plan_.FragmentsOfShard(o.shard);
+  for (uint32_t id : s->owned_) {
+    auto f = std::make_unique<FragmentState>();
+    f->spec = &s->plan_.fragment(id);
+    f->theta.assign(f->spec->numel, 0.0f);
+    f->momentum.assign(f->spec->numel, 0.0f);
+    f->acc.assign(f->spec->numel, 0.0f);
+    s->fragments_[id] = std::move(f);
+  }
+  s->last_checkpoint_time_ = clock->Now();
+  if (!o.store_path.empty()) {
+    storage::StoreIdentity ident{s->plan_.fingerprint(), s->model_fingerprint_, o.shard,
+                                 o.num_shards};
+    auto store = storage::CheckpointStore::Open(o.store_path, ident);
+    if (!store.ok()) return store.status();
+    s->store_ = std::move(*store);
+    if (auto st = s->Recover(); !st.ok()) return st;
+  }
+  return s;
+}
+
+absl::Status Shard::Recover() {
+  auto cp = store_->LoadLatest();
+  if (!cp.ok()) return cp.status();
+  if (!cp->has_value()) return absl::OkStatus();
+  const storage::Checkpoint& c = **cp;
+  for (const auto& fs : c.fragments) {
+    auto it = fragments_.find(fs.id);
+    if (it == fragments_.end() || fs.params.size() != it->second->spec->numel ||
+        fs.momentum.size() != fs.params.size())
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", c.id, ": fragment ", fs.id, " does not fit the plan"));
+    FragmentState& f = *it->second;
+    f.theta = fs.params;
+    f.momentum = fs.momentum;
+    f.version = f.published = fs.version;
+    if (f.version > 0) {
+      auto bytes = std::make_shared<wire::Bytes>(f.theta.size() * sizeof(float));
+      std::memcpy(bytes->data(), f.theta.data(), bytes->size());
+      f.snapshot = std::move(bytes);
+    }
+  }
+  for (const auto& d : c.dedup) {
+    auto& w = workers_[d.worker_id];
+    if (!w) {
+      w = std::make_unique<WorkerInfo>();
+      w->id = d.worker_id;
+      w->last_seen = absl::InfinitePast();
+    }
+    w->generation = d.generation;
+    w->applied_seq[d.fragment_id] = d.last_seq;
+  }
+  checkpoint_id_ = c.id;
+  counters_.rounds = rounds_at_checkpoint_ = c.rounds;
+  return absl::OkStatus();
+}
+
+HeaderFields Shard::Reply(MsgType type) const {
+  HeaderFields h;
+  h.type = type;
+  h.plan_fingerprint = plan_.fingerprint();
+  h.model_fingerprint = model_fingerprint_;
+  h.shard = opt_.shard;
+  h.incarnation = incarnation_;
+  return h;
+}
+
+void Shard::Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
+                   std::vector<Outgoing>* out) {
+  ++counters_.messages_bad;
+  Outgoing o{rid, Reply(MsgType::Error), {}};
+  o.header.error_code = wire::ErrorCodeOf(s);
+  o.header.message = std::string(s.message());
+  if (h) {
+    o.header.worker_id = h->worker_id();
+    o.header.fragment_id = h->fragment_id();
+    o.header.seq = h->seq();
+  }
+  out->push_back(std::move(o));
+}
+
+void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
+                   std::vector<Outgoing>* out) {
+  for (const auto& f : frames) counters_.bytes_in += f.size();
+  auto m = wire::ParseMessage(std::move(frames));
+  if (!m.ok()) return Refuse(rid, m.status(), nullptr, out);
+  switch (m->type()) {
+    case MsgType::Hello:
+      return OnHello(rid, *m, out);
+    case MsgType::InitFragment:
+      return OnInit(rid, *m, out);
+    case MsgType::Push:
+      return OnPush(rid, *m, out);
+    case MsgType::Pull:
+      return OnPull(rid, *m, out);
+    case MsgType::Heartbeat:
+      return OnHeartbeat(rid, *m, out);
+    case MsgType::Stats: {
+      Outgoing o{rid, Reply(MsgType::Stats), {}};
+      o.header.message = StatsJson();
+      out->push_back(std::move(o));
+      return;
+    }
+    default:
+      return Refuse(rid,
+                    WireError(ErrorCode::UnknownType,
+                              absl::StrCat("a shard does not accept ", MsgTypeName(m->type()))),
+                    &m->header(), out);
+  }
+}
+
+absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h,
+                                bool need_identity) {
+  if (h.plan_fingerprint() != plan_.fingerprint())
+    return WireError(ErrorCode::WrongPlan,
+                     absl::StrFormat("plan %016x, this shard serves plan %016x (check --model, "
+                                     "--fragments, --shards)",
+                                     h.plan_fingerprint(), plan_.fingerprint()));
+  if (h.model_fingerprint() != model_fingerprint_)
+    return WireError(ErrorCode::WrongModel, "model fingerprint differs from the shard's model");
+  if (need_identity) {
+    auto it = bound_.find(rid);
+    if (it == bound_.end())
+      return WireError(ErrorCode::BadIdentity, "no Hello on this connection: send Hello first");
+    if (it->second != h.worker_id())
+      return WireError(ErrorCode::BadIdentity,
+                       absl::StrCat("connection belongs to worker ", it->second,
+                                    ", message claims worker ", h.worker_id()));
+    const auto& w = workers_.at(h.worker_id());
+    if (w->generation != h.generation())
+      return WireError(ErrorCode::BadIdentity,
+                       absl::StrCat("worker ", h.worker_id(), " generation ", h.generation(),
+                                    " superseded by ", w->generation));
+    w->last_seen = clock_->Now();
+    w->rid = rid;
+  }
+  return absl::OkStatus();
+}
+
+void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
+  const auto& h = m.header();
+  if (auto s = CheckCommon(rid, h, false); !s.ok()) return Refuse(rid, s, &h, out);
+  auto& w = workers_[h.worker_id()];
+  if (!w) {
+    w = std::make_unique<WorkerInfo>();
+    w->id = h.worker_id();
+  }
+  if (h.generation() < w->generation)
+    return Refuse(rid,
+                  WireError(ErrorCode::BadIdentity,
+                            absl::StrCat("worker ", h.worker_id(), " generation ", h.generation(),
+                                         " is older than ", w->generation)),
+                  &h, out);
+  if (h.generation() > w->generation) {  // a restarted worker: a fresh sequence
+    w->generation = h.generation();
+    w->applied_seq.clear();
+    dirty_ = true;
+  }
+  // A worker id lives on one connection at a time.
+  if (!w->rid.empty() && w->rid != rid) bound_.erase(w->rid);
+  bound_[rid] = w->id;
+  w->rid = rid;
+  w->last_seen = clock_->Now();
+  Outgoing o{rid, Reply(MsgType::Welcome), {}};
+  o.header.worker_id = w->id;
+  o.header.generation = w->generation;
+  for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);
+  o.header.fleet_step_time_us = 0;
+  for (const auto& [_, wi] : workers_)
+    if (wi->step_time_us > 0 && (o.header.fleet_step_time_us == 0 ||
+                                 wi->step_time_us < o.header.fleet_step_time_us))
+      o.header.fleet_step_time_us = static_cast<uint64_t>(wi->step_time_us);
+  out->push_back(std::move(o));
+}
+
+void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
+  const auto& h = m.header();
+  if (auto s = CheckCommon(rid, h, true); !s.ok()) return Refuse(rid, s, &h, out);
+  auto it = fragments_.find(h.fragment_id());
+  if (it == fragments_.end())
+    return Refuse(rid,
+                  WireError(ErrorCode::UnknownFragment,
+                            absl::StrCat("fragment ", h.fragment_id(), " is not on shard ",
+                                         opt_.shard)),
+                  &h, out);
+  FragmentState& f = *it->second;
+  Outgoing ack{rid, Reply(MsgType::PushAck), {}};
+  ack.header.worker_id = h.worker_id();
+  ack.header.fragment_id = f.spec->id;
+  ack.header.seq = h.seq();
+  if (f.version > 0) {
+    ack.header.ack = AckStatus::AlreadyInitialized;
+    ack.header.version = f.published;
+    out->push_back(std::move(ack));
+    return;
+  }
+  if (h.codec() != static_cast<uint8_t>(kDownloadCodec.kind) || h.block() != kDownloadCodec.block)
+    return Refuse(rid, WireError(ErrorCode::BadCodec, "InitFragment must be fp32:256"), &h, out);
+  if (auto s = CheckEncodedPayload(m, kDownloadCodec, f.spec->numel); !s.ok())
+    return Refuse(rid, s, &h, out);
+  const uint64_t chunk = wire::ChunkElements(kDownloadCodec.block);
+  for (size_t i = 0; i < m.num_payloads(); ++i) {
+    auto p = m.payload(i);
+    std::memcpy(f.theta.data() + i * chunk, p.data(), p.size());
+  }
+  std::fill(f.momentum.begin(), f.momentum.end(), 0.0f);
+  f.version = 1;
+  dirty_ = true;
+  // theta(0) is durable before anyone can pull it, in every durability mode.
+  if (store_) {
+    if (auto s = WriteCheckpoint(true); !s.ok()) {
+      f.version = 0;
+      return Refuse(rid, WireError(ErrorCode::Unavailable, s.message()), &h, out);
+    }
+  }
+  Publish(f, out);
+  ack.header.ack = AckStatus::Initialized;
+  ack.header.version = f.published;
+  out->push_back(std::move(ack));
+}
+
+void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
+  const auto& h = m.header();
+  if (auto s = CheckCommon(rid, h, true); !s.ok()) {
+    ++counters_.pushes_refused;
+    return Refuse(rid, s, &h, out);
+  }
+  auto it = fragments_.find(h.fragment_id());
+  if (it == fragments_.end())
+    return Refuse(rid,
+                  WireError(ErrorCode::UnknownFragment,
+                            absl::StrCat("fragment ", h.fragment_id(), " is not on shard ",
+                                         opt_.shard)),
+                  &h, out);
+  FragmentState& f = *it->second;
+  if (f.version == 0)
+    return Refuse(rid, WireError(ErrorCode::NotInitialized, "fragment has no theta(0) yet"), &h,
+                  out);
+  WorkerInfo& w = *workers_.at(h.worker_id());
+  Outgoing ack{rid, Reply(MsgType::PushAck), {}};
+  ack.header.worker_id = w.id;
+  ack.header.generation = w.generation;
+  ack.header.fragment_id = f.spec->id;
+  ack.header.seq = h.seq();
+  ack.header.version = f.published;
+  // Exactly once: applied before, or already waiting in the open round.
+  const uint64_t applied = w.applied_seq.contains(f.spec->id) ? w.applied_seq[f.spec->id] : 0;
+  bool in_round = false;
+  for (const auto& c : f.contributors) in_round |= c.worker == w.id && c.seq == h.seq();
+  for (const auto& c : f.unacked) in_round |= c.worker == w.id && c.seq == h.seq();
+  if (h.seq() <= applied || in_round) {
+    ++counters_.pushes_duplicate;
+    ack.header.ack = in_round ? AckStatus::Queued : AckStatus::Duplicate;
+    out->push_back(std::move(ack));
+    return;
+  }
+  for (const auto& c : f.contributors)
+    if (c.worker == w.id)
+      return Refuse(rid,
+                    WireError(ErrorCode::Malformed,
+                              "a second push for a fragment whose previous push is not applied"),
+                    &h, out);
+  // Staleness against the applied version; a base from the future (a shard that lost
+  // unsynced versions) is as useless as a too-old one: both re-pull.
+  if (h.base_version() > f.version || f.version - h.base_version() > opt_.max_staleness) {
+    ++counters_.pushes_stale;
+    ack.header.ack = AckStatus::Stale;
+    ack.header.message = absl::StrCat("base version ", h.base_version(), ", fragment is at ",
+                                      f.version, ": pull and push again");
+    out->push_back(std::move(ack));
+    return;
+  }
+  auto codec = kernels::Codec{static_cast<kernels::CodecKind>(h.codec()), h.block()};
+  if (auto s = kernels::ValidateCodec(codec); !s.ok())
+    return Refuse(rid, WireError(ErrorCode::BadCodec, s.message()), &h, out);
+  if (auto s = CheckEncodedPayload(m, codec, f.spec->numel); !s.ok()) return Refuse(rid, s, &h, out);
+  if (h.tokens() == 0 || h.steps() == 0)
+    return Refuse(rid, WireError(ErrorCode::Malformed, "push without tokens or steps"), &h, out);
+
+  const uint64_t staleness = f.version - h.base_version();
+  double wgt = PushWeight(opt_.weights, h.tokens(), h.steps(), staleness, opt_.staleness_alpha);
+  if (f.weight_ref == 0) f.weight_ref = wgt;
+  const float rel = static_cast<float>(wgt / f.weight_ref);
+  const absl::Time t0 = absl::Now();
+  const uint64_t chunk = wire::ChunkElements(codec.block);
+  for (size_t i = 0; i < m.num_payloads(); ++i) {
+    const uint64_t n = std::min<uint64_t>(chunk, f.spec->numel - i * chunk);
+    auto st = kernels::DecodeAccumulate(codec, m.payload(i), rel,
+                                        std::span<float>(f.acc.data() + i * chunk, n));
+    if (!st.ok()) {  // unreachable after CheckEncodedPayload; never leave a partial round
+      return Refuse(rid, WireError(ErrorCode::Internal, st.message()), &h, out);
+    }
+  }
+  counters_.last_apply_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  f.weight_sum += rel;
+  const absl::Time now = clock_->Now();
+  if (f.round.pushes == 0) f.round.opened = now;
+  ++f.round.pushes;
+  if (f.round.pushes == opt_.round.quorum) {
+    f.round.quorum_reached = now;
+    timings_.time_to_quorum_s = Ema(timings_.time_to_quorum_s,
+                                    absl::ToDoubleSeconds(now - f.round.opened));
+  }
+  f.contributors.push_back({rid, w.id, w.generation, h.seq()});
+  timings_.inner_steps = Ema(timings_.inner_steps, h.steps());
+  if (h.step_time_us() > 0) w.step_time_us = Ema(w.step_time_us, h.step_time_us());
+  ++counters_.pushes_queued;
+  ++counters_.staleness_hist[StalenessBucket(staleness)];
+  ack.header.ack = AckStatus::Queued;
+  ack.header.round = counters_.rounds;
+  out->push_back(std::move(ack));
+}
+
+void Shard::OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
+  const auto& h = m.header();
+  if (auto s = CheckCommon(rid, h, true); !s.ok()) return Refuse(rid, s, &h, out);
+  auto it = fragments_.find(h.fragment_id());
+  if (it == fragments_.end())
+    return Refuse(rid,
+                  WireError(ErrorCode::UnknownFragment,
+                            absl::StrCat("fragment ", h.fragment_id(), " is not on shard ",
+                                         opt_.shard)),
+                  &h, out);
+  const FragmentState& f = *it->second;
+  if (f.published == 0)
+    return Refuse(rid, WireError(ErrorCode::NotInitialized, "fragment has no theta(0) yet"), &h,
+                  out);
+  Outgoing o{rid, Reply(MsgType::FragmentUpdate), {}};
+  FillUpdate(f, &o);
+  o.header.worker_id = h.worker_id();
+  out->push_back(std::move(o));
+}
+
+void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
+                        std::vector<Outgoing>* out) {
+  const auto& h = m.header();
+  if (auto s = CheckCommon(rid, h, true); !s.ok()) return Refuse(rid, s, &h, out);
+  WorkerInfo& w = *workers_.at(h.worker_id());
+  if (h.step_time_us() > 0) w.step_time_us = Ema(w.step_time_us, h.step_time_us());
+  Outgoing o{rid, Reply(MsgType::Heartbeat), {}};
+  o.header.worker_id = w.id;
+  for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);
+  out->push_back(std::move(o));
+}
+
+void Shard::FillUpdate(const FragmentState& f, Outgoing* o) const {
+  o->header.fragment_id = f.spec->id;
+  o->header.version = f.published;
+  o->header.codec = static_cast<uint8_t>(kDownloadCodec.kind);
+  o->header.block = kDownloadCodec.block;
+  o->header.num_elements = f.spec->numel;
+  const uint64_t chunk = wire::ChunkElements(kDownloadCodec.block);
+  o->header.chunk_elements = chunk;
+  for (uint64_t off = 0; off < f.spec->numel; off += chunk) {
+    const uint64_t n = std::min(chunk, f.spec->numel - off);
+    o->payloads.push_back(wire::SharedFrame(f.snapshot, off * 4, n * 4));
+  }
+}
+
+uint32_t Shard::LiveMissing(const FragmentState& f) const {
+  const absl::Time now = clock_->Now();
+  uint32_t missing = 0;
+  for (const auto& [id, w] : workers_) {
+    if (now - w->last_seen > opt_.worker_timeout) continue;
+    bool in = false;
+    for (const auto& c : f.contributors) in |= c.worker == id;
+    if (!in) ++missing;
+  }
+  return missing;
+}
+
+absl::Duration Shard::Grace() const {
+  RoundTimings t = timings_;
+  double fleet = 0;
+  for (const auto& [_, w] : workers_)
+    if (w->step_time_us > 0) fleet = fleet == 0 ? w->step_time_us : std::min(fleet, w->step_time_us);
+  t.step_time_s = fleet * 1e-6;
+  return GraceWindow(opt_.round, t);
+}
+
+void Shard::CloseRound(FragmentState& f) {
+  const float inv = static_cast<float>(1.0 / f.weight_sum);
+  for (float& a : f.acc) a *= inv;
+  kernels::NesterovStep(opt_.outer, f.theta, f.momentum, f.acc);
+  std::fill(f.acc.begin(), f.acc.end(), 0.0f);
+  ++f.version;
+  ++counters_.rounds;
+  for (const auto& c : f.contributors) {
+    auto& w = *workers_.at(c.worker);
+    if (w.generation == c.generation) w.applied_seq[f.spec->id] = c.seq;
+    f.unacked.push_back(c);
+  }
+  f.contributors.clear();
+  f.round = OpenRound{};
+  f.weight_sum = f.weight_ref = 0;
+  dirty_ = true;
+}
+
+void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
+  auto bytes = std::make_shared<wire::Bytes>(f.theta.size() * sizeof(float));
+  std::memcpy(bytes->data(), f.theta.data(), bytes->size());
+  f.snapshot = std::move(bytes);
+  f.published = f.version;
+  for (const auto& c : f.unacked) {
+    Outgoing o{c.rid, Reply(MsgType::FragmentUpdate), {}};
+    FillUpdate(f, &o);
+    o.header.worker_id = c.worker;
+    o.header.generation = c.generation;
+    o.header.seq = c.seq;
+    o.header.ack = AckStatus::Applied;
+    out->push_back(std::move(o));
+  }
+  f.unacked.clear();
+}
+
+void Shard::Tick(std::vector<Outgoing>* out) {
+  const absl::Time now = clock_->Now();
+  const absl::Duration grace = Grace();
+  std::vector<FragmentState*> closed;
+  for (uint32_t id : owned_) {
+    FragmentState& f = *fragments_.at(id);
+    f.round.live_workers_missing = LiveMissing(f);
+    if (ShouldClose(opt_.round, grace, f.round, now)) {
+      CloseRound(f);
+      closed.push_back(&f);
+    }
+  }
+  bool pending = false;
+  for (uint32_t id : owned_) pending |= fragments_.at(id)->published != fragments_.at(id)->version;
+  if (!store_ || !dirty_) {
+    for (uint32_t id : owned_) {
+      auto& f = *fragments_.at(id);
+      if (f.published != f.version) Publish(f, out);
+    }
+    return;
+  }
+  const bool per_round = opt_.durability == Durability::kPerRound;
+  const bool due = (per_round && pending) ||
+                   counters_.rounds - rounds_at_checkpoint_ >= opt_.checkpoint_every_rounds ||
+                   now - last_checkpoint_time_ >= opt_.checkpoint_interval;
+  if (due && now >= next_checkpoint_retry_) {
+    if (auto s = WriteCheckpoint(per_round); !s.ok()) {
+      next_checkpoint_retry_ = now + opt_.checkpoint_retry;
+      if (per_round) return;  // hold the new versions until they are durable
+    }
+  }
+  if (per_round && dirty_) return;
+  for (uint32_t id : owned_) {
+    auto& f = *fragments_.at(id);
+    if (f.published != f.version) Publish(f, out);
+  }
+}
+
+absl::Time Shard::NextDeadline() const {
+  absl::Time t = absl::InfiniteFuture();
+  const absl::Duration grace = Grace();
+  for (uint32_t id : owned_) {
+    const auto& f = *fragments_.at(id);
+    t = std::min(t, CloseDeadline(opt_.round, grace, f.round));
+    if (f.published != f.version) t = std::min(t, next_checkpoint_retry_);
+  }
+  if (store_ && dirty_) t = std::min(t, last_checkpoint_time_ + opt_.checkpoint_interval);
+  return t;
+}
+
+absl::Status Shard::WriteCheckpoint(bool sync) {
+  const absl::Time t0 = absl::Now();
+  std::vector<storage::FragmentView> views;
+  for (uint32_t id : owned_) {
+    const auto& f = *fragments_.at(id);
+    views.push_back({id, f.version, f.theta, f.momentum});
+  }
+  std::vector<storage::DedupEntry> dedup;
+  for (const auto& [id, w] : workers_)
+    for (const auto& [frag, seq] : w->applied_seq) dedup.push_back({id, frag, w->generation, seq});
+  std::sort(dedup.begin(), dedup.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.worker_id, a.fragment_id) < std::tie(b.worker_id, b.fragment_id);
+  });
+  storage::OptimizerMeta meta{opt_.outer.lr, opt_.outer.mu};
+  auto s = store_->Write(checkpoint_id_ + 1, counters_.rounds, meta, views, dedup, sync);
+  if (!s.ok()) {
+    ++counters_.checkpoint_failures;
+    return s;
+  }
+  ++checkpoint_id_;
+  ++counters_.checkpoints;
+  rounds_at_checkpoint_ = counters_.rounds;
+  last_checkpoint_time_ = clock_->Now();
+  dirty_ = false;
+  counters_.last_checkpoint_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  counters_.last_checkpoint_bytes = 0;
+  for (const auto& v : views) counters_.last_checkpoint_bytes += 8 * v.params.size();
+  return absl::OkStatus();
+}
+
+absl::Status Shard::CheckpointNow() {
+  if (!store_) return absl::OkStatus();
+  return WriteCheckpoint(true);
+}
+
+uint64_t Shard::published_version(uint32_t fragment) const {
+  auto it = fragments_.find(fragment);
+  return it == fragments_.end() ? 0 : it->second->published;
+}
+
+std::vector<float> Shard::params(uint32_t fragment) const {
+  auto it = fragments_.find(fragment);
+  return it == fragments_.end() ? std::vector<float>{} : it->second->theta;
+}
+
+std::string Shard::StatsJson() const {
+  std::string versions;
+  for (uint32_t id : owned_)
+    absl::StrAppend(&versions, versions.empty() ? "" : ",", "\"", id,
+                    "\":", fragments_.at(id)->published);
+  const auto& c = counters_;
+  return absl::StrCat(
+      "{\"shard\":", opt_.shard, ",\"incarnation\":", incarnation_, ",\"rounds\":", c.rounds,
+      ",\"versions\":{", versions, "},\"pushes\":{\"queued\":", c.pushes_queued,
+      ",\"duplicate\":", c.pushes_duplicate, ",\"stale\":", c.pushes_stale,
+      ",\"refused\":", c.pushes_refused, "},\"bad_messages\":", c.messages_bad,
+      ",\"bytes_in\":", c.bytes_in, ",\"bytes_out\":", c.bytes_out,
+      ",\"checkpoints\":", c.checkpoints, ",\"checkpoint_failures\":", c.checkpoint_failures,
+      ",\"workers\":", workers_.size(), "}");
+}
+
+}  // namespace diloco::server

@@ -1,0 +1,137 @@
+// One outer-optimizer shard: the fragments the plan gives it, their rounds, the workers it has
+// seen, and its checkpoints. Transport-free: the server loop hands it each received message and
+// sends what it returns, so the whole protocol logic is testable without sockets.
+//
+// A fragment's life: version 0 (no values) -> InitFragment sets theta(0), version 1 -> each
+// closed round applies one Nesterov step on the merged delta and adds 1. A push is acked
+// Queued on arrival and Applied when its round's version is published; in per-round durability
+// that happens only after the checkpoint holding it is synced, so an Applied ack is never lost.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model_spec.h"
+#include "common/plan.h"
+#include "kernels/optim.h"
+#include "schema/transport.h"
+#include "server/clock.h"
+#include "server/round_policy.h"
+#include "storage/checkpoint_store.h"
+
+namespace diloco::server {
+
+enum class Durability { kPeriodic, kPerRound };
+
+struct ShardOptions {
+  uint32_t shard = 0;
+  uint32_t num_shards = 1;
+  uint32_t num_fragments = 4;
+  GptConfig model;
+  RoundPolicy round;
+  WeightScheme weights = WeightScheme::kTokensSqOverSteps;
+  double staleness_alpha = 0;  // discount (1+s)^-alpha, 0 = off
+  uint64_t max_staleness = 16;
+  kernels::NesterovParams outer;
+  absl::Duration worker_timeout = absl::Seconds(10);
+  std::string store_path;  // empty: no persistence (tests only)
+  Durability durability = Durability::kPeriodic;
+  uint32_t checkpoint_every_rounds = 20;
+  absl::Duration checkpoint_interval = absl::Seconds(30);
+  absl::Duration checkpoint_retry = absl::Seconds(2);
+};
+
+// A message to send: routing id, header, payload frames.
+struct Outgoing {
+  std::string routing_id;
+  wire::HeaderFields header;
+  std::vector<zmq::message_t> payloads;
+};
+
+struct ShardCounters {
+  uint64_t rounds = 0;
+  uint64_t pushes_queued = 0, pushes_duplicate = 0, pushes_stale = 0, pushes_refused = 0;
+  uint64_t messages_bad = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;
+  uint64_t checkpoints = 0, checkpoint_failures = 0;
+  uint64_t last_checkpoint_bytes = 0;
+  double last_checkpoint_ms = 0, last_apply_ms = 0;
+  uint64_t staleness_hist[8] = {};  // 0,1,2,3,4-7,8-15,16-31,32+
+};
+
+class Shard {
+ public:
+  static absl::StatusOr<std::unique_ptr<Shard>> Create(const ShardOptions& options,
+                                                       const Clock* clock);
+  ~Shard();
+
+  // Handles one received message (frames after the routing id). Replies go to `out`.
+  void Handle(const std::string& routing_id, std::vector<zmq::message_t> frames,
+              std::vector<Outgoing>* out);
+  // Closes rounds that are due, retries held publications, takes periodic checkpoints.
+  void Tick(std::vector<Outgoing>* out);
+  // When Tick next has work without new messages.
+  absl::Time NextDeadline() const;
+  // Writes a checkpoint of the current state now (shutdown). Synced.
+  absl::Status CheckpointNow();
+
+  // Introspection (tests, stats, ctl).
+  uint64_t incarnation() const { return incarnation_; }
+  uint64_t plan_fingerprint() const { return plan_.fingerprint(); }
+  const Plan& plan() const { return plan_; }
+  const std::vector<uint32_t>& owned() const { return owned_; }
+  uint64_t published_version(uint32_t fragment) const;
+  std::vector<float> params(uint32_t fragment) const;
+  const ShardCounters& counters() const { return counters_; }
+  void CountBytesOut(uint64_t n) { counters_.bytes_out += n; }
+  std::string StatsJson() const;
+
+ private:
+  struct FragmentState;
+  struct WorkerInfo;
+  Shard(const ShardOptions& o, const Clock* clock, Plan plan);
+
+  absl::Status Recover();
+  void Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
+              std::vector<Outgoing>* out);
+  absl::Status CheckCommon(const std::string& rid, const wire::Header& h, bool need_identity);
+  void OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
+  void OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
+  void OnPush(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
+  void OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
+  void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
+  void CloseRound(FragmentState& f);
+  void Publish(FragmentState& f, std::vector<Outgoing>* out);
+  absl::Status WriteCheckpoint(bool sync);
+  void FillUpdate(const FragmentState& f, Outgoing* o) const;
+  uint32_t LiveMissing(const FragmentState& f) const;
+  absl::Duration Grace() const;
+  wire::HeaderFields Reply(wire::MsgType type) const;
+
+  ShardOptions opt_;
+  const Clock* clock_;
+  Plan plan_;
+  uint64_t model_fingerprint_ = 0;
+  uint64_t incarnation_ = 0;
+  std::vector<uint32_t> owned_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<FragmentState>> fragments_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<WorkerInfo>> workers_;  // by worker id
+  absl::flat_hash_map<std::string, uint32_t> bound_;                    // routing id -> worker
+  std::unique_ptr<storage::CheckpointStore> store_;
+  uint64_t checkpoint_id_ = 0;
+  uint64_t rounds_at_checkpoint_ = 0;
+  absl::Time last_checkpoint_time_;
+  absl::Time next_checkpoint_retry_ = absl::InfinitePast();
+  bool dirty_ = false;
+  RoundTimings timings_;
+  ShardCounters counters_;
+};
+
+}  // namespace diloco::server
