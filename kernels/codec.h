@@ -3,12 +3,15 @@
 //
 // Encoded layout of a block codec (int8, int4, fp8): one fp32 scale per block, all scales
 // first, then the packed values (int4: two per byte, low nibble first). fp32 and bf16 have no
-// scales. Blocks are `block` consecutive values (64..2048); the last block may be short.
+// scales. Blocks are `block` consecutive values (64..2048, a multiple of 8); the last block may
+// be short. All multi-byte values are little-endian. Exact rules: docs/kernels.md.
 //
 // These free functions are the fast CPU path (vectorised, multi-threaded over blocks); the
 // scalar reference lives in kernels/reference.h and the CUDA path in kernels/cuda.h. Fast paths
-// produce the same bytes as the reference (see kernels/README in docs/kernels.md for bounds).
-// Non-finite inputs (NaN, Inf) are refused with InvalidArgument and nothing is written.
+// produce the same bytes as the reference (docs/kernels.md).
+// Non-finite inputs (NaN, Inf; for ErrorFeedbackEncode also a non-finite err + delta) are
+// refused with InvalidArgument and nothing is written (neither `out` nor `err`). Decode and
+// DecodeAccumulate refuse non-finite or negative scales before writing anything.
 #pragma once
 
 #include <cstddef>
@@ -18,15 +21,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/codec_kind.h"
 
 namespace diloco::kernels {
-
-enum class CodecKind : uint8_t { kFp32 = 0, kBf16 = 1, kFp8E4M3 = 2, kInt8 = 3, kInt4 = 4 };
-
-struct Codec {
-  CodecKind kind = CodecKind::kInt8;
-  uint32_t block = 256;
-};
 
 absl::Status ValidateCodec(Codec c);
 // "fp32", "bf16", "fp8", "int8", "int4", optionally ":<block>" (e.g. "int4:128").

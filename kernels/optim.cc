@@ -1,43 +1,46 @@
+// The fast CPU optimizer steps: the loops of fast_impl.inc (best instruction set) spread over the
+// kernel thread pool. Same float operations as kernels/reference.cc, so identical results.
 #include "kernels/optim.h"
 
 #include <cmath>
 
+#include "kernels/fast_ops.h"
+#include "kernels/thread_pool.h"
+
 namespace diloco::kernels {
+namespace {
+
+constexpr size_t kMinElementsPerTask = 1 << 16;
+
+}  // namespace
 
 void NesterovStep(const NesterovParams& p, std::span<float> theta, std::span<float> m,
                   std::span<const float> d) {
-  const size_t n = theta.size();
-  float* __restrict t = theta.data();
-  float* __restrict mm = m.data();
-  const float* __restrict dd = d.data();
-  for (size_t i = 0; i < n; ++i) {
-    const float mi = p.mu * mm[i] + dd[i];
-    mm[i] = mi;
-    t[i] -= p.lr * (dd[i] + p.mu * mi);
-  }
+  ParallelFor(theta.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    internal::Ops().nesterov(p, theta.data() + lo, m.data() + lo, d.data() + lo, hi - lo);
+  });
 }
 
 void AdamWStep(const AdamWParams& p, int64_t step, std::span<float> param,
                std::span<const float> grad, std::span<float> m, std::span<float> v) {
   const float bc1 = 1.0f - std::pow(p.beta1, static_cast<float>(step));
   const float bc2 = 1.0f - std::pow(p.beta2, static_cast<float>(step));
-  const size_t n = param.size();
-  for (size_t i = 0; i < n; ++i) {
-    const float g = grad[i];
-    m[i] = p.beta1 * m[i] + (1.0f - p.beta1) * g;
-    v[i] = p.beta2 * v[i] + (1.0f - p.beta2) * g * g;
-    const float mhat = m[i] / bc1;
-    const float vhat = v[i] / bc2;
-    param[i] -= p.lr * (mhat / (std::sqrt(vhat) + p.eps) + p.weight_decay * param[i]);
-  }
+  ParallelFor(param.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    internal::Ops().adamw(p, bc1, bc2, param.data() + lo, grad.data() + lo, m.data() + lo,
+                          v.data() + lo, hi - lo);
+  });
 }
 
 void Delta(std::span<const float> anchor, std::span<const float> local, std::span<float> delta) {
-  for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor[i] - local[i];
+  ParallelFor(delta.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    internal::Ops().delta(anchor.data() + lo, local.data() + lo, delta.data() + lo, hi - lo);
+  });
 }
 
 void LerpAdopt(std::span<const float> global, std::span<float> local, float alpha) {
-  for (size_t i = 0; i < local.size(); ++i) local[i] = global[i] + alpha * (local[i] - global[i]);
+  ParallelFor(local.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    internal::Ops().lerp(global.data() + lo, local.data() + lo, alpha, hi - lo);
+  });
 }
 
 }  // namespace diloco::kernels

@@ -8,23 +8,12 @@
 #include <cstdint>
 #include <span>
 
-namespace diloco::kernels {
+#include "kernels/optim_params.h"
 
-struct NesterovParams {
-  float lr = 0.7f;
-  float mu = 0.9f;
-};
+namespace diloco::kernels {
 
 void NesterovStep(const NesterovParams& p, std::span<float> theta, std::span<float> m,
                   std::span<const float> d);
-
-struct AdamWParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;
-};
 
 // One AdamW step; `step` is 1-based (bias correction).
 void AdamWStep(const AdamWParams& p, int64_t step, std::span<float> param,

@@ -1,0 +1,96 @@
+#include "kernels/outer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/thread_pool.h"
+
+namespace diloco::kernels {
+namespace {
+
+constexpr size_t kMinElementsPerTask = 1 << 16;
+
+double SquaredNorm(std::span<const float> x) {
+  double s = 0.0;
+  for (float v : x) s += static_cast<double>(v) * v;
+  return s;
+}
+
+}  // namespace
+
+absl::Status RdaMerge(std::span<const std::span<const float>> deltas,
+                      std::span<const float> weights, std::span<float> out) {
+  if (deltas.size() != weights.size() || deltas.empty()) {
+    return absl::InvalidArgumentError("RdaMerge needs one weight per delta and at least one delta");
+  }
+  double w_sum = 0.0;
+  for (size_t k = 0; k < deltas.size(); ++k) {
+    if (deltas[k].size() != out.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RdaMerge: delta ", k, " has ", deltas[k].size(), " values, want ", out.size()));
+    }
+    if (!(weights[k] >= 0.0f) || !std::isfinite(weights[k])) {
+      return absl::InvalidArgumentError("RdaMerge: weights must be finite and >= 0");
+    }
+    w_sum += weights[k];
+  }
+  if (!(w_sum > 0.0)) return absl::InvalidArgumentError("RdaMerge: weights sum to 0");
+  double mean_norm = 0.0;
+  std::vector<float> coef(deltas.size(), 0.0f);  // w_k / (n_k W): ubar = sum coef_k d_k
+  for (size_t k = 0; k < deltas.size(); ++k) {
+    const double norm = std::sqrt(SquaredNorm(deltas[k]));
+    mean_norm += weights[k] * norm / w_sum;
+    if (norm > 0.0) coef[k] = static_cast<float>(weights[k] / (norm * w_sum));
+  }
+  ParallelFor(out.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      float u = 0.0f;
+      for (size_t k = 0; k < deltas.size(); ++k) u += coef[k] * deltas[k][i];
+      out[i] = u;
+    }
+  });
+  const double ubar_norm = std::sqrt(SquaredNorm(out));
+  const float rescale = ubar_norm > 0.0 ? static_cast<float>(mean_norm / ubar_norm) : 0.0f;
+  ParallelFor(out.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) out[i] *= rescale;
+  });
+  return absl::OkStatus();
+}
+
+float StalenessDiscount(int64_t staleness, float alpha) {
+  if (alpha == 0.0f || staleness <= 0) return 1.0f;
+  return static_cast<float>(std::pow(1.0 + static_cast<double>(staleness), -alpha));
+}
+
+DelayedNesterov::DelayedNesterov(NesterovParams p, int period, size_t size)
+    : p_(p), period_(period < 1 ? 1 : period), sum_(size, 0.0f) {}
+
+absl::Status DelayedNesterov::Arrive(std::span<float> theta, std::span<float> m,
+                                     std::span<const float> g) {
+  const size_t n = sum_.size();
+  if (theta.size() != n || m.size() != n || g.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("DelayedNesterov of ", n,
+                                                   " values got spans of ", theta.size(), ", ",
+                                                   m.size(), ", ", g.size()));
+  }
+  const float step = p_.lr / static_cast<float>(period_);
+  const bool close = pending_ + 1 == period_;
+  const float inv_n = 1.0f / static_cast<float>(period_);
+  float* s = sum_.data();
+  ParallelFor(n, kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      theta[i] = theta[i] - step * g[i];
+      s[i] = s[i] + g[i];
+      if (close) {
+        const float gbar = s[i] * inv_n;
+        m[i] = p_.mu * m[i] + gbar;
+        theta[i] = theta[i] - p_.lr * p_.mu * m[i];
+        s[i] = 0.0f;
+      }
+    }
+  });
+  pending_ = close ? 0 : pending_ + 1;
+  return absl::OkStatus();
+}
+
+}  // namespace diloco::kernels

@@ -1,0 +1,61 @@
+// Server-side merge and outer-step rules beyond the plain Nesterov step of optim.h:
+//
+// RDA merge (DESIGN.md section 3, option): given K dense fp32 deltas d_k with weights w_k >= 0,
+//     W     = sum_k w_k                              (must be > 0)
+//     n_k   = ||d_k||_2                              (computed in double)
+//     nbar  = sum_k w_k n_k / W                      weighted mean of the norms
+//     u_k   = d_k / n_k   (u_k = 0 when n_k = 0)     unit directions
+//     ubar  = sum_k w_k u_k / W                      weighted mean of the directions
+//     out   = nbar * ubar / ||ubar||_2   (out = 0 when ||ubar|| = 0)
+//   i.e. the merged delta points along the mean direction and has the mean norm. Unlike the
+//   plain weighted mean, disagreeing directions do not shrink the step.
+//
+// Delayed Nesterov (per-arrival mode, Liu et al. 2024), with period N and NesterovParams lr, mu.
+// State: the momentum m (owned by the caller, as for NesterovStep), a sum s of the deltas that
+// arrived in the current period and their count j. On each arrival of delta g:
+//     theta -= (lr / N) * g;  s += g;  j += 1
+//     if j == N:  gbar = s / N;  m = mu*m + gbar;  theta -= lr*mu*m;  s = 0;  j = 0
+//   Over one period theta moves by lr*(gbar + mu*(mu*m + gbar)), exactly one synchronous
+//   Nesterov step (optim.h) on the mean of the N deltas; between momentum updates each arrival
+//   takes a plain SGD step, so N simultaneous pushes never compound momentum N times.
+//
+// Staleness discount (optional, off by default): weight factor (1 + s)^-alpha for a push of
+// staleness s = v_p - base_version >= 0; alpha = 0 gives 1.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/optim_params.h"
+
+namespace diloco::kernels {
+
+// out.size() must equal every deltas[k].size(); weights.size() == deltas.size().
+absl::Status RdaMerge(std::span<const std::span<const float>> deltas,
+                      std::span<const float> weights, std::span<float> out);
+
+float StalenessDiscount(int64_t staleness, float alpha);
+
+class DelayedNesterov {
+ public:
+  // `period` (N >= 1) arrivals per momentum update; `size` values per fragment.
+  DelayedNesterov(NesterovParams p, int period, size_t size);
+
+  // One arrival of delta g (as above). theta, m and g must all have size() values.
+  absl::Status Arrive(std::span<float> theta, std::span<float> m, std::span<const float> g);
+
+  int period() const { return period_; }
+  // Arrivals since the last momentum update (0..N-1).
+  int pending() const { return pending_; }
+  size_t size() const { return sum_.size(); }
+
+ private:
+  NesterovParams p_;
+  int period_;
+  int pending_ = 0;
+  std::vector<float> sum_;
+};
+
+}  // namespace diloco::kernels
