@@ -168,6 +168,7 @@ int main(int argc, char** argv) {
       next_progress = now + period;
       JsonObject ev;
       ev.Add("event", "progress").Add("worker", uint64_t{wid}).Add("step", step + 1);
+      ev.Add("elapsed_s", absl::ToDoubleSeconds(now - start));
       ev.Add("loss", loss_ema).Add("tokens_per_s", tps).Add("tokens", tokens);
       std::string extra;
       if (sync) {

@@ -1,0 +1,142 @@
+#include "tests/integration/cluster.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include "absl/time/clock.h"
+#include "schema/transport.h"
+
+namespace diloco::testing {
+
+Process::Process(const std::vector<std::string>& argv, const std::string& log) {
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+}
+
+Process::~Process() {
+  if (Running()) {
+    Signal(SIGKILL);
+    Wait(absl::Seconds(10));
+  }
+}
+
+void Process::Signal(int sig) {
+  if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
+}
+
+bool Process::Running() {
+  if (pid_ <= 0 || reaped_) return false;
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    reaped_ = true;
+    status_ = st;
+    return false;
+  }
+  return true;
+}
+
+std::optional<int> Process::Wait(absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (Running()) {
+    if (absl::Now() >= end) return std::nullopt;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+}
+
+std::filesystem::path TestDir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  auto dir = std::filesystem::temp_directory_path() /
+             ("diloco_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
+              std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::optional<std::string> WaitForLine(const std::filesystem::path& path, absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    std::ifstream in(path);
+    std::string line;
+    if (in && std::getline(in, line) && !line.empty()) return line;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return std::nullopt;
+}
+
+std::vector<Event> ReadEvents(const std::filesystem::path& jsonl) {
+  std::vector<Event> events;
+  std::ifstream in(jsonl);
+  std::string line;
+  static const std::regex kv("\"([a-z_]+)\":(-?[0-9.eE+-]+)");
+  while (std::getline(in, line)) {
+    Event e;
+    for (std::sregex_iterator it(line.begin(), line.end(), kv), end; it != end; ++it)
+      e[(*it)[1]] = std::stod((*it)[2]);
+    if (!e.empty()) events.push_back(std::move(e));
+  }
+  return events;
+}
+
+std::optional<std::string> ShardStats(const std::string& endpoint, absl::Duration timeout) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  wire::HeaderFields h;
+  h.type = wire::MsgType::Stats;
+  if (!wire::Send(s, h, {}, nullptr, false).ok()) return std::nullopt;
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    auto frames = wire::TryRecvMultipart(s);
+    if (!frames) continue;
+    auto m = wire::ParseMessage(std::move(*frames));
+    if (m.ok() && m->type() == wire::MsgType::Stats && m->header().message())
+      return m->header().message()->str();
+  }
+  return std::nullopt;
+}
+
+std::optional<double> JsonNumber(const std::string& json, const std::string& key) {
+  std::string scope = json;
+  std::string leaf = key;
+  if (auto dot = key.find('.'); dot != std::string::npos) {
+    const std::string outer = "\"" + key.substr(0, dot) + "\":{";
+    auto p = json.find(outer);
+    if (p == std::string::npos) return std::nullopt;
+    scope = json.substr(p + outer.size(), json.find('}', p) - p - outer.size());
+    leaf = key.substr(dot + 1);
+  }
+  std::smatch m;
+  if (std::regex_search(scope, m, std::regex("\"" + leaf + "\":(-?[0-9.eE+-]+)")))
+    return std::stod(m[1]);
+  return std::nullopt;
+}
+
+std::string ServerBinary() { return DILOCO_SERVER_BINARY; }
+std::string WorkerBinary() { return DILOCO_WORKER_BINARY; }
+
+}  // namespace diloco::testing

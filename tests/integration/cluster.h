@@ -1,0 +1,56 @@
+// Multi-process test support: start diloco-server / diloco-worker processes on 127.0.0.1 with
+// free ports, read their JSON-lines events and the shards' Stats, stop them by PID.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace diloco::testing {
+
+class Process {
+ public:
+  // Starts `argv` with stdout and stderr appended to `log`.
+  Process(const std::vector<std::string>& argv, const std::string& log);
+  ~Process();  // SIGKILL if still running
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Waits for exit up to `timeout`; returns the exit status or nullopt on timeout.
+  std::optional<int> Wait(absl::Duration timeout);
+  bool Running();
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+// A per-test directory, removed afterwards.
+std::filesystem::path TestDir();
+
+// Waits until `path` exists and holds a line; returns it.
+std::optional<std::string> WaitForLine(const std::filesystem::path& path, absl::Duration timeout);
+
+// One JSON-lines event, numbers only (flat keys), e.g. {"step": 10, "loss": 3.2}.
+using Event = std::map<std::string, double>;
+std::vector<Event> ReadEvents(const std::filesystem::path& jsonl);
+
+// Asks a shard for its Stats JSON over a fresh DEALER; nullopt if it does not answer in time.
+std::optional<std::string> ShardStats(const std::string& endpoint, absl::Duration timeout);
+// A number from a flat or one-level-nested JSON object: "rounds", or "versions.3".
+std::optional<double> JsonNumber(const std::string& json, const std::string& key);
+
+std::string ServerBinary();
+std::string WorkerBinary();
+
+}  // namespace diloco::testing

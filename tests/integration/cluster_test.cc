@@ -1,0 +1,172 @@
+// Whole processes on 127.0.0.1: shards and workers train together, a SIGKILLed worker stalls
+// nobody, and a SIGKILLed shard restarts from its RocksDB store with the same versions.
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/integration/cluster.h"
+
+namespace diloco::testing {
+namespace {
+
+constexpr char kModel[] = "tiny";
+
+struct Cluster {
+  std::filesystem::path dir;
+  std::vector<std::unique_ptr<Process>> shards, workers;
+  std::vector<std::string> endpoints;
+
+  std::unique_ptr<Process> StartShard(int i, int n, const std::string& bind,
+                                      std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {ServerBinary(),
+                                     "--bind=" + bind,
+                                     absl::StrCat("--port_file=", (dir / absl::StrCat("port", i)).string()),
+                                     absl::StrCat("--shard=", i),
+                                     absl::StrCat("--shards=", n),
+                                     "--fragments=4",
+                                     absl::StrCat("--model=", kModel),
+                                     absl::StrCat("--store=", (dir / absl::StrCat("store", i)).string()),
+                                     "--grace_cap=1s",
+                                     "--worker_timeout=2s",
+                                     "--progress_interval=1000s"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Process>(argv, (dir / absl::StrCat("shard", i, ".log")).string());
+  }
+
+  void StartShards(int n, std::vector<std::string> extra = {}) {
+    for (int i = 0; i < n; ++i) {
+      std::filesystem::remove(dir / absl::StrCat("port", i));
+      shards.push_back(StartShard(i, n, "tcp://127.0.0.1:*", extra));
+    }
+    for (int i = 0; i < n; ++i) {
+      auto ep = WaitForLine(dir / absl::StrCat("port", i), absl::Seconds(20));
+      ASSERT_TRUE(ep.has_value()) << "shard " << i << " did not start";
+      endpoints.push_back(*ep);
+    }
+  }
+
+  std::filesystem::path Jsonl(int w) const { return dir / absl::StrCat("worker", w, ".jsonl"); }
+
+  std::unique_ptr<Process> StartWorker(int w, int num_workers) {
+    std::string servers;
+    for (const auto& e : endpoints) servers += (servers.empty() ? "" : ",") + e;
+    std::vector<std::string> argv = {WorkerBinary(),
+                                     "--servers=" + servers,
+                                     absl::StrCat("--worker_id=", w),
+                                     absl::StrCat("--num_workers=", num_workers),
+                                     "--fragments=4",
+                                     absl::StrCat("--model=", kModel),
+                                     "--inner_steps=10",
+                                     "--duration=120s",
+                                     "--batch=4",
+                                     "--threads=1",
+                                     "--eval_batches=1",
+                                     "--progress_interval=0.2s",
+                                     "--metrics_jsonl=" + Jsonl(w).string()};
+    return std::make_unique<Process>(argv, (dir / absl::StrCat("worker", w, ".log")).string());
+  }
+
+  double Stat(int shard, const std::string& key) {
+    auto s = ShardStats(endpoints[shard], absl::Seconds(5));
+    EXPECT_TRUE(s.has_value()) << "shard " << shard << " did not answer Stats";
+    if (!s) return -1;
+    auto v = JsonNumber(*s, key);
+    return v ? *v : -1;
+  }
+};
+
+// Latest progress event of a worker, waiting until `pred` holds.
+std::optional<Event> WaitForEvent(const std::filesystem::path& jsonl,
+                                  const std::function<bool(const Event&)>& pred,
+                                  absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    auto ev = ReadEvents(jsonl);
+    if (!ev.empty() && pred(ev.back())) return ev.back();
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return std::nullopt;
+}
+
+// Inner steps per second of a worker over `window`, from its progress events.
+double StepRate(const std::filesystem::path& jsonl, absl::Duration window) {
+  auto a = ReadEvents(jsonl);
+  absl::SleepFor(window);
+  auto b = ReadEvents(jsonl);
+  if (a.empty() || b.empty()) return 0;
+  const double dt = b.back()["elapsed_s"] - a.back()["elapsed_s"];
+  return dt > 0 ? (b.back()["step"] - a.back()["step"]) / dt : 0;
+}
+
+TEST(ClusterTest, KilledWorkerStallsNeitherRoundsNorTheOtherWorker) {
+  Cluster c{TestDir()};
+  c.StartShards(2);
+  c.workers.push_back(c.StartWorker(0, 2));
+  c.workers.push_back(c.StartWorker(1, 2));
+  for (int w = 0; w < 2; ++w) {
+    auto ev = WaitForEvent(c.Jsonl(w), [](const Event& e) { return e.at("adoptions") >= 8; },
+                           absl::Seconds(60));
+    ASSERT_TRUE(ev.has_value()) << "worker " << w << " never adopted 8 fragments";
+  }
+  const double rate_before = StepRate(c.Jsonl(1), absl::Seconds(2));
+  ASSERT_GT(rate_before, 0);
+  const double rounds_before = c.Stat(0, "rounds") + c.Stat(1, "rounds");
+
+  c.workers[0]->Signal(SIGKILL);
+  ASSERT_TRUE(c.workers[0]->Wait(absl::Seconds(5)).has_value());
+  const double rate_after = StepRate(c.Jsonl(1), absl::Seconds(4));
+  const double rounds_after = c.Stat(0, "rounds") + c.Stat(1, "rounds");
+  // The survivor keeps (at least most of) its pace; rounds keep closing without worker 0.
+  EXPECT_GT(rate_after, 0.6 * rate_before) << rate_before << " -> " << rate_after;
+  EXPECT_GE(rounds_after, rounds_before + 4) << rounds_before << " -> " << rounds_after;
+
+  auto events = ReadEvents(c.Jsonl(1));
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_LT(events.back()["loss"], events.front()["loss"] - 0.3) << "loss did not fall";
+
+  c.workers[1]->Signal(SIGTERM);
+  EXPECT_EQ(c.workers[1]->Wait(absl::Seconds(20)), std::optional<int>(0));
+  for (auto& s : c.shards) {
+    s->Signal(SIGTERM);
+    EXPECT_EQ(s->Wait(absl::Seconds(10)), std::optional<int>(0));  // final checkpoint written
+  }
+}
+
+TEST(ClusterTest, KilledShardRestartsFromItsStoreWithTheSameVersions) {
+  Cluster c{TestDir()};
+  c.StartShards(2, {"--durability=per-round"});
+  c.workers.push_back(c.StartWorker(0, 1));
+  ASSERT_TRUE(WaitForEvent(c.Jsonl(0), [](const Event& e) { return e.at("adoptions") >= 12; },
+                           absl::Seconds(60))
+                  .has_value());
+  c.workers[0]->Signal(SIGKILL);
+  ASSERT_TRUE(c.workers[0]->Wait(absl::Seconds(5)).has_value());
+  absl::SleepFor(absl::Seconds(1.5));  // open rounds close within the 1 s cap
+  const std::string before = *ShardStats(c.endpoints[0], absl::Seconds(5));
+  const double rounds = *JsonNumber(before, "rounds");
+  ASSERT_GT(rounds, 0);
+
+  c.shards[0]->Signal(SIGKILL);
+  ASSERT_TRUE(c.shards[0]->Wait(absl::Seconds(5)).has_value());
+  c.shards[0] = c.StartShard(0, 2, c.endpoints[0], {"--durability=per-round"});
+  auto after = ShardStats(c.endpoints[0], absl::Seconds(20));
+  ASSERT_TRUE(after.has_value()) << "restarted shard does not answer";
+  EXPECT_EQ(*JsonNumber(*after, "rounds"), rounds);
+  for (int f = 0; f < 4; ++f) {
+    auto v0 = JsonNumber(before, absl::StrCat("versions.", f));
+    if (!v0) continue;  // fragment on the other shard
+    EXPECT_EQ(JsonNumber(*after, absl::StrCat("versions.", f)), v0) << "fragment " << f;
+  }
+  EXPECT_NE(*JsonNumber(*after, "incarnation"), *JsonNumber(before, "incarnation"));
+
+  // A new worker generation joins the restarted shard and training goes on from there.
+  std::filesystem::remove(c.Jsonl(0));
+  c.workers[0] = c.StartWorker(0, 1);
+  ASSERT_TRUE(WaitForEvent(c.Jsonl(0), [](const Event& e) { return e.at("adoptions") >= 8; },
+                           absl::Seconds(60))
+                  .has_value());
+  EXPECT_GT(c.Stat(0, "rounds"), rounds);
+}
+
+}  // namespace
+}  // namespace diloco::testing

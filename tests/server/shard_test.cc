@@ -1,0 +1,298 @@
+// Round semantics of one shard, transport-free, with a fake clock: Nesterov per round against
+// hand-computed values, merge weights, quorum and grace, exactly-once, staleness, refusals that
+// change no state, and recovery from the store.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "tests/server/shard_harness.h"
+
+namespace diloco::server::testing {
+namespace {
+
+using wire::AckStatus;
+using wire::ErrorCode;
+using wire::MsgType;
+
+std::vector<float> Filled(size_t n, float v) { return std::vector<float>(n, v); }
+
+class ShardTest : public ::testing::Test {
+ protected:
+  void SetUpShard(ShardOptions o) {
+    h_ = std::make_unique<ShardHarness>(std::move(o));
+    n0_ = h_->fragment(0).numel;
+    h_->Hello("a", 1);
+    h_->Hello("b", 2);
+    auto init = h_->Init("a", 1, 0, Filled(n0_, 1.0f));
+    const Outgoing* ack = Only(init, MsgType::PushAck);
+    ASSERT_NE(ack, nullptr);
+    ASSERT_EQ(ack->header.ack, AckStatus::Initialized);
+    ASSERT_EQ(h_->shard().published_version(0), 1u);
+  }
+  std::unique_ptr<ShardHarness> h_;
+  uint64_t n0_ = 0;
+};
+
+TEST_F(ShardTest, OneNesterovStepPerRoundOnTheWeightedMean) {
+  auto o = TinyOptions();
+  o.round.quorum = 2;
+  SetUpShard(o);
+  // Equal tokens and steps: the merge is the plain mean (0.1 + 0.3) / 2 = 0.2.
+  auto r1 = h_->Push("a", 1, 0, 1, 1, Filled(n0_, 0.1f));
+  EXPECT_EQ(Only(r1, MsgType::PushAck)->header.ack, AckStatus::Queued);
+  EXPECT_TRUE(h_->Tick().empty());  // quorum not in, worker 2 is live: wait
+  h_->Push("b", 2, 0, 1, 1, Filled(n0_, 0.3f));
+  auto out = h_->Tick();  // every live worker pushed: closes now
+  ASSERT_EQ(out.size(), 2u);
+  for (const auto& u : out) {
+    EXPECT_EQ(u.header.type, MsgType::FragmentUpdate);
+    EXPECT_EQ(u.header.ack, AckStatus::Applied);
+    EXPECT_EQ(u.header.version, 2u);
+  }
+  // m = 0.2; theta = 1 - 0.7 * (0.2 + 0.9 * 0.2) = 1 - 0.266 = 0.734
+  for (float v : h_->shard().params(0)) EXPECT_NEAR(v, 0.734f, 1e-6);
+  // Second round, d = 0.2 again: m = 0.9*0.2 + 0.2 = 0.38; theta -= 0.7*(0.2 + 0.342) = 0.3794
+  h_->Push("a", 1, 0, 2, 2, Filled(n0_, 0.2f));
+  h_->Push("b", 2, 0, 2, 2, Filled(n0_, 0.2f));
+  h_->Tick();
+  for (float v : h_->shard().params(0)) EXPECT_NEAR(v, 0.734f - 0.3794f, 1e-6);
+  EXPECT_EQ(h_->shard().counters().rounds, 2u);
+}
+
+TEST_F(ShardTest, TokensSquaredOverStepsWeights) {
+  auto o = TinyOptions();
+  o.round.quorum = 2;
+  SetUpShard(o);
+  // w1 = 100^2/10 = 1000, w2 = 200^2/10 = 4000: d = (1000*1 + 4000*0) / 5000 = 0.2
+  h_->Push("a", 1, 0, 1, 1, Filled(n0_, 1.0f), 100, 10);
+  h_->Push("b", 2, 0, 1, 1, Filled(n0_, 0.0f), 200, 10);
+  h_->Tick();
+  for (float v : h_->shard().params(0)) EXPECT_NEAR(v, 1.0f - 0.7f * 1.9f * 0.2f, 1e-6);
+}
+
+TEST_F(ShardTest, UniformWeightsIgnoreTokens) {
+  auto o = TinyOptions();
+  o.round.quorum = 2;
+  o.weights = WeightScheme::kUniform;
+  SetUpShard(o);
+  h_->Push("a", 1, 0, 1, 1, Filled(n0_, 1.0f), 100, 10);
+  h_->Push("b", 2, 0, 1, 1, Filled(n0_, 0.0f), 200, 10);
+  h_->Tick();
+  for (float v : h_->shard().params(0)) EXPECT_NEAR(v, 1.0f - 0.7f * 1.9f * 0.5f, 1e-6);
+}
+
+TEST_F(ShardTest, GraceCapClosesARoundAFrozenWorkerHolds) {
+  auto o = TinyOptions();
+  o.round.quorum = 2;
+  o.round.grace_cap = absl::Seconds(3);
+  SetUpShard(o);
+  h_->Push("a", 1, 0, 1, 1, Filled(n0_, 0.1f));
+  h_->clock().Advance(absl::Seconds(2));
+  EXPECT_TRUE(h_->Tick().empty());  // worker 2 is live but silent: wait, within the cap
+  h_->clock().Advance(absl::Seconds(1));
+  auto out = h_->Tick();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].routing_id, "a");
+  EXPECT_EQ(out[0].header.version, 2u);
+}
+
+TEST_F(ShardTest, DeadWorkerDoesNotCountAsLive) {
+  auto o = TinyOptions();
+  o.round.quorum = 2;
+  o.worker_timeout = absl::Seconds(2);
+  SetUpShard(o);
+  h_->clock().Advance(absl::Seconds(3));  // worker 2 silent past the timeout: dead
+  h_->Push("a", 1, 0, 1, 1, Filled(n0_, 0.1f));
+  EXPECT_EQ(h_->Tick().size(), 1u);  // nobody live is missing: closes at once
+}
+
+TEST_F(ShardTest, QuorumThenGraceWindow) {
+  auto o = TinyOptions();
+  o.round.quorum = 1;
+  o.round.min_grace = absl::Milliseconds(500);
+  SetUpShard(o);
+  h_->Push("a", 1, 0, 1, 1, Filled(n0_, 0.1f));
+  EXPECT_TRUE(h_->Tick().empty());  // quorum in, worker 2 live: grace window
+  h_->clock().Advance(absl::Milliseconds(499));
+  EXPECT_TRUE(h_->Tick().empty());
+  h_->clock().Advance(absl::Milliseconds(1));
+  EXPECT_EQ(h_->Tick().size(), 1u);
+}
+
+TEST_F(ShardTest, DuplicatePushIsAckedNotAppliedTwice) {
+  SetUpShard(TinyOptions());
+  h_->Hello("b", 2);
+  h_->clock().Advance(absl::Seconds(20));  // worker 2 no longer live
+  h_->Hello("a", 1);
+  h_->Push("a", 1, 0, 1, 1, Filled(n0_, 0.5f));
+  // Resent while still in the open round: acked Queued, not added.
+  auto again = h_->Push("a", 1, 0, 1, 1, Filled(n0_, 0.5f));
+  EXPECT_EQ(Only(again, MsgType::PushAck)->header.ack, AckStatus::Queued);
+  ASSERT_EQ(h_->Tick().size(), 1u);
+  const auto after_one = h_->shard().params(0);
+  EXPECT_NEAR(after_one[0], 1.0f - 0.7f * 1.9f * 0.5f, 1e-6);
+  // Resent after its round closed (a lost Applied ack): Duplicate, theta unchanged.
+  auto dup = h_->Push("a", 1, 0, 1, 1, Filled(n0_, 0.5f));
+  EXPECT_EQ(Only(dup, MsgType::PushAck)->header.ack, AckStatus::Duplicate);
+  EXPECT_TRUE(h_->Tick().empty());
+  EXPECT_EQ(h_->shard().params(0), after_one);
+  EXPECT_EQ(h_->shard().counters().pushes_duplicate, 2u);
+}
+
+TEST_F(ShardTest, SupersededGenerationIsRefused) {
+  SetUpShard(TinyOptions());
+  h_->clock().Advance(absl::Seconds(20));
+  h_->Hello("a", 1);
+  h_->Push("a", 1, 0, 1, 1, Filled(n0_, 0.5f));
+  h_->Tick();
+  // The worker restarts as generation 2; a push still claiming generation 1 is refused.
+  h_->Send("a2", h_->Base(MsgType::Hello, 1, 2));
+  auto r = h_->Push("a2", 1, 0, 1, 2, Filled(n0_, 0.5f));
+  // The harness pushes as generation 1: refused as superseded, nothing applied.
+  EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::BadIdentity);
+  EXPECT_TRUE(h_->Tick().empty());
+}
+
+TEST_F(ShardTest, StalePushIsRefusedWithRepull) {
+  auto o = TinyOptions();
+  o.max_staleness = 1;
+  SetUpShard(o);
+  h_->clock().Advance(absl::Seconds(20));
+  h_->Hello("a", 1);
+  for (uint64_t s = 1; s <= 2; ++s) {
+    h_->Push("a", 1, 0, s, s, Filled(n0_, 0.01f));
+    h_->Tick();
+  }
+  ASSERT_EQ(h_->shard().published_version(0), 3u);
+  const auto before = h_->shard().params(0);
+  auto r = h_->Push("a", 1, 0, 3, 1, Filled(n0_, 0.5f));  // staleness 2 > 1
+  const Outgoing* ack = Only(r, MsgType::PushAck);
+  EXPECT_EQ(ack->header.ack, AckStatus::Stale);
+  EXPECT_NE(ack->header.message.find("pull"), std::string::npos);
+  EXPECT_TRUE(h_->Tick().empty());
+  EXPECT_EQ(h_->shard().params(0), before);
+}
+
+TEST_F(ShardTest, RefusalsChangeNoState) {
+  SetUpShard(TinyOptions());
+  const auto before = h_->shard().params(0);
+  // Wrong plan.
+  auto bad = h_->Base(MsgType::Push, 1);
+  bad.plan_fingerprint ^= 1;
+  EXPECT_EQ(Only(h_->Send("a", bad), MsgType::Error)->header.error_code, ErrorCode::WrongPlan);
+  // A connection that never said Hello.
+  auto r = h_->Push("stranger", 1, 0, 1, 1, Filled(n0_, 0.5f));
+  EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::BadIdentity);
+  // Worker 2's connection claiming to be worker 1.
+  r = h_->Push("b", 1, 0, 1, 1, Filled(n0_, 0.5f));
+  EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::BadIdentity);
+  // A fragment this shard does not own... (fragment 7 does not exist).
+  r = h_->Push("a", 1, 7, 1, 1, Filled(n0_, 0.5f));
+  EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::UnknownFragment);
+  // Wrong element count.
+  r = h_->Push("a", 1, 0, 1, 1, Filled(n0_ - 1, 0.5f));
+  EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::BadLength);
+  // Non-finite values.
+  auto nan = Filled(n0_, 0.5f);
+  nan[3] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint8_t> raw(nan.size() * 4);
+  std::memcpy(raw.data(), nan.data(), raw.size());
+  auto ph = h_->Base(MsgType::Push, 1);
+  ph.fragment_id = 0;
+  ph.seq = 1;
+  ph.base_version = 1;
+  ph.tokens = 1;
+  ph.steps = 1;
+  ph.codec = 0;
+  ph.block = 256;
+  ph.num_elements = n0_;
+  ph.chunk_elements = wire::ChunkElements(256);
+  r = h_->Send("a", ph, {raw});
+  EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::BadCodec);
+  // Garbage header; checksum mismatch.
+  std::vector<zmq::message_t> junk;
+  junk.emplace_back("not a flatbuffer at all", 23);
+  r = h_->SendRaw("a", std::move(junk));
+  EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::Malformed);
+  ph.tokens = 10;
+  auto frames = ShardHarness::Frames(ph, {std::vector<uint8_t>(n0_ * 4, 0)});
+  static_cast<uint8_t*>(frames[1].data())[5] ^= 0xFF;
+  r = h_->SendRaw("a", std::move(frames));
+  EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::BadChecksum);
+
+  EXPECT_TRUE(h_->Tick().empty());
+  EXPECT_EQ(h_->shard().params(0), before);
+  EXPECT_EQ(h_->shard().published_version(0), 1u);
+  EXPECT_EQ(h_->shard().counters().pushes_queued, 0u);
+}
+
+TEST_F(ShardTest, InitIsAcceptedOnce) {
+  SetUpShard(TinyOptions());
+  auto r = h_->Init("b", 2, 0, Filled(n0_, 7.0f));
+  const Outgoing* ack = Only(r, MsgType::PushAck);
+  EXPECT_EQ(ack->header.ack, AckStatus::AlreadyInitialized);
+  for (float v : h_->shard().params(0)) EXPECT_EQ(v, 1.0f);
+  // Pull of an uninitialized fragment is refused, of an initialized one answered.
+  auto pull = h_->Base(MsgType::Pull, 2);
+  pull.fragment_id = 1;
+  EXPECT_EQ(Only(h_->Send("b", pull), MsgType::Error)->header.error_code,
+            ErrorCode::NotInitialized);
+  pull.fragment_id = 0;
+  auto u = h_->Send("b", pull);
+  const Outgoing* up = Only(u, MsgType::FragmentUpdate);
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(up->header.version, 1u);
+  uint64_t bytes = 0;
+  for (const auto& p : up->payloads) bytes += p.size();
+  EXPECT_EQ(bytes, n0_ * 4);
+}
+
+class ShardStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("shard_store_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ShardStoreTest, RestartRecoversVersionsParamsAndDedup) {
+  auto o = TinyOptions();
+  o.store_path = dir_.string();
+  o.durability = Durability::kPerRound;
+  std::vector<float> params;
+  {
+    ShardHarness h(o);
+    const uint64_t n = h.fragment(0).numel;
+    h.Hello("a", 1);
+    h.Init("a", 1, 0, Filled(n, 1.0f));
+    h.Push("a", 1, 0, 1, 1, Filled(n, 0.25f));
+    ASSERT_EQ(h.Tick().size(), 1u);  // per-round: written and synced, then published
+    params = h.shard().params(0);
+    ASSERT_EQ(h.shard().published_version(0), 2u);
+  }  // dropped without a final checkpoint: a crash
+  ShardHarness h(o);
+  EXPECT_EQ(h.shard().published_version(0), 2u);
+  EXPECT_EQ(h.shard().params(0), params);
+  // The dedup table came back: the retried push is a duplicate.
+  h.Hello("a", 1);
+  auto r = h.Push("a", 1, 0, 1, 1, Filled(h.fragment(0).numel, 0.25f));
+  EXPECT_EQ(Only(r, MsgType::PushAck)->header.ack, AckStatus::Duplicate);
+}
+
+TEST_F(ShardStoreTest, ForeignStoreIsRefused) {
+  auto o = TinyOptions();
+  o.store_path = dir_.string();
+  { ShardHarness h(o); }
+  o.num_fragments = 3;  // another plan
+  FakeClock clock;
+  auto s = Shard::Create(o, &clock);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
+}
+
+}  // namespace
+}  // namespace diloco::server::testing
