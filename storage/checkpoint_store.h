@@ -4,8 +4,10 @@
 //
 // Column families: "meta" (schema version, plan fingerprint, shard, hyper-parameters, the
 // newest complete checkpoint id), "params", "momentum", "dedup". Keys are fixed-width
-// big-endian: (checkpoint id u64, fragment id u32) for tensors, (worker id u32, generation u64)
-// for dedup; large values go to blob files. Retention keeps the newest `keep` checkpoints.
+// big-endian: (checkpoint id u64, fragment id u32) for tensors, (checkpoint id u64, worker id
+// u32, fragment id u32) for dedup; large values go to blob files. Every value carries a checksum,
+// so a damaged value reads as DataLoss. Retention keeps the newest `keep` checkpoints.
+// storage/record_format.h has the byte layout; docs/storage.md the durability contract.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +37,12 @@ struct FragmentView {  // borrowed from the shard's live state while Write() run
   std::span<const float> momentum;
 };
 
+// Per (worker, fragment): the newest generation seen and the last sequence number of it whose
+// push is applied. Each worker numbers its pushes per fragment, so entries are bounded by
+// workers x fragments and a newer generation replaces the older.
 struct DedupEntry {
   uint32_t worker_id = 0;
+  uint32_t fragment_id = 0;
   uint64_t generation = 0;
   uint64_t last_seq = 0;
   bool operator==(const DedupEntry&) const = default;
@@ -63,8 +69,10 @@ struct Checkpoint {
 };
 
 struct StoreOptions {
-  int keep = 3;             // checkpoints retained
+  int keep = 3;  // checkpoints retained (>= 1)
   bool use_blob_files = true;
+  uint64_t min_blob_bytes = 4096;         // values at least this large go to blob files
+  uint64_t memtable_bytes = 64ull << 20;  // per column family; a flush follows when full
 };
 
 class CheckpointStore {
@@ -81,12 +89,19 @@ class CheckpointStore {
   virtual ~CheckpointStore() = default;
 
   // Writes checkpoint `id` (must exceed every earlier id) atomically in one WriteBatch; with
-  // `sync` it is on stable storage when this returns. On error nothing of it is visible.
+  // `sync` it is on stable storage when this returns. On error nothing of it is visible and
+  // the previous checkpoint stays the newest (a failed write may still surface after a crash,
+  // whole or not at all). A full disk gives ResourceExhausted; the next Write first clears
+  // RocksDB's background-error state, so writing resumes once space is freed.
+  // Thread-compatible: the server calls Write and Load* from one thread at a time.
   virtual absl::Status Write(uint64_t id, uint64_t rounds, const OptimizerMeta& optimizer,
                              std::span<const FragmentView> fragments,
                              std::span<const DedupEntry> dedup, bool sync) = 0;
-  // The newest complete checkpoint, or nullopt for an empty store.
+  // The newest complete checkpoint, or nullopt for an empty store. A value that fails its
+  // checksum or disagrees with the checkpoint record gives DataLoss (never an older one).
   virtual absl::StatusOr<std::optional<Checkpoint>> LoadLatest() = 0;
+  // One kept checkpoint by id (NotFound if not kept), validated like LoadLatest.
+  virtual absl::StatusOr<Checkpoint> LoadCheckpoint(uint64_t id) = 0;
   virtual StoreIdentity identity() const = 0;
   // Ids of the checkpoints kept, oldest first.
   virtual absl::StatusOr<std::vector<uint64_t>> ListCheckpoints() = 0;

@@ -1,0 +1,113 @@
+// diloco-ctl: offline tools for a shard's checkpoint store.
+//   diloco-ctl show --store=DIR
+//   diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors STORE_DIR...
+// Exit status: 0 on success, 1 on an error (printed on stderr), 2 on a usage error.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "storage/model_export.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  diloco-ctl show --store=DIR\n"
+    "  diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors "
+    "STORE_DIR...\n";
+
+int Usage(const std::string& why) {
+  std::fprintf(stderr, "diloco-ctl: %s\n%s", why.c_str(), kUsage);
+  return 2;
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "diloco-ctl: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+// Splits argv into --key=value flags (checked against `known`) and positional arguments.
+bool ParseArgs(int argc, char** argv, const std::vector<std::string>& known,
+               std::map<std::string, std::string>* flags, std::vector<std::string>* positional,
+               std::string* error) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (!a.starts_with("--")) {
+      positional->push_back(a);
+      continue;
+    }
+    const size_t eq = a.find('=');
+    const std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      *error = "unknown flag " + a;
+      return false;
+    }
+    if (eq == std::string::npos) {
+      if (i + 1 >= argc) {
+        *error = "flag --" + key + " needs a value";
+        return false;
+      }
+      (*flags)[key] = argv[++i];
+    } else {
+      (*flags)[key] = a.substr(eq + 1);
+    }
+  }
+  return true;
+}
+
+int Show(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  std::vector<std::string> pos;
+  std::string error;
+  if (!ParseArgs(argc, argv, {"store"}, &flags, &pos, &error)) return Usage(error);
+  if (!flags.count("store")) {
+    if (pos.size() != 1) return Usage("show needs --store=DIR");
+    flags["store"] = pos[0];
+  }
+  absl::StatusOr<std::string> text = diloco::storage::DescribeStore(flags["store"]);
+  if (!text.ok()) return Fail(text.status());
+  std::fputs(text->c_str(), stdout);
+  return 0;
+}
+
+int Export(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  std::vector<std::string> pos;
+  std::string error;
+  if (!ParseArgs(argc, argv, {"model", "fragments", "shards", "out"}, &flags, &pos, &error))
+    return Usage(error);
+  diloco::storage::ExportRequest req;
+  req.model_spec = flags["model"];
+  req.out = flags["out"];
+  req.stores = pos;
+  if (req.model_spec.empty() || req.out.empty() || req.stores.empty())
+    return Usage("export needs --model, --fragments, --shards, --out and store directories");
+  if (!absl::SimpleAtoi(flags["fragments"], &req.num_fragments) || req.num_fragments == 0 ||
+      !absl::SimpleAtoi(flags["shards"], &req.num_shards) || req.num_shards == 0)
+    return Usage("--fragments and --shards must be positive integers");
+  absl::StatusOr<diloco::storage::ExportSummary> s = diloco::storage::ExportModel(req);
+  if (!s.ok()) return Fail(s.status());
+  std::printf("wrote %s: %zu tensors, %llu bytes, plan %016llx, fragment versions %s\n",
+              req.out.c_str(), s->tensors, static_cast<unsigned long long>(s->bytes),
+              static_cast<unsigned long long>(s->plan_fingerprint),
+              absl::StrJoin(s->fragment_versions, ",").c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return Usage("missing subcommand");
+  const std::string cmd = argv[1];
+  if (cmd == "show") return Show(argc, argv);
+  if (cmd == "export") return Export(argc, argv);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  return Usage("unknown subcommand '" + cmd + "'");
+}

@@ -1,0 +1,40 @@
+// What diloco-ctl does with stores: describe one shard's store, and assemble the global model
+// from every shard's newest checkpoint into one safetensors file.
+//
+// Export recomputes the plan from (model spec, P, S) exactly as server and worker do, refuses
+// stores written for another plan or model, duplicate or missing shards and fragments that do
+// not cover the model, and places each fragment with Plan::Scatter. Tensor names and shapes are
+// the manifest's (Hugging Face GPT-2 names; matrices [out, in] as in torch.nn.Linear).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace diloco::storage {
+
+struct ExportRequest {
+  std::string model_spec;  // for ParseGptConfig
+  uint32_t num_fragments = 0;
+  uint32_t num_shards = 0;
+  std::vector<std::string> stores;  // one per shard, any order
+  std::string out;                  // .safetensors path
+};
+
+struct ExportSummary {
+  uint64_t plan_fingerprint = 0;
+  size_t tensors = 0;
+  uint64_t bytes = 0;
+  std::vector<uint64_t> fragment_versions;  // by fragment id
+};
+
+absl::StatusOr<ExportSummary> ExportModel(const ExportRequest& request);
+
+// A human-readable report: identity, kept checkpoints with rounds and version range, the
+// newest checkpoint's fragments (version, elements, bytes), dedup entries and size on disk.
+// Loads (and so verifies) every kept checkpoint.
+absl::StatusOr<std::string> DescribeStore(const std::string& path);
+
+}  // namespace diloco::storage

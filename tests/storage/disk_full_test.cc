@@ -1,0 +1,109 @@
+// A full disk: checkpoints go to a small tmpfs until a write fails. The failed write must
+// report ResourceExhausted and leave the previous checkpoint the newest; once space is freed
+// the next write must succeed (RocksDB stays read-only after ENOSPC until Resume()), and a
+// reopened store must hold it. Mounting needs root (CAP_SYS_ADMIN): skipped where refused.
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/storage/test_util.h"
+
+namespace diloco::storage {
+namespace {
+
+using testutil::ExpectEqual;
+using testutil::MakeContents;
+using testutil::TempDir;
+using testutil::TestIdentity;
+using testutil::WriteContents;
+
+class TmpfsMount {
+ public:
+  TmpfsMount(const std::string& dir, const char* size) : dir_(dir) {
+    std::filesystem::create_directories(dir);
+    const std::string opts = std::string("size=") + size;
+    mounted_ = mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) == 0;
+  }
+  ~TmpfsMount() {
+    if (mounted_ && umount2(dir_.c_str(), MNT_DETACH) != 0)
+      ADD_FAILURE() << "umount " << dir_ << ": " << std::strerror(errno);
+  }
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+TEST(DiskFullTest, FailedWriteKeepsThePreviousAndWritingResumesAfterSpaceIsFreed) {
+  TempDir dir;
+  TmpfsMount mnt(dir.Sub("mnt"), "8m");
+  if (!mnt.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  const std::string ballast = dir.Sub("mnt/ballast");
+  {
+    std::ofstream f(ballast, std::ios::binary);
+    const std::string mib(1 << 20, 'x');
+    for (int i = 0; i < 3; ++i) f << mib;
+  }
+  const std::string path = dir.Sub("mnt/store");
+  StoreOptions o;
+  o.keep = 1;
+  o.memtable_bytes = 1 << 20;
+  auto store = CheckpointStore::Open(path, TestIdentity(), o);
+  ASSERT_TRUE(store.ok()) << store.status();
+
+  uint64_t id = 1, last_ok = 0;
+  absl::Status failure;
+  for (; id < 200; ++id) {  // ~640 KiB per checkpoint: the disk fills within a few dozen
+    absl::Status s = WriteContents(**store, MakeContents(id, {0, 1}, 40000), /*sync=*/true);
+    if (!s.ok()) {
+      failure = s;
+      break;
+    }
+    last_ok = id;
+  }
+  ASSERT_FALSE(failure.ok()) << "the disk never filled";
+  ASSERT_GT(last_ok, 0u) << failure;
+  EXPECT_EQ(failure.code(), absl::StatusCode::kResourceExhausted) << failure;
+  auto latest = (*store)->LoadLatest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ExpectEqual(**latest, MakeContents(last_ok, {0, 1}, 40000));
+
+  // The next write reopens the database (replaying and flushing the old WAL, which may free
+  // space): it succeeds or fails cleanly, and the store stays readable and consistent.
+  absl::Status again = WriteContents(**store, MakeContents(id + 1, {0, 1}, 40000), true);
+  if (again.ok()) last_ok = id + 1;
+  latest = (*store)->LoadLatest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ExpectEqual(**latest, MakeContents(last_ok, {0, 1}, 40000));
+
+  // RocksDB's own recovery polls free space every few seconds; a write meanwhile fails with
+  // ResourceExhausted or Unavailable and is retried, as the server would at its next interval.
+  std::filesystem::remove(ballast);
+  uint64_t next = id + 2;
+  absl::Status s;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (; std::chrono::steady_clock::now() < give_up; ++next) {
+    s = WriteContents(**store, MakeContents(next, {0, 1}, 40000), true);
+    if (s.ok()) break;
+    EXPECT_TRUE(s.code() == absl::StatusCode::kResourceExhausted ||
+                s.code() == absl::StatusCode::kUnavailable)
+        << s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(s.ok()) << "writing did not resume after space was freed: " << s;
+  ExpectEqual(**(*store)->LoadLatest(), MakeContents(next, {0, 1}, 40000));
+  store->reset();
+  auto reopened = CheckpointStore::Open(path, TestIdentity(), o);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ExpectEqual(**(*reopened)->LoadLatest(), MakeContents(next, {0, 1}, 40000));
+}
+
+}  // namespace
+}  // namespace diloco::storage
