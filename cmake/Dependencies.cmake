@@ -17,7 +17,4 @@ add_library(diloco_blas INTERFACE)
 target_include_directories(diloco_blas INTERFACE ${OPENBLAS_INCLUDE_DIR})
 target_link_libraries(diloco_blas INTERFACE ${OPENBLAS_LIBRARY})
 
-find_path(HTTPLIB_INCLUDE_DIR httplib.h)
-if(NOT HTTPLIB_INCLUDE_DIR)
-  message(FATAL_ERROR "cpp-httplib not found: run deploy/install-deps.sh")
-endif()
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # Prometheus endpoint

@@ -4,6 +4,8 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <optional>
 
 #include <zmq.hpp>
 
@@ -12,8 +14,11 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/event_log.h"
 #include "common/model_spec.h"
+#include "schema/curve.h"
 #include "schema/transport.h"
+#include "server/metrics.h"
 #include "server/shard.h"
 
 ABSL_FLAG(std::string, bind, "tcp://127.0.0.1:5555",
@@ -39,6 +44,14 @@ ABSL_FLAG(double, outer_momentum, 0.9, "outer Nesterov momentum");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "a worker silent this long is not live");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5), "progress line period");
+ABSL_FLAG(std::string, curve_secret_key_file, "",
+          "CURVE: this server's secret key file (diloco-keygen); empty: no encryption");
+ABSL_FLAG(std::string, curve_authorized_keys, "",
+          "CURVE: file of \"worker_id z85-public-key\" lines; only these keys may connect, and "
+          "each only as its worker id (required with --curve_secret_key_file)");
+ABSL_FLAG(std::string, metrics_jsonl, "", "append JSON-lines events (progress, shutdown) here");
+ABSL_FLAG(std::string, metrics_address, "",
+          "serve Prometheus text on http://HOST:PORT/metrics (e.g. 127.0.0.1:9464; port 0 picks)");
 
 namespace {
 
@@ -48,6 +61,37 @@ void OnSignal(int) { g_stop = 1; }
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "diloco-server: %s\n", std::string(s.message()).c_str());
   return 2;
+}
+
+// With CURVE, the worker id a message claims must be the one its authenticated key is listed
+// for (Stats, read-only, may come from any listed key). Checked on the header alone, before the
+// Shard sees the message; a message whose header does not verify goes on to the Shard, which
+// refuses and counts it.
+absl::Status CheckKeyBinding(const diloco::wire::AuthorizedKeys& keys,
+                             zmq::message_t& header_frame, uint32_t* claimed) {
+  using namespace diloco::wire;
+  const auto user = UserIdOf(header_frame);  // before VerifyHeaderFrame may copy the frame
+  auto h = VerifyHeaderFrame(header_frame);
+  if (!h.ok() || (*h)->type() == MsgType::Stats) return absl::OkStatus();
+  *claimed = (*h)->worker_id();
+  const auto listed = user ? keys.WorkerOf(*user) : std::nullopt;
+  if (!listed)
+    return WireError(ErrorCode::BadIdentity, "connection has no authorized CURVE key");
+  if (*listed != *claimed)
+    return WireError(ErrorCode::BadIdentity,
+                     absl::StrCat("this CURVE key belongs to worker ", *listed,
+                                  ", message claims worker ", *claimed));
+  return absl::OkStatus();
+}
+
+// Adds the server loop's own counters to the Shard's Stats JSON object.
+std::string WithLoopCounters(std::string json, uint64_t identity_refused, uint64_t unroutable) {
+  if (!json.empty() && json.back() == '}') {
+    json.pop_back();
+    absl::StrAppend(&json, ",\"identity_refused\":", identity_refused,
+                    ",\"unroutable\":", unroutable, "}");
+  }
+  return json;
 }
 
 }  // namespace
@@ -89,9 +133,33 @@ int main(int argc, char** argv) {
   if (!shard.ok()) return Fail(shard.status());
 
   zmq::context_t ctx(1);
+  // CURVE: the ZAP handler must answer before the socket accepts its first connection.
+  std::optional<wire::AuthorizedKeys> auth;
+  std::unique_ptr<wire::ZapHandler> zap;
+  std::string curve_secret;
+  if (const auto f = absl::GetFlag(FLAGS_curve_secret_key_file); !f.empty()) {
+    auto key = wire::ReadKeyFile(f);
+    if (!key.ok()) return Fail(key.status());
+    curve_secret = *key;
+    const auto af = absl::GetFlag(FLAGS_curve_authorized_keys);
+    if (af.empty()) return Fail(absl::InvalidArgumentError(
+        "--curve_authorized_keys is required with --curve_secret_key_file"));
+    auto keys = wire::AuthorizedKeys::Read(af);
+    if (!keys.ok()) return Fail(keys.status());
+    auth = *keys;
+    auto handler = wire::ZapHandler::Start(ctx, *std::move(keys));
+    if (!handler.ok()) return Fail(handler.status());
+    zap = std::move(*handler);
+  } else if (!absl::GetFlag(FLAGS_curve_authorized_keys).empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--curve_authorized_keys needs --curve_secret_key_file"));
+  }
   zmq::socket_t sock(ctx, zmq::socket_type::router);
   wire::ConfigureSocket(sock);
   sock.set(zmq::sockopt::router_mandatory, 1);
+  if (auth) {
+    if (auto s = wire::MakeCurveServer(sock, curve_secret); !s.ok()) return Fail(s);
+  }
   try {
     sock.bind(absl::GetFlag(FLAGS_bind));
   } catch (const zmq::error_t& e) {
@@ -104,15 +172,27 @@ int main(int argc, char** argv) {
     { std::ofstream(tmp) << endpoint << "\n"; }
     std::rename(tmp.c_str(), pf.c_str());
   }
+  auto log = EventLog::Open(absl::GetFlag(FLAGS_metrics_jsonl));
+  if (!log.ok()) return Fail(log.status());
+  std::unique_ptr<MetricsHttpServer> http;
+  if (const auto addr = absl::GetFlag(FLAGS_metrics_address); !addr.empty()) {
+    auto h = MetricsHttpServer::Start(addr);
+    if (!h.ok()) return Fail(h.status());
+    http = std::move(*h);
+    std::fprintf(stderr, "diloco-server: Prometheus metrics on port %d\n", http->port());
+  }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  std::fprintf(stderr, "diloco-server: shard %u/%u on %s, %zu fragments, plan %016lx\n", o.shard,
-               o.num_shards, endpoint.c_str(), (*shard)->owned().size(),
-               static_cast<unsigned long>((*shard)->plan_fingerprint()));
+  std::fprintf(stderr, "diloco-server: shard %u/%u on %s, %zu fragments, plan %016lx%s\n",
+               o.shard, o.num_shards, endpoint.c_str(), (*shard)->owned().size(),
+               static_cast<unsigned long>((*shard)->plan_fingerprint()),
+               auth ? absl::StrCat(", CURVE with ", auth->size(), " authorized keys").c_str()
+                    : ", no CURVE");
 
   std::vector<Outgoing> out;
   absl::Time next_progress = absl::Now() + absl::GetFlag(FLAGS_progress_interval);
-  uint64_t unroutable = 0;
+  absl::Time next_metrics = absl::Now();
+  uint64_t unroutable = 0, identity_refused = 0;
   while (!g_stop) {
     const absl::Duration wait =
         std::clamp((*shard)->NextDeadline() - absl::Now(), absl::ZeroDuration(),
@@ -130,10 +210,29 @@ int main(int argc, char** argv) {
       if (frames->size() < 2) continue;  // a ROUTER always prepends the routing id
       std::string rid(static_cast<const char*>((*frames)[0].data()), (*frames)[0].size());
       frames->erase(frames->begin());
+      uint32_t claimed = 0;
+      if (auth) {
+        if (auto s = CheckKeyBinding(*auth, (*frames)[0], &claimed); !s.ok()) {
+          ++identity_refused;
+          Outgoing o{rid, {}, {}};
+          o.header.type = wire::MsgType::Error;
+          o.header.plan_fingerprint = (*shard)->plan_fingerprint();
+          o.header.shard = absl::GetFlag(FLAGS_shard);
+          o.header.incarnation = (*shard)->incarnation();
+          o.header.worker_id = claimed;
+          o.header.error_code = wire::ErrorCodeOf(s);
+          o.header.message = std::string(s.message());
+          out.push_back(std::move(o));
+          continue;
+        }
+      }
       (*shard)->Handle(rid, std::move(*frames), &out);
     }
     (*shard)->Tick(&out);
     for (auto& o : out) {
+      if (o.header.type == wire::MsgType::Stats)
+        o.header.message = WithLoopCounters(std::move(o.header.message), identity_refused,
+                                            unroutable);
       uint64_t bytes = 0;
       for (const auto& p : o.payloads) bytes += p.size();
       auto s = wire::Send(sock, o.header, std::move(o.payloads), &o.routing_id);
@@ -141,12 +240,23 @@ int main(int argc, char** argv) {
       else (*shard)->CountBytesOut(bytes);
     }
     out.clear();
+    if (http && absl::Now() >= next_metrics) {
+      next_metrics = absl::Now() + absl::Milliseconds(500);
+      http->Publish(PrometheusText(**shard));
+    }
     if (absl::Now() >= next_progress) {
       next_progress = absl::Now() + absl::GetFlag(FLAGS_progress_interval);
-      std::fprintf(stderr, "diloco-server[%u]: %s\n", o.shard, (*shard)->StatsJson().c_str());
+      std::fprintf(stderr, "%s\n", ProgressLine(**shard).c_str());
+      JsonObject ev;
+      ev.Add("event", "progress").AddRaw("stats", (*shard)->StatsJson());
+      log->Write(ev);
     }
   }
   auto s = (*shard)->CheckpointNow();
+  JsonObject ev;
+  ev.Add("event", "shutdown").Add("final_checkpoint", s.ok() ? "written" : "failed");
+  ev.AddRaw("stats", (*shard)->StatsJson());
+  log->Write(ev);
   std::fprintf(stderr, "diloco-server[%u]: stopping, final checkpoint %s; %s\n", o.shard,
                s.ok() ? "written" : std::string(s.message()).c_str(),
                (*shard)->StatsJson().c_str());

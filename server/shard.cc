@@ -449,6 +449,13 @@ uint32_t Shard::LiveMissing(const FragmentState& f) const {
   return missing;
 }
 
+uint32_t Shard::live_workers() const {
+  const absl::Time now = clock_->Now();
+  uint32_t n = 0;
+  for (const auto& [_, w] : workers_) n += now - w->last_seen <= opt_.worker_timeout;
+  return n;
+}
+
 absl::Duration Shard::Grace() const {
   RoundTimings t = timings_;
   double fleet = 0;

@@ -91,6 +91,8 @@ class Shard {
   std::vector<float> params(uint32_t fragment) const;
   const ShardCounters& counters() const { return counters_; }
   void CountBytesOut(uint64_t n) { counters_.bytes_out += n; }
+  uint32_t shard_index() const { return opt_.shard; }
+  uint32_t live_workers() const;
   std::string StatsJson() const;
 
  private:

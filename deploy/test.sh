@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds everything (CUDA paths too when nvcc is present), and runs
+# the whole test suite; then builds the unit tests with AddressSanitizer + UndefinedBehavior-
+# Sanitizer and runs them. GPU tests skip where there is no GPU. CI runs exactly this.
+#
+# Usage: deploy/test.sh [--no-sanitize]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+sanitize=1
+for a in "$@"; do
+  case $a in
+    --no-sanitize) sanitize=0 ;;
+    *) echo "unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+jobs=$(nproc)
+
+"$root/deploy/install-deps.sh" --with-torch
+
+build=${BUILD_DIR:-$root/build/test}
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR=ON
+ninja -C "$build" -j"$jobs"
+ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600
+
+if ((sanitize)); then
+  # Unit tests only (no multi-process, no slow training runs): ASan + UBSan, no CUDA.
+  asan=${ASAN_BUILD_DIR:-$root/build/asan}
+  cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDILOCO_SANITIZE=ON \
+    -DDILOCO_CUDA=OFF -DDILOCO_BUILD_BENCHMARKS=OFF
+  ninja -C "$asan" -j"$jobs"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir "$asan" -j"$jobs" --output-on-failure --timeout 600 -LE "integration|slow|gpu"
+fi

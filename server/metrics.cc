@@ -1,0 +1,83 @@
+#include "server/metrics.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace diloco::server {
+namespace {
+
+std::string Bytes(uint64_t b) {
+  if (b >= (uint64_t{1} << 30)) return absl::StrFormat("%.2fGiB", b / double(uint64_t{1} << 30));
+  if (b >= (uint64_t{1} << 20)) return absl::StrFormat("%.1fMiB", b / double(uint64_t{1} << 20));
+  return absl::StrFormat("%.1fKiB", b / 1024.0);
+}
+
+}  // namespace
+
+std::string ProgressLine(const Shard& shard) {
+  const auto& c = shard.counters();
+  std::string versions;
+  for (uint32_t id : shard.owned())
+    absl::StrAppend(&versions, versions.empty() ? "" : " ", id, ":", shard.published_version(id));
+  return absl::StrCat("shard ", shard.shard_index(), " rounds ", c.rounds, " | versions ",
+                      versions, " | pushes ", c.pushes_queued, " dup ", c.pushes_duplicate,
+                      " stale ", c.pushes_stale, " bad ", c.messages_bad, " | in ",
+                      Bytes(c.bytes_in), " out ", Bytes(c.bytes_out), " | checkpoints ",
+                      c.checkpoints, c.checkpoint_failures ? absl::StrCat(" (", c.checkpoint_failures, " failed)") : "",
+                      " | live workers ", shard.live_workers());
+}
+
+std::string PrometheusText(const Shard& shard) {
+  const auto& c = shard.counters();
+  const std::string l = absl::StrCat("shard=\"", shard.shard_index(), "\"");
+  std::string t;
+  auto counter = [&](const char* name, const char* help, uint64_t v, const std::string& labels) {
+    absl::StrAppend(&t, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, "{",
+                    labels, "} ", v, "\n");
+  };
+  auto gauge = [&](const char* name, const char* help, double v) {
+    absl::StrAppend(&t, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, "{", l,
+                    "} ", v, "\n");
+  };
+  counter("diloco_rounds_total", "Rounds closed (one Nesterov step each).", c.rounds, l);
+  absl::StrAppend(&t, "# HELP diloco_pushes_total Pushes by outcome.\n",
+                  "# TYPE diloco_pushes_total counter\n");
+  const std::pair<const char*, uint64_t> outcomes[] = {{"queued", c.pushes_queued},
+                                                       {"duplicate", c.pushes_duplicate},
+                                                       {"stale", c.pushes_stale},
+                                                       {"refused", c.pushes_refused}};
+  for (const auto& [name, v] : outcomes)
+    absl::StrAppend(&t, "diloco_pushes_total{", l, ",outcome=\"", name, "\"} ", v, "\n");
+  counter("diloco_bad_messages_total", "Messages refused with an Error reply.", c.messages_bad, l);
+  counter("diloco_bytes_in_total", "Bytes received.", c.bytes_in, l);
+  counter("diloco_bytes_out_total", "Payload bytes sent.", c.bytes_out, l);
+  counter("diloco_checkpoints_total", "Checkpoints written.", c.checkpoints, l);
+  counter("diloco_checkpoint_failures_total", "Checkpoint writes that failed.",
+          c.checkpoint_failures, l);
+  gauge("diloco_checkpoint_seconds", "Duration of the last checkpoint write.",
+        c.last_checkpoint_ms / 1e3);
+  gauge("diloco_checkpoint_bytes", "Tensor bytes of the last checkpoint.",
+        static_cast<double>(c.last_checkpoint_bytes));
+  gauge("diloco_apply_seconds", "Decode-and-accumulate time of the last push.",
+        c.last_apply_ms / 1e3);
+  gauge("diloco_live_workers", "Workers heard from within the liveness timeout.",
+        shard.live_workers());
+  // Staleness histogram: buckets 0,1,2,3,<8,<16,<32,+Inf (cumulative, Prometheus style).
+  absl::StrAppend(&t, "# HELP diloco_push_staleness Rounds between a push's base and now.\n",
+                  "# TYPE diloco_push_staleness histogram\n");
+  const char* les[] = {"0", "1", "2", "3", "7", "15", "31", "+Inf"};
+  uint64_t cum = 0;
+  for (int i = 0; i < 8; ++i) {
+    cum += c.staleness_hist[i];
+    absl::StrAppend(&t, "diloco_push_staleness_bucket{", l, ",le=\"", les[i], "\"} ", cum, "\n");
+  }
+  absl::StrAppend(&t, "diloco_push_staleness_count{", l, "} ", cum, "\n");
+  absl::StrAppend(&t, "# HELP diloco_fragment_version Published version per fragment.\n",
+                  "# TYPE diloco_fragment_version gauge\n");
+  for (uint32_t id : shard.owned())
+    absl::StrAppend(&t, "diloco_fragment_version{", l, ",fragment=\"", id, "\"} ",
+                    shard.published_version(id), "\n");
+  return t;
+}
+
+}  // namespace diloco::server
