@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# GPU checks of the worker's model, for the GPU machine. Usage:
+#   benchmarks/model/gpu_check.sh BUILD_DIR OUT_DIR
+# Runs the CUDA model tests (CUDA vs CPU reference, CUDA trainer), the GPU benchmark
+# (GPT-2 124M and 350M, TF32) and the same model in PyTorch eager, and prints our/PyTorch
+# tokens/s ratios. Logs go to OUT_DIR. The binaries need the Abseil/OpenBLAS .so files of the
+# build machine: put them in BUILD_DIR/lib (or set LD_LIBRARY_PATH) when that machine lacks them.
+set -u
+build=${1:?usage: gpu_check.sh BUILD_DIR OUT_DIR}
+out=${2:?usage: gpu_check.sh BUILD_DIR OUT_DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+[ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib:${LD_LIBRARY_PATH:-}"
+nvidia-smi > "$out/nvidia-smi.log" 2>&1
+status=0
+"$build/tests/model/model_cuda_test" > "$out/model_cuda_test.log" 2>&1 || status=1
+tail -5 "$out/model_cuda_test.log"
+"$build/benchmarks/model/model_gpu_bench" "$@" > "$out/model_gpu_bench.log" 2>&1 || status=1
+cat "$out/model_gpu_bench.log"
+python3 "$here/torch_gpt2.py" > "$out/torch_gpt2.log" 2>&1 || status=1
+cat "$out/torch_gpt2.log"
+python3 - "$out/model_gpu_bench.log" "$out/torch_gpt2.log" <<'PY' | tee "$out/ratio.log"
+import sys
+def results(path):
+    r = {}
+    for line in open(path):
+        if line.startswith("RESULT "):
+            _, name, tps, tflops = line.split()
+            r[name] = (float(tps), float(tflops))
+    return r
+ours, torch = results(sys.argv[1]), results(sys.argv[2])
+for name in ours:
+    if name in torch:
+        print(f"{name}: ours {ours[name][0]:.0f} tok/s ({ours[name][1]:.1f} TFLOP/s), "
+              f"PyTorch eager {torch[name][0]:.0f} tok/s ({torch[name][1]:.1f} TFLOP/s), "
+              f"ratio {ours[name][0] / torch[name][0]:.2f}")
+PY
+exit $status

@@ -1,0 +1,37 @@
+#include "worker/data/batcher.h"
+
+namespace diloco::data {
+
+Batcher::Batcher(std::span<const uint16_t> tokens, int batch, int seq_len, uint64_t seed)
+    : tokens_(tokens), batch_(batch), seq_len_(seq_len), rng_(seed * 0x2545F4914F6CDD1Dull + 7) {}
+
+void Batcher::Fill(int64_t start, int b, std::span<int32_t> inputs,
+                   std::span<int32_t> targets) const {
+  const uint16_t* src = tokens_.data() + start;
+  int32_t* in = inputs.data() + int64_t(b) * seq_len_;
+  int32_t* tg = targets.data() + int64_t(b) * seq_len_;
+  for (int t = 0; t < seq_len_; ++t) {
+    in[t] = src[t];
+    tg[t] = src[t + 1];
+  }
+}
+
+void Batcher::Next(std::span<int32_t> inputs, std::span<int32_t> targets) {
+  const uint64_t windows = tokens_.size() - seq_len_;  // valid starts: [0, size - T - 1]
+  for (int b = 0; b < batch_; ++b) Fill(static_cast<int64_t>(rng_() % windows), b, inputs, targets);
+}
+
+int64_t Batcher::FixedStart(int64_t i, int b) const {
+  const int64_t windows = (static_cast<int64_t>(tokens_.size()) - 1) / seq_len_;
+  return ((i * batch_ + b) % windows) * seq_len_;
+}
+
+int64_t Batcher::NumFixedBatches() const {
+  return (static_cast<int64_t>(tokens_.size()) - 1) / seq_len_ / batch_;
+}
+
+void Batcher::Fixed(int64_t i, std::span<int32_t> inputs, std::span<int32_t> targets) const {
+  for (int b = 0; b < batch_; ++b) Fill(FixedStart(i, b), b, inputs, targets);
+}
+
+}  // namespace diloco::data

@@ -1,0 +1,99 @@
+#include "worker/model/cpu_trainer.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/optim.h"
+#include "worker/data/batcher.h"
+#include "worker/model/gpt.h"
+#include "worker/model/heldout.h"
+
+namespace diloco::model {
+namespace {
+
+class CpuTrainer final : public Trainer {
+ public:
+  CpuTrainer(const TrainerOptions& o, std::unique_ptr<Gpt<float>> gpt, data::DataStreams d)
+      : o_(o),
+        gpt_(std::move(gpt)),
+        data_(std::move(d)),
+        train_(data_.train, o.batch_size, o.seq_len, o.seed * 31 + o.data.worker_index + 1),
+        heldout_(data_.heldout, o.batch_size, o.seq_len, 0),
+        m_(gpt_->params().size(), 0.0f),
+        v_(gpt_->params().size(), 0.0f),
+        inputs_(size_t(o.batch_size) * o.seq_len),
+        targets_(inputs_.size()) {
+    InitGpt2(gpt_->layout(), o.seed, gpt_->params());
+  }
+
+  const Manifest& manifest() const override { return gpt_->layout().manifest; }
+  std::span<float> params() override { return gpt_->params(); }
+  uint64_t tokens_per_step() const override { return inputs_.size(); }
+
+  float Step() override {
+    train_.Next(inputs_, targets_);
+    const double loss = gpt_->Forward(inputs_.data(), targets_.data());
+    gpt_->Backward();
+    std::span<float> g = gpt_->grads();
+    if (o_.grad_clip > 0) {
+      double sq = 0;
+      for (float x : g) sq += double(x) * x;
+      const double norm = std::sqrt(sq);
+      if (norm > o_.grad_clip) {
+        const float s = static_cast<float>(o_.grad_clip / norm);
+        for (float& x : g) x *= s;
+      }
+    }
+    ++step_;
+    kernels::AdamWParams p = o_.adamw;
+    p.lr = LearningRate(o_, step_);
+    std::span<float> w = gpt_->params();
+    for (const TensorSpec& t : manifest().tensors()) {
+      kernels::AdamWParams pt = p;
+      if (!IsDecayed(t)) pt.weight_decay = 0;
+      const size_t off = t.offset, n = t.numel();
+      kernels::AdamWStep(pt, step_, w.subspan(off, n), g.subspan(off, n),
+                         std::span<float>(m_).subspan(off, n),
+                         std::span<float>(v_).subspan(off, n));
+    }
+    return static_cast<float>(loss);
+  }
+
+  float EvalLoss() override {
+    return static_cast<float>(HeldoutLoss(*gpt_, heldout_, o_.eval_batches));
+  }
+
+ private:
+  TrainerOptions o_;
+  std::unique_ptr<Gpt<float>> gpt_;
+  data::DataStreams data_;
+  data::Batcher train_, heldout_;
+  std::vector<float> m_, v_;
+  std::vector<int32_t> inputs_, targets_;
+  int64_t step_ = 0;
+};
+
+}  // namespace
+
+void SetCpuThreads(int n) { openblas_set_num_threads(n); }
+
+absl::StatusOr<std::unique_ptr<Trainer>> MakeCpuTrainer(const TrainerOptions& options) {
+  absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
+  if (!o.ok()) return o.status();
+  if (o->threads > 0) SetCpuThreads(o->threads);
+  absl::StatusOr<std::unique_ptr<Gpt<float>>> gpt =
+      Gpt<float>::Create(o->model, o->batch_size, o->seq_len);
+  if (!gpt.ok()) return gpt.status();
+  absl::StatusOr<data::DataStreams> d = data::LoadData(o->data, o->model.vocab);
+  if (!d.ok()) return d.status();
+  if (d->train.size() <= size_t(o->seq_len) || d->heldout.size() <= size_t(o->seq_len))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data: need more than seq_len ", o->seq_len, " tokens to train and to hold out (have ",
+        d->train.size(), " and ", d->heldout.size(), ")"));
+  return std::unique_ptr<Trainer>(new CpuTrainer(*o, *std::move(gpt), *std::move(d)));
+}
+
+}  // namespace diloco::model

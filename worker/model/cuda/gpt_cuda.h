@@ -1,0 +1,78 @@
+// The GPT on CUDA GPUs: one replica per GPU, data-parallel, gradients summed with an NCCL
+// all-reduce every step. Parameters, gradients, AdamW state and activations live on the devices,
+// allocated once. Matrix products run on cuBLAS in TF32 (fp32 storage and accumulation), the
+// other layers are the kernels of kernels.cuh. A step enqueues everything on the replicas'
+// streams and synchronises once at its end (to return the loss).
+//
+// Plain C++17 (no Abseil) so both nvcc and the C++20 trainer include it: errors are returned as
+// strings, empty on success.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/model/layer_offsets.h"
+
+namespace diloco::model::cuda {
+
+struct GpuShape {
+  int vocab, context, layers, heads, width;  // the GptConfig
+  int batch, seq_len;                        // per replica
+};
+
+struct GpuLayout {
+  uint64_t wte = 0, wpe = 0, lnfw = 0, lnfb = 0, total = 0;
+  std::vector<LayerOffsets> layers;
+  // Every tensor as (offset, numel, decayed) for AdamW.
+  struct Tensor {
+    uint64_t offset, numel;
+    bool decayed;
+  };
+  std::vector<Tensor> tensors;
+};
+
+struct GpuAdamW {
+  float lr, beta1, beta2, eps, weight_decay;
+};
+
+// Number of usable GPUs; 0 when the runtime reports any error (no driver, no device).
+int DeviceCount();
+
+class GptCuda {
+ public:
+  static std::string Create(const GpuShape& shape, const GpuLayout& layout, int gpus,
+                            std::unique_ptr<GptCuda>* out);
+  ~GptCuda();
+  GptCuda(const GptCuda&) = delete;
+  GptCuda& operator=(const GptCuda&) = delete;
+
+  int gpus() const;
+  // Parameters host -> every replica, and replica 0 -> host (both synchronous). AdamW state is
+  // kept.
+  std::string Upload(const float* host);
+  std::string Download(float* host);
+
+  // One training step. inputs/targets hold gpus * batch * seq_len tokens (replica g takes slice
+  // g). Forward, backward, all-reduce, global-norm clip and AdamW (step is 1-based); *loss is
+  // the mean loss over all replicas.
+  std::string TrainStep(const int32_t* inputs, const int32_t* targets, const GpuAdamW& adamw,
+                        int64_t step, float grad_clip, float* loss);
+  // Mean loss over `batches` batches (batch * seq_len tokens each, consecutive in inputs and
+  // targets) on replica 0, forward only.
+  std::string Eval(const int32_t* inputs, const int32_t* targets, int batches, float* loss);
+  // For tests: forward and backward of one batch on replica 0 without an update; copies the
+  // loss, the logits (batch*seq_len*vocab) and the gradients (layout.total) to the host.
+  std::string ForwardBackward(const int32_t* inputs, const int32_t* targets, float* loss,
+                              float* logits, float* grads);
+
+  struct Impl;
+
+ private:
+  explicit GptCuda(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace diloco::model::cuda

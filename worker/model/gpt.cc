@@ -1,0 +1,158 @@
+#include "worker/model/gpt.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "worker/model/layers.h"
+
+namespace diloco::model {
+
+template <typename F>
+absl::StatusOr<std::unique_ptr<Gpt<F>>> Gpt<F>::Create(const GptConfig& config, int batch,
+                                                       int seq_len) {
+  absl::StatusOr<ParamLayout> layout = MakeParamLayout(config);
+  if (!layout.ok()) return layout.status();
+  if (batch < 1 || seq_len < 1 || seq_len > config.context)
+    return absl::InvalidArgumentError(absl::StrCat("batch ", batch, ", seq_len ", seq_len,
+                                                   ": need batch >= 1, 1 <= seq_len <= context ",
+                                                   config.context));
+  std::unique_ptr<Gpt> g(new Gpt());
+  g->layout_ = *std::move(layout);
+  g->B_ = batch;
+  g->T_ = seq_len;
+  g->params_.assign(g->layout_.total, F(0));
+  g->grads_.assign(g->layout_.total, F(0));
+  g->Allocate(g->acts_, false);
+  g->Allocate(g->dacts_, true);
+  g->scratch_.assign(size_t(seq_len) * seq_len, F(0));
+  g->inputs_.assign(size_t(batch) * seq_len, 0);
+  g->targets_.assign(size_t(batch) * seq_len, 0);
+  return g;
+}
+
+template <typename F>
+void Gpt<F>::Allocate(Acts& a, bool grads) {
+  const GptConfig& c = layout_.config;
+  const size_t N = size_t(B_) * T_, C = c.width, V = c.vocab;
+  // Statistics (mean, rstd), probabilities and losses have no gradient buffer.
+  const size_t stat = grads ? 0 : N;
+  a.encoded.assign(N * C, F(0));
+  a.layers.resize(c.layers);
+  for (Layer& l : a.layers) {
+    l.ln1.assign(N * C, F(0));
+    l.ln1_mean.assign(stat, F(0));
+    l.ln1_rstd.assign(stat, F(0));
+    l.qkv.assign(N * 3 * C, F(0));
+    l.atty.assign(N * C, F(0));
+    l.att.assign(grads ? 0 : size_t(B_) * c.heads * T_ * T_, F(0));
+    l.attproj.assign(N * C, F(0));
+    l.res2.assign(N * C, F(0));
+    l.ln2.assign(N * C, F(0));
+    l.ln2_mean.assign(stat, F(0));
+    l.ln2_rstd.assign(stat, F(0));
+    l.fch.assign(N * 4 * C, F(0));
+    l.fch_gelu.assign(N * 4 * C, F(0));
+    l.fcproj.assign(N * C, F(0));
+    l.res3.assign(N * C, F(0));
+  }
+  a.lnf.assign(N * C, F(0));
+  a.lnf_mean.assign(stat, F(0));
+  a.lnf_rstd.assign(stat, F(0));
+  a.logits.assign(N * V, F(0));
+  a.probs.assign(stat * V, F(0));
+  a.losses.assign(stat, F(0));
+}
+
+template <typename F>
+void Gpt<F>::Zero(Acts& a) {
+  auto z = [](std::vector<F>& v) { std::fill(v.begin(), v.end(), F(0)); };
+  z(a.encoded);
+  for (Layer& l : a.layers) {
+    for (std::vector<F>* v : {&l.ln1, &l.qkv, &l.atty, &l.attproj, &l.res2, &l.ln2, &l.fch,
+                              &l.fch_gelu, &l.fcproj, &l.res3})
+      z(*v);
+  }
+  z(a.lnf);
+  z(a.logits);
+}
+
+template <typename F>
+double Gpt<F>::Forward(const int32_t* inputs, const int32_t* targets) {
+  const GptConfig& c = layout_.config;
+  const int B = B_, T = T_, C = c.width, V = c.vocab, NH = c.heads, N = B * T;
+  std::copy(inputs, inputs + N, inputs_.begin());
+  std::copy(targets, targets + N, targets_.begin());
+  const F* p = params_.data();
+  EncoderForward(acts_.encoded.data(), inputs, p + layout_.wte, p + layout_.wpe, B, T, C);
+  const F* x = acts_.encoded.data();
+  for (int i = 0; i < c.layers; ++i) {
+    const LayerOffsets& o = layout_.layers[i];
+    Layer& a = acts_.layers[i];
+    LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + o.ln1w, p + o.ln1b,
+                     N, C);
+    LinearForward(a.qkv.data(), a.ln1.data(), p + o.qkvw, p + o.qkvb, N, C, 3 * C);
+    AttentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
+    LinearForward(a.attproj.data(), a.atty.data(), p + o.attprojw, p + o.attprojb, N, C, C);
+    ResidualForward(a.res2.data(), x, a.attproj.data(), int64_t(N) * C);
+    LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p + o.ln2w,
+                     p + o.ln2b, N, C);
+    LinearForward(a.fch.data(), a.ln2.data(), p + o.fcw, p + o.fcb, N, C, 4 * C);
+    GeluForward(a.fch_gelu.data(), a.fch.data(), int64_t(N) * 4 * C);
+    LinearForward(a.fcproj.data(), a.fch_gelu.data(), p + o.fcprojw, p + o.fcprojb, N, 4 * C, C);
+    ResidualForward(a.res3.data(), a.res2.data(), a.fcproj.data(), int64_t(N) * C);
+    x = a.res3.data();
+  }
+  LayerNormForward(acts_.lnf.data(), acts_.lnf_mean.data(), acts_.lnf_rstd.data(), x,
+                   p + layout_.lnfw, p + layout_.lnfb, N, C);
+  LinearForward<F>(acts_.logits.data(), acts_.lnf.data(), p + layout_.wte, nullptr, N, C, V);
+  return CrossEntropyForward(acts_.probs.data(), acts_.losses.data(), acts_.logits.data(), targets,
+                             N, V);
+}
+
+template <typename F>
+void Gpt<F>::Backward() {
+  const GptConfig& c = layout_.config;
+  const int B = B_, T = T_, C = c.width, V = c.vocab, NH = c.heads, N = B * T;
+  std::fill(grads_.begin(), grads_.end(), F(0));
+  Zero(dacts_);
+  const F* p = params_.data();
+  F* g = grads_.data();
+  CrossEntropyBackward(dacts_.logits.data(), acts_.probs.data(), targets_.data(), N, V, F(1) / N);
+  LinearBackward<F>(dacts_.lnf.data(), g + layout_.wte, nullptr, dacts_.logits.data(),
+                    acts_.lnf.data(), p + layout_.wte, N, C, V);
+  const int L = c.layers;
+  const F* x_last = acts_.layers[L - 1].res3.data();
+  LayerNormBackward(dacts_.layers[L - 1].res3.data(), g + layout_.lnfw, g + layout_.lnfb,
+                    dacts_.lnf.data(), x_last, p + layout_.lnfw, acts_.lnf_mean.data(),
+                    acts_.lnf_rstd.data(), N, C);
+  for (int i = L - 1; i >= 0; --i) {
+    const LayerOffsets& o = layout_.layers[i];
+    const Layer& a = acts_.layers[i];
+    Layer& d = dacts_.layers[i];
+    const F* x = i == 0 ? acts_.encoded.data() : acts_.layers[i - 1].res3.data();
+    F* dx = i == 0 ? dacts_.encoded.data() : dacts_.layers[i - 1].res3.data();
+    ResidualBackward(d.res2.data(), d.fcproj.data(), d.res3.data(), int64_t(N) * C);
+    LinearBackward(d.fch_gelu.data(), g + o.fcprojw, g + o.fcprojb, d.fcproj.data(),
+                   a.fch_gelu.data(), p + o.fcprojw, N, 4 * C, C);
+    GeluBackward(d.fch.data(), a.fch.data(), d.fch_gelu.data(), int64_t(N) * 4 * C);
+    LinearBackward(d.ln2.data(), g + o.fcw, g + o.fcb, d.fch.data(), a.ln2.data(), p + o.fcw, N, C,
+                   4 * C);
+    LayerNormBackward(d.res2.data(), g + o.ln2w, g + o.ln2b, d.ln2.data(), a.res2.data(),
+                      p + o.ln2w, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+    ResidualBackward(dx, d.attproj.data(), d.res2.data(), int64_t(N) * C);
+    LinearBackward(d.atty.data(), g + o.attprojw, g + o.attprojb, d.attproj.data(), a.atty.data(),
+                   p + o.attprojw, N, C, C);
+    AttentionBackward(d.qkv.data(), scratch_.data(), d.atty.data(), a.qkv.data(), a.att.data(), B,
+                      T, C, NH);
+    LinearBackward(d.ln1.data(), g + o.qkvw, g + o.qkvb, d.qkv.data(), a.ln1.data(), p + o.qkvw, N,
+                   C, 3 * C);
+    LayerNormBackward(dx, g + o.ln1w, g + o.ln1b, d.ln1.data(), x, p + o.ln1w, a.ln1_mean.data(),
+                      a.ln1_rstd.data(), N, C);
+  }
+  EncoderBackward(g + layout_.wte, g + layout_.wpe, dacts_.encoded.data(), inputs_.data(), B, T, C);
+}
+
+template class Gpt<float>;
+template class Gpt<double>;
+
+}  // namespace diloco::model

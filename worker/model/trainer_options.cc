@@ -1,0 +1,34 @@
+#include "worker/model/trainer_options.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace diloco::model {
+
+float LearningRate(const TrainerOptions& o, int64_t step) {
+  const float lr = o.adamw.lr;
+  if (o.warmup_steps > 0 && step <= o.warmup_steps)
+    return lr * static_cast<float>(step) / static_cast<float>(o.warmup_steps);
+  if (o.decay_steps <= o.warmup_steps) return lr;
+  const float min_lr = lr * o.min_lr_fraction;
+  if (step >= o.decay_steps) return min_lr;
+  const double frac = double(step - o.warmup_steps) / double(o.decay_steps - o.warmup_steps);
+  return min_lr + (lr - min_lr) * static_cast<float>(0.5 * (1.0 + std::cos(M_PI * frac)));
+}
+
+absl::StatusOr<TrainerOptions> ResolveOptions(const TrainerOptions& options) {
+  TrainerOptions o = options;
+  if (o.seq_len == 0) o.seq_len = o.model.context;
+  if (o.seq_len < 1 || o.seq_len > o.model.context)
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_len ", o.seq_len, " must be in [1, context ", o.model.context, "]"));
+  if (o.batch_size < 1) return absl::InvalidArgumentError("batch_size must be >= 1");
+  if (o.eval_batches < 1) return absl::InvalidArgumentError("eval_batches must be >= 1");
+  if (o.gpus < 1) return absl::InvalidArgumentError("gpus must be >= 1");
+  if (!(o.adamw.lr > 0)) return absl::InvalidArgumentError("learning rate must be > 0");
+  if (o.grad_clip < 0) return absl::InvalidArgumentError("grad_clip must be >= 0");
+  return o;
+}
+
+}  // namespace diloco::model

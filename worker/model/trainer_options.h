@@ -1,0 +1,40 @@
+// Everything a GPT trainer (CPU or CUDA) needs: the model, the batch, AdamW, the seed of the
+// initial parameters, the data and the held-out evaluation, threads and GPUs.
+#pragma once
+
+#include <cstdint>
+
+#include "common/model_spec.h"
+#include "kernels/optim.h"
+#include "worker/data/source.h"
+
+namespace diloco::model {
+
+struct TrainerOptions {
+  GptConfig model;
+  int batch_size = 8;  // sequences per step (per GPU on the CUDA backend)
+  int seq_len = 0;     // tokens per sequence; 0 = model.context
+  // AdamW. weight_decay applies to 2-D tensors only (matrices and embeddings); biases and
+  // LayerNorm parameters are never decayed (GPT-2 / llm.c practice).
+  kernels::AdamWParams adamw{
+      .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  int warmup_steps = 0;  // linear learning-rate warm-up from lr/warmup_steps
+  // Cosine decay of the learning rate from lr to min_lr_fraction * lr over steps
+  // [warmup_steps, decay_steps]; constant min_lr after. 0 = constant lr after the warm-up.
+  int decay_steps = 0;
+  float min_lr_fraction = 0.1f;
+  float grad_clip = 1.0f;  // clip the global gradient norm to this (0 = off)
+  uint64_t seed = 1234;    // initial parameters (GPT-2 init) and the batch order
+  data::DataOptions data;
+  int eval_batches = 8;  // held-out batches of (batch_size, seq_len) per EvalLoss
+  int threads = 0;       // CPU: OpenBLAS threads (process-wide); 0 = leave OpenBLAS's default
+  int gpus = 1;          // CUDA: GPUs of this worker, data-parallel with NCCL all-reduce
+};
+
+// The learning rate of 1-based step `step` under the warm-up and decay above.
+float LearningRate(const TrainerOptions& options, int64_t step);
+
+// seq_len resolved (0 -> context) and every field checked.
+absl::StatusOr<TrainerOptions> ResolveOptions(const TrainerOptions& options);
+
+}  // namespace diloco::model
