@@ -38,6 +38,10 @@ ABSL_FLAG(absl::Duration, grace_cap, absl::Seconds(5), "no round stays open long
 ABSL_FLAG(double, grace_gamma, 1.0, "adaptive grace window factor");
 ABSL_FLAG(std::string, weights, "tokens2_over_steps", "tokens2_over_steps, tokens or uniform");
 ABSL_FLAG(double, staleness_alpha, 0.0, "staleness discount (1+s)^-alpha; 0 = off");
+ABSL_FLAG(std::string, outer, "rounds",
+          "rounds (one Nesterov step per merged round) or delayed-nesterov (per arrival)");
+ABSL_FLAG(int, dn_period, 4, "delayed-nesterov: arrivals per momentum update (N)");
+ABSL_FLAG(std::string, merge, "mean", "merge rule of a round: mean (weighted) or rda");
 ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
 ABSL_FLAG(double, outer_lr, 0.7, "outer Nesterov learning rate");
 ABSL_FLAG(double, outer_momentum, 0.9, "outer Nesterov momentum");
@@ -123,6 +127,14 @@ int main(int argc, char** argv) {
   if (!weights.ok()) return Fail(weights.status());
   o.weights = *weights;
   o.staleness_alpha = absl::GetFlag(FLAGS_staleness_alpha);
+  const std::string outer = absl::GetFlag(FLAGS_outer), merge = absl::GetFlag(FLAGS_merge);
+  if (outer == "rounds") o.outer_mode = OuterMode::kRounds;
+  else if (outer == "delayed-nesterov") o.outer_mode = OuterMode::kDelayedNesterov;
+  else return Fail(absl::InvalidArgumentError("--outer must be rounds or delayed-nesterov"));
+  o.dn_period = absl::GetFlag(FLAGS_dn_period);
+  if (merge == "mean") o.merge = MergeRule::kWeightedMean;
+  else if (merge == "rda") o.merge = MergeRule::kRda;
+  else return Fail(absl::InvalidArgumentError("--merge must be mean or rda"));
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
   o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));

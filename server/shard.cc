@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/codec.h"
+#include "kernels/outer.h"
 #include "server/payload_check.h"
 
 namespace diloco::server {
@@ -49,6 +50,9 @@ struct Shard::FragmentState {
   std::vector<Contribution> contributors;  // in the open round
   std::vector<Contribution> unacked;       // applied, Applied ack held until published
   std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
+  std::unique_ptr<kernels::DelayedNesterov> dn;  // kDelayedNesterov only
+  std::vector<std::vector<float>> rda_deltas;    // kRda only: one dense delta per push
+  std::vector<float> rda_weights;
 };
 
 struct Shard::WorkerInfo {
@@ -69,6 +73,9 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     return absl::InvalidArgumentError(
         absl::StrCat("shard ", o.shard, " out of range for ", o.num_shards, " shards"));
   if (o.round.quorum == 0) return absl::InvalidArgumentError("quorum must be at least 1");
+  if (o.outer_mode == OuterMode::kDelayedNesterov && o.merge == MergeRule::kRda)
+    return absl::InvalidArgumentError("RDA merges a round; Delayed Nesterov has no rounds");
+  if (o.dn_period < 1) return absl::InvalidArgumentError("Delayed Nesterov period must be >= 1");
   auto manifest = GptManifest(o.model);
   if (!manifest.ok()) return manifest.status();
   auto plan = Plan::Create(*manifest, o.num_fragments, o.num_shards);
@@ -85,6 +92,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     f->theta.assign(f->spec->numel, 0.0f);
     f->momentum.assign(f->spec->numel, 0.0f);
     f->acc.assign(f->spec->numel, 0.0f);
+    if (o.outer_mode == OuterMode::kDelayedNesterov)
+      f->dn = std::make_unique<kernels::DelayedNesterov>(o.outer, o.dn_period, f->spec->numel);
     s->fragments_[id] = std::move(f);
   }
   s->last_checkpoint_time_ = clock->Now();
@@ -363,10 +372,17 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
   const float rel = static_cast<float>(wgt / f.weight_ref);
   const absl::Time t0 = absl::Now();
   const uint64_t chunk = wire::ChunkElements(codec.block);
+  float* target = f.acc.data();  // weighted mean: accumulate in place
+  if (opt_.merge == MergeRule::kRda) {  // RDA: keep this push's delta whole
+    f.rda_deltas.emplace_back(f.spec->numel, 0.0f);
+    f.rda_weights.push_back(rel);
+    target = f.rda_deltas.back().data();
+  }
+  const float scale = opt_.merge == MergeRule::kRda ? 1.0f : rel;
   for (size_t i = 0; i < m.num_payloads(); ++i) {
     const uint64_t n = std::min<uint64_t>(chunk, f.spec->numel - i * chunk);
-    auto st = kernels::DecodeAccumulate(codec, m.payload(i), rel,
-                                        std::span<float>(f.acc.data() + i * chunk, n));
+    auto st = kernels::DecodeAccumulate(codec, m.payload(i), scale,
+                                        std::span<float>(target + i * chunk, n));
     if (!st.ok()) {  // unreachable after CheckEncodedPayload; never leave a partial round
       return Refuse(rid, WireError(ErrorCode::Internal, st.message()), &h, out);
     }
@@ -389,6 +405,7 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
   ack.header.ack = AckStatus::Queued;
   ack.header.round = counters_.rounds;
   out->push_back(std::move(ack));
+  if (f.dn) CloseRound(f);  // per-arrival mode: Tick publishes (after the checkpoint if due)
 }
 
 void Shard::OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
@@ -466,9 +483,21 @@ absl::Duration Shard::Grace() const {
 }
 
 void Shard::CloseRound(FragmentState& f) {
-  const float inv = static_cast<float>(1.0 / f.weight_sum);
-  for (float& a : f.acc) a *= inv;
-  kernels::NesterovStep(opt_.outer, f.theta, f.momentum, f.acc);
+  if (opt_.merge == MergeRule::kRda) {
+    std::vector<std::span<const float>> deltas(f.rda_deltas.begin(), f.rda_deltas.end());
+    auto s = kernels::RdaMerge(deltas, f.rda_weights, f.acc);
+    if (!s.ok()) std::fill(f.acc.begin(), f.acc.end(), 0.0f);  // all-zero weights: no move
+    f.rda_deltas.clear();
+    f.rda_weights.clear();
+  } else {
+    const float inv = static_cast<float>(1.0 / f.weight_sum);
+    for (float& a : f.acc) a *= inv;
+  }
+  if (f.dn) {
+    (void)f.dn->Arrive(f.theta, f.momentum, f.acc);  // sizes match by construction
+  } else {
+    kernels::NesterovStep(opt_.outer, f.theta, f.momentum, f.acc);
+  }
   std::fill(f.acc.begin(), f.acc.end(), 0.0f);
   ++f.version;
   ++counters_.rounds;
@@ -507,7 +536,9 @@ void Shard::Tick(std::vector<Outgoing>* out) {
   for (uint32_t id : owned_) {
     FragmentState& f = *fragments_.at(id);
     f.round.live_workers_missing = LiveMissing(f);
-    if (ShouldClose(opt_.round, grace, f.round, now)) {
+    // Delayed Nesterov has no rounds: every arrival is applied on its own.
+    const bool due = f.dn ? f.round.pushes > 0 : ShouldClose(opt_.round, grace, f.round, now);
+    if (due) {
       CloseRound(f);
       closed.push_back(&f);
     }

@@ -30,6 +30,15 @@ namespace diloco::server {
 
 enum class Durability { kPeriodic, kPerRound };
 
+// How a fragment's outer step is taken:
+//   kRounds: merge every push of a round, then exactly one Nesterov step (default);
+//   kDelayedNesterov: per arrival, a plain SGD step of g/N, momentum updated every N arrivals
+//   (kernels/outer.h); every push is its own version.
+enum class OuterMode { kRounds, kDelayedNesterov };
+// How a round's pushes are merged: weighted mean (default) or RDA (mean norm along the mean
+// unit direction; keeps each push's dense delta until the round closes).
+enum class MergeRule { kWeightedMean, kRda };
+
 struct ShardOptions {
   uint32_t shard = 0;
   uint32_t num_shards = 1;
@@ -38,6 +47,9 @@ struct ShardOptions {
   RoundPolicy round;
   WeightScheme weights = WeightScheme::kTokensSqOverSteps;
   double staleness_alpha = 0;  // discount (1+s)^-alpha, 0 = off
+  OuterMode outer_mode = OuterMode::kRounds;
+  int dn_period = 4;  // Delayed Nesterov: N arrivals per momentum update
+  MergeRule merge = MergeRule::kWeightedMean;
   uint64_t max_staleness = 16;
   kernels::NesterovParams outer;
   absl::Duration worker_timeout = absl::Seconds(10);

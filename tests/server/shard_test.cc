@@ -296,3 +296,74 @@ TEST_F(ShardStoreTest, ForeignStoreIsRefused) {
 
 }  // namespace
 }  // namespace diloco::server::testing
+
+namespace diloco::server::testing {
+namespace {
+
+// Two pushes into one shard and returns fragment 0's params afterwards.
+std::vector<float> TwoPushes(ShardOptions o, const std::vector<float>& g1,
+                             const std::vector<float>& g2) {
+  ShardHarness h(std::move(o));
+  const uint64_t n = h.fragment(0).numel;
+  h.Hello("a", 1);
+  h.Hello("b", 2);
+  h.Init("a", 1, 0, std::vector<float>(n, 1.0f));
+  h.Push("a", 1, 0, 1, 1, g1);
+  h.Tick();
+  h.Push("b", 2, 0, 1, 1, g2);
+  h.Tick();
+  return h.shard().params(0);
+}
+
+std::vector<float> Pattern(size_t n, int phase) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((i + phase) % 3) * 0.1f;
+  return v;
+}
+
+TEST(ShardModesTest, DelayedNesterovEqualsOneSynchronousStepForSimultaneousPushes) {
+  auto sync = TinyOptions();
+  sync.round.quorum = 2;
+  auto dn = TinyOptions();
+  dn.outer_mode = OuterMode::kDelayedNesterov;
+  dn.dn_period = 2;
+  const size_t n = ShardHarness(TinyOptions()).fragment(0).numel;
+  const auto a = TwoPushes(sync, Pattern(n, 0), Pattern(n, 1));
+  const auto b = TwoPushes(dn, Pattern(n, 0), Pattern(n, 1));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 2e-6) << i;
+  // And DN is not per-arrival Nesterov: that would differ visibly.
+  auto per_arrival = TinyOptions();  // quorum 1, each push its own round
+  per_arrival.round.grace_cap = absl::ZeroDuration();  // every push closes its own round
+  const auto c = TwoPushes(per_arrival, Pattern(n, 0), Pattern(n, 1));
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(double(a[i]) - c[i]));
+  EXPECT_GT(diff, 0.01);
+}
+
+TEST(ShardModesTest, RdaMergeKeepsTheMeanNormAlongTheMeanDirection) {
+  auto o = TinyOptions();
+  o.round.quorum = 2;
+  o.merge = MergeRule::kRda;
+  o.weights = WeightScheme::kUniform;
+  const size_t n = ShardHarness(TinyOptions()).fragment(0).numel;
+  const auto d1 = Pattern(n, 0), d2 = Pattern(n, 1);
+  // Hand rule (kernels/outer.h) in double.
+  auto norm = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x * x;
+    return std::sqrt(s);
+  };
+  std::vector<double> a(d1.begin(), d1.end()), b(d2.begin(), d2.end()), u(n);
+  const double na = norm(a), nb = norm(b), nbar = (na + nb) / 2;
+  for (size_t i = 0; i < n; ++i) u[i] = (a[i] / na + b[i] / nb) / 2;
+  const double nu = norm(u);
+  const auto theta = TwoPushes(o, d1, d2);
+  for (size_t i = 0; i < n; ++i) {
+    const double merged = nbar * u[i] / nu;
+    EXPECT_NEAR(theta[i], 1.0 - 0.7 * 1.9 * merged, 1e-5) << i;
+  }
+}
+
+}  // namespace
+}  // namespace diloco::server::testing
