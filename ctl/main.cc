@@ -1,6 +1,9 @@
-// diloco-ctl: offline tools for a shard's checkpoint store.
+// diloco-ctl: operations tools.
 //   diloco-ctl show --store=DIR
 //   diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors STORE_DIR...
+//   diloco-ctl stats --server=ENDPOINT              live statistics of a running shard (JSON)
+//   diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=FILE.bin
+//   diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]
 // Exit status: 0 on success, 1 on an error (printed on stderr), 2 on a usage error.
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "ctl/commands.h"
 #include "storage/model_export.h"
 
 namespace {
@@ -18,7 +22,14 @@ constexpr char kUsage[] =
     "usage:\n"
     "  diloco-ctl show --store=DIR\n"
     "  diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors "
-    "STORE_DIR...\n";
+    "STORE_DIR...\n"
+    "  diloco-ctl stats --server=tcp://HOST:PORT [--timeout_ms=N]\n"
+    "  diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=FILE.bin\n"
+    "  diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]\n";
+
+}  // namespace
+
+namespace diloco::ctl {
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "diloco-ctl: %s\n%s", why.c_str(), kUsage);
@@ -58,6 +69,8 @@ bool ParseArgs(int argc, char** argv, const std::vector<std::string>& known,
   }
   return true;
 }
+
+namespace {
 
 int Show(int argc, char** argv) {
   std::map<std::string, std::string> flags;
@@ -99,12 +112,17 @@ int Export(int argc, char** argv) {
 }
 
 }  // namespace
+}  // namespace diloco::ctl
 
 int main(int argc, char** argv) {
+  using namespace diloco::ctl;
   if (argc < 2) return Usage("missing subcommand");
   const std::string cmd = argv[1];
   if (cmd == "show") return Show(argc, argv);
   if (cmd == "export") return Export(argc, argv);
+  if (cmd == "stats") return Stats(argc, argv);
+  if (cmd == "eval") return Eval(argc, argv);
+  if (cmd == "gen-data") return GenData(argc, argv);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;
