@@ -50,6 +50,7 @@ struct Shard::FragmentState {
   std::vector<Contribution> contributors;  // in the open round
   std::vector<Contribution> unacked;       // applied, Applied ack held until published
   std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
+  std::vector<std::shared_ptr<wire::Bytes>> snapshot_pool;  // reused once no send holds them
   std::unique_ptr<kernels::DelayedNesterov> dn;  // kDelayedNesterov only
   std::vector<std::vector<float>> rda_deltas;    // kRda only: one dense delta per push
   std::vector<float> rda_weights;
@@ -379,10 +380,13 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
     target = f.rda_deltas.back().data();
   }
   const float scale = opt_.merge == MergeRule::kRda ? 1.0f : rel;
+  // The round's first push (weight 1 relative to itself) overwrites: no zeroing pass needed.
+  const bool overwrite = opt_.merge == MergeRule::kRda || f.round.pushes == 0;
   for (size_t i = 0; i < m.num_payloads(); ++i) {
     const uint64_t n = std::min<uint64_t>(chunk, f.spec->numel - i * chunk);
-    auto st = kernels::DecodeAccumulate(codec, m.payload(i), scale,
-                                        std::span<float>(target + i * chunk, n));
+    std::span<float> dst(target + i * chunk, n);
+    auto st = overwrite ? kernels::Decode(codec, m.payload(i), dst)
+                        : kernels::DecodeAccumulate(codec, m.payload(i), scale, dst);
     if (!st.ok()) {  // unreachable after CheckEncodedPayload; never leave a partial round
       return Refuse(rid, WireError(ErrorCode::Internal, st.message()), &h, out);
     }
@@ -489,7 +493,7 @@ void Shard::CloseRound(FragmentState& f) {
     if (!s.ok()) std::fill(f.acc.begin(), f.acc.end(), 0.0f);  // all-zero weights: no move
     f.rda_deltas.clear();
     f.rda_weights.clear();
-  } else {
+  } else if (f.weight_sum != 1.0) {  // a lone push needs no normalisation
     const float inv = static_cast<float>(1.0 / f.weight_sum);
     for (float& a : f.acc) a *= inv;
   }
@@ -498,7 +502,6 @@ void Shard::CloseRound(FragmentState& f) {
   } else {
     kernels::NesterovStep(opt_.outer, f.theta, f.momentum, f.acc);
   }
-  std::fill(f.acc.begin(), f.acc.end(), 0.0f);
   ++f.version;
   ++counters_.rounds;
   for (const auto& c : f.contributors) {
@@ -513,7 +516,15 @@ void Shard::CloseRound(FragmentState& f) {
 }
 
 void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
-  auto bytes = std::make_shared<wire::Bytes>(f.theta.size() * sizeof(float));
+  // Reuse a snapshot buffer no send still holds (fresh pages cost ~10x a copy, TOOLCHAIN.md).
+  f.snapshot.reset();
+  std::shared_ptr<wire::Bytes> bytes;
+  for (auto& b : f.snapshot_pool)
+    if (b.use_count() == 1) bytes = b;
+  if (!bytes) {
+    bytes = std::make_shared<wire::Bytes>(f.theta.size() * sizeof(float));
+    if (f.snapshot_pool.size() < 4) f.snapshot_pool.push_back(bytes);
+  }
   std::memcpy(bytes->data(), f.theta.data(), bytes->size());
   f.snapshot = std::move(bytes);
   f.published = f.version;

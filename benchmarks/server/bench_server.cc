@@ -1,0 +1,201 @@
+// diloco-bench-server: how fast a shard merges pushes, against the memory bandwidth of this
+// machine measured in the same run.
+//   1. ceiling: memcpy of pre-touched buffers (bytes read + written per second);
+//   2. apply: a transport-free Shard handling int8 and int4 pushes from 1..8 workers (header
+//      checks, checksums, payload checks, fused dequantize-accumulate, one Nesterov step per
+//      round); reported as pushes/s, parameters/s, and the bytes of memory the apply path must
+//      touch per second over memcpy's. Bytes touched, per push: the payload twice (checksum,
+//      decode) + 8 per parameter (accumulator read and write); per round: 28 per parameter
+//      (Nesterov reads acc and reads+writes theta and momentum: 20; the published snapshot
+//      copy: 8) + 8 when the round merged several pushes (normalisation);
+//   3. loopback: real diloco-server processes (1..4 shards) fed over ZeroMQ by 1..8 pushing
+//      threads; pushes applied/s and parameters/s end to end.
+// Usage: diloco-bench-server [--model=SPEC] [--fragments=P] [--seconds=S] [--loopback=0|1]
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "kernels/codec.h"
+#include "schema/transport.h"
+#include "server/shard.h"
+
+int Loopback(const std::string& model, uint32_t fragments, double seconds, double memcpy_gbps);
+
+namespace {
+
+using namespace diloco;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double MemcpyGBps() {
+  const size_t n = size_t{256} << 20;
+  std::vector<uint8_t> a(n, 1), b(n, 2);
+  std::memcpy(b.data(), a.data(), n);  // touch
+  const auto t0 = Clock::now();
+  int reps = 0;
+  while (Seconds(t0, Clock::now()) < 1.0) {
+    std::memcpy(b.data(), a.data(), n);
+    ++reps;
+  }
+  return 2.0 * n * reps / Seconds(t0, Clock::now()) / 1e9;
+}
+
+std::vector<float> RandomDelta(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1e-3f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// The encoded chunks of a fragment delta, as the wire carries them.
+std::vector<std::vector<uint8_t>> EncodeChunks(kernels::Codec c, const std::vector<float>& v) {
+  std::vector<std::vector<uint8_t>> out;
+  const uint64_t chunk = wire::ChunkElements(c.block);
+  for (uint64_t off = 0; off < v.size(); off += chunk) {
+    const uint64_t n = std::min<uint64_t>(chunk, v.size() - off);
+    out.emplace_back(kernels::EncodedSize(c, n));
+    (void)kernels::Encode(c, std::span<const float>(v.data() + off, n), out.back());
+  }
+  return out;
+}
+
+struct Setup {
+  std::string model = "L=4,H=8,C=512,T=128,V=256";
+  uint32_t fragments = 8;
+  double seconds = 2.0;
+  bool loopback = true;
+};
+
+void InProcess(const Setup& s, double memcpy_gbps) {
+  std::printf("\n== apply (transport-free Shard, 1 shard, %u fragments)\n", s.fragments);
+  std::printf("%-9s %8s %12s %14s %16s %8s\n", "codec", "workers", "pushes/s", "params/s",
+              "touched GB/s", "ratio");
+  for (const char* codec_name : {"int8:256", "int4:256"}) {
+    const auto codec = *kernels::ParseCodec(codec_name);
+    for (uint32_t workers : {1u, 2u, 4u, 8u}) {
+      server::ShardOptions o;
+      o.model = *ParseGptConfig(s.model);
+      o.num_fragments = s.fragments;
+      o.round.quorum = workers;
+      server::SystemClock clock;
+      auto shard = std::move(*server::Shard::Create(o, &clock));
+      const auto& plan = shard->plan();
+      auto manifest = GptManifest(o.model);
+      std::vector<server::Outgoing> out;
+      auto base = [&](wire::MsgType t, uint32_t w) {
+        wire::HeaderFields h;
+        h.type = t;
+        h.plan_fingerprint = plan.fingerprint();
+        h.model_fingerprint = manifest->fingerprint();
+        h.worker_id = w;
+        h.generation = 1;
+        return h;
+      };
+      auto send = [&](const std::string& rid, const wire::HeaderFields& h,
+                      const std::vector<std::vector<uint8_t>>& chunks) {
+        std::vector<zmq::message_t> p;
+        for (const auto& c : chunks) p.push_back(wire::BorrowedFrame(c.data(), c.size()));
+        std::vector<zmq::message_t> f;
+        f.push_back(wire::BuildHeader(h, p));
+        for (auto& m : p) f.push_back(std::move(m));
+        shard->Handle(rid, std::move(f), &out);
+      };
+      // Join and initialise every fragment, then pre-encode one delta per (worker, fragment).
+      for (uint32_t w = 0; w < workers; ++w) send(absl::StrCat("w", w), base(wire::MsgType::Hello, w), {});
+      std::vector<std::vector<std::vector<std::vector<uint8_t>>>> payload(workers);
+      uint64_t numel_total = 0;
+      for (const auto& f : plan.fragments()) {
+        auto h = base(wire::MsgType::InitFragment, 0);
+        h.fragment_id = f.id;
+        h.codec = 0;
+        h.block = 256;
+        h.num_elements = f.numel;
+        h.chunk_elements = wire::ChunkElements(256);
+        send("w0", h, EncodeChunks({kernels::CodecKind::kFp32, 256}, std::vector<float>(f.numel, 0.1f)));
+        numel_total += f.numel;
+        for (uint32_t w = 0; w < workers; ++w)
+          payload[w].push_back(EncodeChunks(codec, RandomDelta(f.numel, w * 100 + f.id)));
+      }
+      shard->Tick(&out);
+      out.clear();
+      uint64_t pushes = 0, params = 0, seq = 0;
+      double touched = 0;
+      uint64_t payload_bytes = 0;
+      for (const auto& chunks : payload[0])
+        for (const auto& c : chunks) payload_bytes += c.size();
+      const auto t0 = Clock::now();
+      while (Seconds(t0, Clock::now()) < s.seconds) {
+        ++seq;
+        for (const auto& f : plan.fragments()) {
+          for (uint32_t w = 0; w < workers; ++w) {
+            auto h = base(wire::MsgType::Push, w);
+            h.fragment_id = f.id;
+            h.seq = seq;
+            h.base_version = shard->published_version(f.id);
+            h.tokens = 1000;
+            h.steps = 10;
+            h.codec = static_cast<uint8_t>(codec.kind);
+            h.block = codec.block;
+            h.num_elements = f.numel;
+            h.chunk_elements = wire::ChunkElements(codec.block);
+            send(absl::StrCat("w", w), h, payload[w][f.id]);
+            ++pushes;
+            params += f.numel;
+          }
+        }
+        shard->Tick(&out);  // every worker pushed every fragment: all rounds close
+        out.clear();
+        touched += workers * (2.0 * payload_bytes + 8.0 * numel_total) +
+                   (28.0 + (workers > 1 ? 8.0 : 0.0)) * numel_total;
+      }
+      const double dt = Seconds(t0, Clock::now());
+      const double pps = params / dt;
+      std::printf("%-9s %8u %12.1f %14.3e %16.2f %8.2f\n", codec_name, workers, pushes / dt,
+                  pps, touched / dt / 1e9, touched / dt / 1e9 / memcpy_gbps);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Setup s;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.starts_with("--model=")) s.model = a.substr(8);
+    else if (a.starts_with("--fragments=")) (void)absl::SimpleAtoi(a.substr(12), &s.fragments);
+    else if (a.starts_with("--seconds=")) (void)absl::SimpleAtod(a.substr(10), &s.seconds);
+    else if (a.starts_with("--loopback=")) s.loopback = a.substr(11) != "0";
+    else {
+      std::fprintf(stderr, "usage: diloco-bench-server [--model=SPEC] [--fragments=P] "
+                           "[--seconds=S] [--loopback=0|1]\n");
+      return 2;
+    }
+  }
+  auto manifest = GptManifest(*ParseGptConfig(s.model));
+  std::printf("diloco-bench-server: model %s, %lu parameters, %u fragments\n", s.model.c_str(),
+              static_cast<unsigned long>(manifest->total_elements()), s.fragments);
+  const double mc = MemcpyGBps();
+  std::printf("ceiling: memcpy %.2f GB/s (bytes read + written, 256 MiB pre-touched)\n", mc);
+  InProcess(s, mc);
+  if (s.loopback) {
+    return Loopback(s.model, s.fragments, s.seconds, mc);
+  }
+  return 0;
+}
