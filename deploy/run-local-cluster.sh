@@ -5,10 +5,11 @@
 # pushes and adopted versions, and each shard's rounds and fragment versions. Stops cleanly
 # (SIGTERM -> final checkpoints) and exports the global model to safetensors.
 #
-# Usage: deploy/run-local-cluster.sh [--duration=60s] [--workers=3] [--shards=2] [--codec=int8]
+# Usage: deploy/run-local-cluster.sh [--duration=60s] [--workers=3] [--shards=2] [--codec=int8:256]
+#                                    [--model=tiny] [--lr=3e-3] [--inner_steps=30]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-duration=60s workers=3 shards=2 codec=int8:256 model=small fragments=8 inner=30
+duration=60s workers=3 shards=2 codec=int8:256 model=tiny fragments=4 inner=30 lr=3e-3
 for a in "$@"; do
   case $a in
     --duration=*) duration=${a#*=} ;;
@@ -16,6 +17,7 @@ for a in "$@"; do
     --shards=*) shards=${a#*=} ;;
     --codec=*) codec=${a#*=} ;;
     --model=*) model=${a#*=} ;;
+    --lr=*) lr=${a#*=} ;;
     --inner_steps=*) inner=${a#*=} ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
   esac
@@ -49,7 +51,8 @@ wpids=()
 for ((w = 0; w < workers; w++)); do
   "$build/worker/diloco-worker" --servers="$servers" --worker_id=$w --num_workers=$workers \
     --fragments=$fragments --model=$model --codec=$codec --inner_steps=$inner \
-    --duration=$duration --threads=1 --progress_interval=5s --metrics_jsonl="$run/worker$w.jsonl" &
+    --lr=$lr --duration=$duration --threads=1 --progress_interval=5s \
+    --metrics_jsonl="$run/worker$w.jsonl" &
   wpids+=($!)
   pids+=($!)
 done
@@ -60,9 +63,9 @@ for ((s = 0; s < shards; s++)); do wait "${pids[$s]}" || status=$?; done
 trap - EXIT
 
 echo "== shard stores after shutdown"
-for ((s = 0; s < shards; s++)); do "$build/storage/diloco-ctl" show --store="$run/store$s"; done
+for ((s = 0; s < shards; s++)); do "$build/ctl/diloco-ctl" show --store="$run/store$s"; done
 stores=$(for ((s = 0; s < shards; s++)); do printf '%s ' "$run/store$s"; done)
-"$build/storage/diloco-ctl" export --model=$model --fragments=$fragments --shards=$shards \
+"$build/ctl/diloco-ctl" export --model=$model --fragments=$fragments --shards=$shards \
   --out="$run/global.safetensors" $stores
 echo "== global model exported to $run/global.safetensors"
 exit $status
