@@ -1,4 +1,6 @@
+#include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,27 @@ namespace diloco::wire {
 namespace {
 
 constexpr char kErrorCodeUrl[] = "diloco.wire/ErrorCode";
+
+constexpr std::align_val_t kCopyAlignment{64};
+
+bool Aligned(const zmq::message_t& f) {
+  return f.size() == 0 || reinterpret_cast<uintptr_t>(f.data()) % kHeaderAlignment == 0;
+}
+
+template <typename V>
+bool ElementsAligned(const V* v) {
+  return v == nullptr || v->size() == 0 ||
+         reinterpret_cast<uintptr_t>(v->Data()) % kHeaderAlignment == 0;
+}
+
+void FreeAligned(void* data, void* /*hint*/) { ::operator delete(data, kCopyAlignment); }
+
+// A copy of `f` in storage of our own, cache-line aligned whatever libzmq's internals do.
+zmq::message_t AlignedCopy(const zmq::message_t& f) {
+  void* p = ::operator new(f.size(), kCopyAlignment);
+  std::memcpy(p, f.data(), f.size());
+  return zmq::message_t(p, f.size(), &FreeAligned, nullptr);
+}
 
 }  // namespace
 
@@ -49,17 +72,22 @@ ErrorCode ErrorCodeOf(const absl::Status& s) {
 }
 
 zmq::message_t BuildHeader(const HeaderFields& h, std::span<const zmq::message_t> payloads) {
-  flatbuffers::FlatBufferBuilder fbb(256 + h.message.size() + 16 * payloads.size() +
-                                     16 * h.versions.size());
   std::vector<uint64_t> lengths, sums;
   lengths.reserve(payloads.size());
   sums.reserve(payloads.size());
   for (const auto& p : payloads) {
     lengths.push_back(p.size());
-    sums.push_back(Checksum64(p.data(), p.size()));
+    sums.push_back(FrameChecksum(p));
   }
-  auto lv = fbb.CreateVector(lengths);
-  auto cv = fbb.CreateVector(sums);
+  return BuildHeader(h, lengths, sums);
+}
+
+zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> lengths,
+                           std::span<const uint64_t> checksums) {
+  flatbuffers::FlatBufferBuilder fbb(256 + h.message.size() + 16 * lengths.size() +
+                                     16 * h.versions.size());
+  auto lv = fbb.CreateVector(lengths.data(), lengths.size());
+  auto cv = fbb.CreateVector(checksums.data(), checksums.size());
   auto mv = h.message.empty() ? 0 : fbb.CreateString(h.message);
   auto vv = h.versions.empty() ? 0 : fbb.CreateVectorOfStructs(h.versions);
   HeaderBuilder b(fbb);
@@ -94,44 +122,70 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const zmq::message_t
   return zmq::message_t(fbb.GetBufferPointer(), fbb.GetSize());
 }
 
+uint64_t FrameChecksum(const zmq::message_t& frame) {
+  return Checksum64(frame.data(), frame.size());
+}
+
 uint64_t Message::payload_bytes() const {
   uint64_t n = 0;
   for (size_t i = 1; i < frames_.size(); ++i) n += frames_[i].size();
   return n;
 }
 
+absl::StatusOr<const Header*> VerifyHeaderFrame(zmq::message_t& frame, const Limits& limits) {
+  if (frame.size() > limits.max_header_bytes)
+    return WireError(ErrorCode::Malformed,
+                     absl::StrCat("header of ", frame.size(), " bytes exceeds the cap of ",
+                                  limits.max_header_bytes));
+  if (frame.size() < 8)  // a root offset and the smallest vtable
+    return WireError(ErrorCode::Malformed, "header too short");
+  if (!Aligned(frame)) {
+    frame = AlignedCopy(frame);
+    if (!Aligned(frame)) return WireError(ErrorCode::Internal, "cannot align the header frame");
+  }
+  // The verifier checks alignment relative to the buffer start only; the copy above makes it
+  // absolute.
+  flatbuffers::Verifier::Options vo;
+  vo.max_depth = kVerifierMaxDepth;
+  vo.max_tables = kVerifierMaxTables;
+  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(frame.data()), frame.size(), vo);
+  if (!verifier.VerifyBuffer<Header>(nullptr))
+    return WireError(ErrorCode::Malformed, "header fails the FlatBuffers verifier");
+  const Header* h = GetHeader(frame.data());
+  // The 2.0.8 verifier checks a vector's length prefix for 4-byte alignment only; vectors of
+  // 8-byte elements are read in place, so they must start 8-aligned (found by the fuzzer).
+  if (!ElementsAligned(h->frame_lengths()) || !ElementsAligned(h->frame_checksums()) ||
+      !ElementsAligned(h->versions()))
+    return WireError(ErrorCode::Malformed, "misaligned vector in the header");
+  if (h->protocol_version() != kProtocolVersion)
+    return WireError(
+        ErrorCode::BadProtocolVersion,
+        absl::StrCat("protocol version ", h->protocol_version(), ", expected ", kProtocolVersion));
+  if (h->type() == MsgType::Invalid || h->type() > MsgType::MAX)
+    return WireError(ErrorCode::UnknownType,
+                     absl::StrCat("message type ", static_cast<int>(h->type())));
+  if (h->ack() > AckStatus::MAX)
+    return WireError(ErrorCode::Malformed, absl::StrCat("ack status ", static_cast<int>(h->ack())));
+  if (h->error_code() > ErrorCode::MAX)
+    return WireError(ErrorCode::Malformed,
+                     absl::StrCat("error code ", static_cast<int>(h->error_code())));
+  return h;
+}
+
 absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames, const Limits& limits) {
   if (frames.empty()) return WireError(ErrorCode::Malformed, "no frames");
   if (frames.size() - 1 > limits.max_payload_frames)
     return WireError(ErrorCode::Malformed, absl::StrCat(frames.size() - 1, " payload frames"));
-  const auto& hf = frames[0];
-  if (hf.size() > limits.max_header_bytes)
-    return WireError(ErrorCode::Malformed,
-                     absl::StrCat("header of ", hf.size(), " bytes exceeds the cap of ",
-                                  limits.max_header_bytes));
-  if (hf.size() < 8) return WireError(ErrorCode::Malformed, "header too short");
-  // The verifier also checks alignment: a misaligned buffer is refused, never read.
-  flatbuffers::Verifier::Options vo;
-  vo.max_depth = 8;
-  vo.max_tables = 64;
-  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(hf.data()), hf.size(), vo);
-  if (!verifier.VerifyBuffer<Header>(nullptr))
-    return WireError(ErrorCode::Malformed, "header fails the FlatBuffers verifier");
-  const Header* h = GetHeader(hf.data());
-  if (h->protocol_version() != kProtocolVersion)
-    return WireError(ErrorCode::BadProtocolVersion,
-                     absl::StrCat("protocol version ", h->protocol_version(), ", expected ",
-                                  kProtocolVersion));
-  if (h->type() == MsgType::Invalid || h->type() > MsgType::MAX)
-    return WireError(ErrorCode::UnknownType,
-                     absl::StrCat("message type ", static_cast<int>(h->type())));
+  auto verified = VerifyHeaderFrame(frames[0], limits);
+  if (!verified.ok()) return verified.status();
+  const Header* h = *verified;
   const size_t np = frames.size() - 1;
   const auto* lens = h->frame_lengths();
   const auto* sums = h->frame_checksums();
   const size_t nl = lens ? lens->size() : 0, ns = sums ? sums->size() : 0;
   if (nl != np || ns != np)
-    return WireError(ErrorCode::BadLength, absl::StrCat("header declares ", nl, " lengths and ",
-                                                        ns, " checksums for ", np, " frames"));
+    return WireError(ErrorCode::BadLength, absl::StrCat("header declares ", nl, " lengths and ", ns,
+                                                        " checksums for ", np, " frames"));
   for (size_t i = 0; i < np; ++i) {
     const auto& f = frames[i + 1];
     if (f.size() > limits.max_frame_bytes)
@@ -142,12 +196,16 @@ absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames, const L
   }
   for (size_t i = 0; i < np; ++i) {
     const auto& f = frames[i + 1];
-    if (Checksum64(f.data(), f.size()) != sums->Get(i))
+    if (FrameChecksum(f) != sums->Get(i))
       return WireError(ErrorCode::BadChecksum, absl::StrCat("frame ", i, " checksum mismatch"));
   }
+  // Payload spans are aligned too, so decoders may read floats in place. Only frames small
+  // enough to share libzmq's receive buffer can be misaligned: the copies are small.
+  for (size_t i = 1; i < frames.size(); ++i)
+    if (!Aligned(frames[i])) frames[i] = AlignedCopy(frames[i]);
   Message m;
   m.frames_ = std::move(frames);
-  m.header_ = GetHeader(m.frames_[0].data());
+  m.header_ = h;  // points into frames_[0], whose storage the move keeps in place
   return m;
 }
 

@@ -61,6 +61,8 @@ void ConfigureSocket(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::linger, 200);
   socket.set(zmq::sockopt::sndhwm, 10000);
   socket.set(zmq::sockopt::rcvhwm, 10000);
+  // libzmq drops a connection that sends a bigger frame before allocating for it.
+  socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(Limits{}.max_frame_bytes));
 }
 
 uint64_t ChunkElements(uint32_t block) {

@@ -8,7 +8,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "absl/status/status.h"
@@ -36,7 +35,8 @@ absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
 // none is waiting.
 std::optional<std::vector<zmq::message_t>> TryRecvMultipart(zmq::socket_t& socket);
 
-// Common socket settings: linger bounded, message HWM as a backstop only.
+// Common socket settings: linger bounded, message HWM as a backstop only, and no received frame
+// larger than Limits::max_frame_bytes (libzmq drops such a peer before allocating the frame).
 void ConfigureSocket(zmq::socket_t& socket);
 
 // Encoded payload chunking: payload frame i holds elements [i*chunk, (i+1)*chunk), each chunk

@@ -1,15 +1,23 @@
 // The message layer of the wire protocol: building a multipart message from header fields and
-// payload frames, and validating a received one. Validation runs in the order DESIGN.md
-// section 6 gives (frame count, header size cap, FlatBuffers verifier, protocol version,
-// declared vs actual lengths, checksums); plan, model and identity checks belong to the
-// receiver, which knows what to expect. A refusal is an absl::Status carrying an ErrorCode.
+// payload frames, and validating a received one. A refusal is an absl::Status carrying an
+// ErrorCode (docs/protocol.md lists them and which are retryable).
+//
+// Validation order, cheapest and least trusting first (DESIGN.md section 6):
+//   1. frame count (at least the header, at most Limits::max_payload_frames payloads)
+//   2. header size cap, before the verifier: FlatBuffers 2.0.8 only asserts its own bound
+//   3. alignment: a misaligned header frame (libzmq hands out small frames at any offset of its
+//      receive buffer) is copied, since FlatBuffers reads scalars in place
+//   4. FlatBuffers verifier with tight depth and table limits
+//   5. protocol version (field 0 of the root table forever, so any version can be read), then
+//      enum ranges (type, ack, error_code): a peer of another version is told so, not BadLength
+//   6. declared vs actual frame lengths, 7. XXH3-64 checksums (the only O(bytes) step)
+// Plan, model and identity checks belong to the receiver, which knows what to expect.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "absl/status/status.h"
@@ -25,6 +33,13 @@ struct Limits {
   size_t max_payload_frames = 4096;
   uint64_t max_frame_bytes = uint64_t{1} << 30;
 };
+
+// Header frames are verified with these FlatBuffers limits: the Header is one table holding
+// vectors of scalars and structs, so depth 2 and one table suffice; a little slack is kept.
+inline constexpr uint32_t kVerifierMaxDepth = 4;
+inline constexpr uint32_t kVerifierMaxTables = 4;
+// FlatBuffers reads scalars in place: a header frame must start at this alignment.
+inline constexpr size_t kHeaderAlignment = 8;
 
 // Everything a header can say; fields a message type does not use stay default.
 struct HeaderFields {
@@ -60,6 +75,11 @@ ErrorCode ErrorCodeOf(const absl::Status& s);
 
 // Serialises the header, declaring each payload frame's length and XXH3-64 checksum.
 zmq::message_t BuildHeader(const HeaderFields& h, std::span<const zmq::message_t> payloads);
+// The same with lengths and checksums the caller already has (a resent push, a shared snapshot).
+zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> lengths,
+                           std::span<const uint64_t> checksums);
+// The checksum BuildHeader declares for a payload frame.
+uint64_t FrameChecksum(const zmq::message_t& frame);
 
 // A validated message. Owns its frames; header() points into the first one.
 class Message {
@@ -80,9 +100,13 @@ class Message {
   const Header* header_ = nullptr;
 };
 
-// Validates `frames` (header first, payloads after; no routing frames).
-absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames,
-                                     const Limits& limits = {});
+// Validates `frames` (header first, payloads after; no routing frames), steps 1 to 7 above.
+absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames, const Limits& limits = {});
+
+// Steps 2 to 5 on a header frame alone: what a receiver may read before paying for checksums
+// (the server's CURVE identity check). May replace `frame` by an aligned copy; the Header points
+// into `frame` and lives as long as it does.
+absl::StatusOr<const Header*> VerifyHeaderFrame(zmq::message_t& frame, const Limits& limits = {});
 
 const char* MsgTypeName(MsgType t);
 

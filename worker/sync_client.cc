@@ -6,18 +6,20 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
-
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/optim.h"
+#include "schema/curve.h"
 #include "schema/transport.h"
 
 namespace diloco::worker {
 
 using wire::AckStatus;
+using wire::ErrorCode;
 using wire::MsgType;
 
 namespace {
@@ -28,23 +30,46 @@ double Ema(double old, double x, double a = 0.1) { return old == 0 ? x : (1 - a)
 
 }  // namespace
 
-// A push handed from the training thread to the I/O thread, and kept there until acked.
+const char* SyncEventName(SyncEvent::Kind k) {
+  switch (k) {
+    case SyncEvent::kPush:
+      return "push";
+    case SyncEvent::kApplied:
+      return "applied";
+    case SyncEvent::kDuplicate:
+      return "duplicate";
+    case SyncEvent::kStale:
+      return "stale";
+    case SyncEvent::kRefused:
+      return "refused";
+    case SyncEvent::kShardRestart:
+      return "shard_restart";
+  }
+  return "unknown";
+}
+
+// A push: metadata from the training thread, encoded and kept by the I/O thread until answered.
 struct PushJob {
   uint32_t fragment = 0;
   uint64_t seq = 0, base_version = 0, tokens = 0;
   uint32_t steps = 0;
   std::shared_ptr<const wire::Bytes> encoded;  // set by the I/O thread
+  bool poisoned = false;                       // a non-finite delta was zeroed: nothing to undo
   absl::Time sent = absl::InfinitePast();
 };
 
 // What the I/O thread hands back to the training thread.
 struct Arrival {
-  // kDone: push finished without an update; kReset: the shard restarted, forget its versions.
-  enum Kind { kUpdate, kDone, kReset } kind = kUpdate;
+  enum Kind {
+    kUpdate,    // a FragmentUpdate (fp32 chunks) to adopt
+    kDone,      // this worker's push is answered without an update (Duplicate, Stale, refused)
+    kReset,     // the shard restarted: forget the adopted version, take what it sends next
+    kNeedInit,  // the shard has no values for the fragment: send it ours
+  } kind = kUpdate;
   uint32_t fragment = 0;
   uint64_t version = 0;
   bool answers_push = false;  // the Applied update of this worker's outstanding push
-  std::optional<wire::Message> message;  // kUpdate: the FragmentUpdate (fp32 chunks)
+  std::optional<wire::Message> message;
 };
 
 struct ShardLink {
@@ -53,21 +78,25 @@ struct ShardLink {
   std::unique_ptr<zmq::socket_t> socket;
   bool welcomed = false;
   uint64_t incarnation = 0;
+  uint64_t fleet_step_time_us = 0;  // this shard's latest view; 0 = unknown
   absl::Time last_heard, last_hello = absl::InfinitePast(), last_heartbeat = absl::InfinitePast();
   absl::Duration backoff = absl::Milliseconds(100);
+  // At most one per fragment of this shard (the outstanding rule), so bounded by construction.
   std::map<std::pair<uint32_t, uint64_t>, PushJob> unacked;  // (fragment, seq)
   std::vector<uint32_t> fragments;
+  std::map<uint32_t, uint64_t> shard_version;  // last published version the shard told us
 };
 
 struct FragmentSync {  // training-thread view of one fragment
   const Fragment* spec = nullptr;
-  uint64_t version = 0;  // adopted global version
-  int64_t steps = 0;     // inner steps since adoption (may start negative: staggering)
+  bool joined = false;   // pulled at least once: local started from the global values
+  uint64_t version = 0;  // adopted global version (0 after a shard restart: take any)
+  int64_t steps = 0;     // inner steps since adoption
+  int64_t offset = 0;    // extra steps before the first push (streaming stagger)
   uint64_t tokens = 0;
   uint64_t next_seq = 1;
   bool outstanding = false;
-  uint64_t pushed_base = 0;
-  std::vector<float> delta;  // owned by the I/O thread while outstanding
+  std::vector<float> delta;  // written by training, owned by the I/O thread while outstanding
   std::vector<float> error;  // error feedback residual, I/O thread only
 };
 
@@ -75,42 +104,66 @@ struct SyncClient::Impl {
   SyncOptions opt;
   Plan plan;
   uint64_t model_fp = 0;
-  std::vector<float> anchor;  // flat: global values adopted last (== anchor of each fragment)
+  std::vector<float> anchor;  // flat: global values adopted last (training thread)
   std::vector<FragmentSync> frags;
-  double step_time_us = 0;
+  uint32_t joined_count = 0;  // training thread
+  std::atomic<bool> all_joined{false};
+  std::atomic<uint64_t> step_time_us{0};
   std::atomic<uint64_t> fleet_step_time_us{0};
 
-  // Shared between threads.
+  // Shared between threads, guarded by mu.
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::deque<uint32_t> push_queue;   // fragments whose delta is ready
-  std::deque<uint32_t> pull_queue;   // fragments to pull
+  std::deque<PushJob> push_queue;  // due pushes (metadata; delta in frags[f].delta)
+  std::deque<std::pair<uint32_t, std::shared_ptr<const wire::Bytes>>> init_queue;
   std::deque<Arrival> arrivals;
+  std::deque<SyncEvent> events;
+  uint64_t pending_pushes = 0;  // queued or unacked
+  bool draining = false;
+  std::string fatal;  // a non-retryable refusal (wrong plan or model)
   SyncStats stats;
-  bool joining = false;
-  std::vector<bool> init_sent;
-  std::span<const float> join_params;
+
+  // I/O thread only.
+  std::vector<bool> joined_io;  // a FragmentUpdate for it has arrived
+  std::vector<absl::Time> join_asked;
 
   std::atomic<bool> stop{false};
   std::thread io;
   zmq::context_t ctx{1};
   std::vector<ShardLink> links;
 
+  // Training thread.
+  void Process(std::span<float> params, Arrival& a);
+  void Adopt(std::span<float> params, Arrival& a);
+
+  // I/O thread.
   void IoLoop();
   void Connect(ShardLink& l);
   void SendHello(ShardLink& l);
   void OnMessage(ShardLink& l, wire::Message m);
+  void OnWelcome(ShardLink& l, const wire::Header& h);
+  void OnPushAck(ShardLink& l, const wire::Header& h);
+  void OnError(ShardLink& l, const wire::Header& h);
   void SendPush(ShardLink& l, PushJob& job);
   void SendPull(ShardLink& l, uint32_t fragment);
-  void SendInit(ShardLink& l, uint32_t fragment);
+  void SendInit(ShardLink& l, uint32_t fragment, std::shared_ptr<const wire::Bytes> values);
+  void AskJoin(ShardLink& l, uint32_t fragment);
   void EncodePush(PushJob& job);
+  void UndoErrorFeedback(const PushJob& job);
+  // Removes a kept push after its final answer; `applied` false undoes its error feedback.
+  void Finish(ShardLink& l, std::map<std::pair<uint32_t, uint64_t>, PushJob>::iterator it,
+              bool applied);
+  void ReadVersions(ShardLink& l, const wire::Header& h);
   wire::HeaderFields Header(MsgType t) const;
   void Deliver(Arrival a) {
     std::lock_guard<std::mutex> g(mu);
     arrivals.push_back(std::move(a));
     cv.notify_all();
   }
-  void Adopt(std::span<float> params, Arrival& a);
+  void Event(SyncEvent e) {  // with mu held
+    if (events.size() >= opt.max_events) events.pop_front();
+    events.push_back(std::move(e));
+  }
 };
 
 SyncClient::SyncClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -124,6 +177,8 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
                                                                const Manifest& manifest) {
   if (o.servers.empty()) return absl::InvalidArgumentError("sync: no servers given");
   if (o.inner_steps == 0) return absl::InvalidArgumentError("sync: inner steps must be positive");
+  if (!(o.adopt_alpha >= 0.0f && o.adopt_alpha <= 1.0f))
+    return absl::InvalidArgumentError("sync: adopt_alpha must be in [0, 1]");
   if (auto s = kernels::ValidateCodec(o.codec); !s.ok()) return s;
   auto plan = Plan::Create(manifest, o.num_fragments, static_cast<uint32_t>(o.servers.size()));
   if (!plan.ok()) return plan.status();
@@ -136,13 +191,13 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
   impl->anchor.assign(manifest.total_elements(), 0.0f);
   impl->frags.resize(o.num_fragments);
   impl->stats.versions.assign(o.num_fragments, 0);
+  impl->joined_io.assign(o.num_fragments, false);
+  impl->join_asked.assign(o.num_fragments, absl::InfinitePast());
   for (uint32_t i = 0; i < o.num_fragments; ++i) {
     auto& f = impl->frags[i];
     f.spec = &impl->plan.fragment(i);
     f.delta.assign(f.spec->numel, 0.0f);
     f.error.assign(f.spec->numel, 0.0f);
-    // Streaming: fragment i first pushes after (1 + i/P) * H steps, so pushes spread evenly.
-    if (o.stream) f.steps = -static_cast<int64_t>(i) * o.inner_steps / o.num_fragments;
   }
   impl->links.resize(o.servers.size());
   for (uint32_t s = 0; s < o.servers.size(); ++s) {
@@ -150,83 +205,127 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
     impl->links[s].endpoint = o.servers[s];
     impl->links[s].fragments = impl->plan.FragmentsOfShard(s);
   }
-  impl->init_sent.assign(o.num_fragments, false);
   return std::unique_ptr<SyncClient>(new SyncClient(std::move(impl)));
 }
 
 uint64_t SyncClient::plan_fingerprint() const { return impl_->plan.fingerprint(); }
 std::span<const float> SyncClient::global_params() const { return impl_->anchor; }
+bool SyncClient::joined() const { return impl_->all_joined.load(); }
 
 SyncStats SyncClient::stats() const {
   std::lock_guard<std::mutex> g(impl_->mu);
-  return impl_->stats;
+  SyncStats s = impl_->stats;
+  s.step_time_us = static_cast<double>(impl_->step_time_us.load());
+  s.fleet_step_time_us = static_cast<double>(impl_->fleet_step_time_us.load());
+  return s;
+}
+
+std::vector<SyncEvent> SyncClient::TakeEvents() {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  std::vector<SyncEvent> out(std::make_move_iterator(impl_->events.begin()),
+                             std::make_move_iterator(impl_->events.end()));
+  impl_->events.clear();
+  return out;
 }
 
 absl::Status SyncClient::Join(std::span<float> params, absl::Duration deadline) {
   Impl& im = *impl_;
   if (params.size() != im.plan.total_elements())
     return absl::InvalidArgumentError("sync: parameter buffer does not match the manifest");
-  {
-    std::lock_guard<std::mutex> g(im.mu);
-    im.joining = true;
-    im.join_params = params;
-  }
-  im.io = std::thread([&im] { im.IoLoop(); });
+  if (!im.io.joinable()) im.io = std::thread([&im] { im.IoLoop(); });
   const absl::Time end = absl::Now() + deadline;
-  std::vector<bool> have(im.frags.size(), false);
-  size_t got = 0;
-  std::unique_lock<std::mutex> lk(im.mu);
-  while (got < have.size()) {
-    if (absl::Now() >= end) {
-      im.joining = false;
-      return absl::DeadlineExceededError(
-          absl::StrCat("sync: joined ", got, " of ", have.size(),
-                       " fragments before the deadline; are all shards up (",
-                       absl::StrJoin(im.opt.servers, ","), ")?"));
-    }
-    im.cv.wait_for(lk, std::chrono::milliseconds(50));
-    while (!im.arrivals.empty()) {
-      Arrival a = std::move(im.arrivals.front());
-      im.arrivals.pop_front();
-      if (a.kind != Arrival::kUpdate) continue;
-      lk.unlock();
-      im.Adopt(params, a);
-      lk.lock();
-      if (!have[a.fragment]) {
-        have[a.fragment] = true;
-        ++got;
+  while (im.joined_count < im.frags.size()) {
+    std::deque<Arrival> arrived;
+    {
+      std::unique_lock<std::mutex> lk(im.mu);
+      if (!im.fatal.empty()) return absl::FailedPreconditionError(im.fatal);
+      if (absl::Now() >= end) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("sync: joined ", im.joined_count, " of ", im.frags.size(),
+                         " fragments before the deadline; are all shards up (",
+                         absl::StrJoin(im.opt.servers, ","), ")? Still trying in the background"));
       }
+      im.cv.wait_for(lk, std::chrono::milliseconds(20));
+      arrived.swap(im.arrivals);
     }
+    for (auto& a : arrived) im.Process(params, a);
   }
-  im.joining = false;
   return absl::OkStatus();
 }
 
-// Takes the arrived global fragment: anchor = global; local = lerp(global, local, alpha).
+absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) {
+  Impl& im = *impl_;
+  const absl::Time end = absl::Now() + timeout;
+  absl::Status status = absl::OkStatus();
+  for (;;) {
+    std::deque<Arrival> arrived;
+    bool done = false;
+    {
+      std::unique_lock<std::mutex> lk(im.mu);
+      im.draining = true;
+      if (im.pending_pushes > 0 && absl::Now() < end)
+        im.cv.wait_for(lk, std::chrono::milliseconds(20));
+      arrived.swap(im.arrivals);
+      done = im.pending_pushes == 0 || absl::Now() >= end;
+      if (im.pending_pushes > 0 && done)
+        status = absl::DeadlineExceededError(
+            absl::StrCat("sync: ", im.pending_pushes, " pushes still unanswered at exit"));
+    }
+    for (auto& a : arrived) im.Process(params, a);
+    if (done) return status;
+  }
+}
+
+// ---- Training thread --------------------------------------------------------------------
+
+void SyncClient::Impl::Process(std::span<float> params, Arrival& a) {
+  FragmentSync& f = frags[a.fragment];
+  switch (a.kind) {
+    case Arrival::kUpdate:
+      Adopt(params, a);
+      return;
+    case Arrival::kDone:
+      f.outstanding = false;
+      return;
+    case Arrival::kReset:
+      f.version = 0;  // the shard may have gone back: adopt whatever it sends next
+      return;
+    case Arrival::kNeedInit: {
+      // An unjoined fragment offers the local values (theta(0) during Join); a joined one the
+      // last global values, so a shard that lost its state resumes from the fleet's model.
+      auto bytes = std::make_shared<wire::Bytes>(f.spec->numel * sizeof(float));
+      plan.Gather(*f.spec, f.joined ? anchor.data() : params.data(),
+                  reinterpret_cast<float*>(bytes->data()));
+      std::lock_guard<std::mutex> g(mu);
+      init_queue.emplace_back(a.fragment, std::move(bytes));
+      return;
+    }
+  }
+}
+
+// Takes the arrived global fragment: anchor = global; local = lerp(global, local, alpha). The
+// first adoption (the join) always takes the global values, so theta(0) is the same everywhere.
 void SyncClient::Impl::Adopt(std::span<float> params, Arrival& a) {
   FragmentSync& f = frags[a.fragment];
   if (a.answers_push) f.outstanding = false;
-  if (a.version <= f.version) return;  // older than what we have: nothing to take
+  if (f.joined && a.version <= f.version) return;  // nothing newer than what we have
+  const float alpha = f.joined ? opt.adopt_alpha : 0.0f;
   const wire::Message& m = *a.message;
-  const uint64_t chunk = m.header().chunk_elements();
-  uint64_t pos = 0;  // element index within the fragment
   size_t piece = 0;
   uint64_t in_piece = 0;
   for (size_t c = 0; c < m.num_payloads(); ++c) {
     auto p = m.payload(c);
     const float* src = reinterpret_cast<const float*>(p.data());
     uint64_t n = p.size() / 4;
-    (void)chunk;
     while (n > 0) {
       const Piece& pc = f.spec->pieces[piece];
       const uint64_t take = std::min(n, pc.length - in_piece);
       float* dst_anchor = anchor.data() + pc.flat_offset + in_piece;
       std::memcpy(dst_anchor, src, take * 4);
       std::span<float> local(params.data() + pc.flat_offset + in_piece, take);
-      kernels::LerpAdopt(std::span<const float>(dst_anchor, take), local, opt.adopt_alpha);
+      kernels::LerpAdopt(std::span<const float>(dst_anchor, take), local, alpha);
       src += take;
       n -= take;
-      pos += take;
       in_piece += take;
       if (in_piece == pc.length) {
         ++piece;
@@ -234,49 +333,51 @@ void SyncClient::Impl::Adopt(std::span<float> params, Arrival& a) {
       }
     }
   }
-  std::lock_guard<std::mutex> g(mu);
-  if (a.answers_push) {  // rounds other workers closed between our base and our round
-    const uint64_t ideal = f.pushed_base + 1;
-    stats.mean_staleness =
-        Ema(stats.mean_staleness, static_cast<double>(a.version > ideal ? a.version - ideal : 0));
+  if (!f.joined) {
+    f.joined = true;
+    // Streaming: fragment i first pushes after (1 + i/P) * H steps, so pushes spread evenly.
+    if (opt.stream)
+      f.offset = static_cast<int64_t>(f.spec->id) * opt.inner_steps / opt.num_fragments;
+    if (++joined_count == frags.size()) all_joined = true;
+  } else {
+    f.offset = 0;
   }
   f.version = a.version;
   f.steps = 0;
   f.tokens = 0;
+  std::lock_guard<std::mutex> g(mu);
   stats.versions[a.fragment] = a.version;
+  stats.joined = joined_count;
   ++stats.adoptions;
 }
 
 void SyncClient::AfterStep(std::span<float> params, uint64_t tokens, absl::Duration step_time) {
+  const absl::Time t0 = absl::Now();
   Impl& im = *impl_;
-  im.step_time_us = Ema(im.step_time_us, absl::ToDoubleMicroseconds(step_time));
+  const double step_us =
+      Ema(static_cast<double>(im.step_time_us.load()), absl::ToDoubleMicroseconds(step_time));
+  im.step_time_us = static_cast<uint64_t>(step_us);
   std::deque<Arrival> arrived;
+  bool draining;
   {
     std::lock_guard<std::mutex> g(im.mu);
     arrived.swap(im.arrivals);
+    draining = im.draining;
   }
-  for (auto& a : arrived) {
-    if (a.kind == Arrival::kDone) {
-      im.frags[a.fragment].outstanding = false;
-      continue;
-    }
-    if (a.kind == Arrival::kReset) {
-      im.frags[a.fragment].version = 0;  // adopt whatever the restarted shard sends next
-      continue;
-    }
-    im.Adopt(params, a);
-  }
+  for (auto& a : arrived) im.Process(params, a);
   // Dynamic Local Updates: a slower worker takes fewer inner steps per push.
   uint32_t h = im.opt.inner_steps;
-  const uint64_t fleet = im.fleet_step_time_us.load();
-  if (im.opt.dylu && fleet > 0 && im.step_time_us > 0)
-    h = std::max<uint32_t>(1, static_cast<uint32_t>(im.opt.inner_steps *
-                                                    std::min(1.0, fleet / im.step_time_us)));
-  std::vector<uint32_t> due;
+  const double fleet = static_cast<double>(im.fleet_step_time_us.load());
+  if (im.opt.dylu && fleet > 0 && step_us > 0)
+    h = std::max<uint32_t>(
+        1, static_cast<uint32_t>(im.opt.inner_steps * std::min(1.0, fleet / step_us)));
+  std::vector<PushJob> due;
   for (auto& f : im.frags) {
     ++f.steps;
     f.tokens += tokens;
-    if (f.outstanding || f.version == 0 || f.steps < static_cast<int64_t>(h)) continue;
+    if (draining || !f.joined || f.outstanding || f.version == 0 ||
+        f.steps < static_cast<int64_t>(h) + f.offset)
+      continue;
     // delta = anchor - local, gathered into the fragment's own order.
     float* d = f.delta.data();
     for (const Piece& p : f.spec->pieces) {
@@ -286,12 +387,21 @@ void SyncClient::AfterStep(std::span<float> params, uint64_t tokens, absl::Durat
       d += p.length;
     }
     f.outstanding = true;
-    f.pushed_base = f.version;
-    due.push_back(f.spec->id);
+    PushJob job;
+    job.fragment = f.spec->id;
+    job.seq = f.next_seq++;
+    job.base_version = f.version;
+    job.tokens = std::max<uint64_t>(f.tokens, 1);
+    job.steps = static_cast<uint32_t>(std::max<int64_t>(f.steps, 1));
+    due.push_back(std::move(job));
   }
+  const double cost_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
   std::lock_guard<std::mutex> g(im.mu);
   im.stats.inner_steps_now = h;
-  for (uint32_t id : due) im.push_queue.push_back(id);
+  im.stats.after_step_us = Ema(im.stats.after_step_us, cost_us, 0.02);
+  im.stats.after_step_max_us = std::max(im.stats.after_step_max_us, cost_us);
+  im.pending_pushes += due.size();
+  for (auto& j : due) im.push_queue.push_back(std::move(j));
 }
 
 // ---- I/O thread -------------------------------------------------------------------------
@@ -303,13 +413,16 @@ wire::HeaderFields SyncClient::Impl::Header(MsgType t) const {
   h.model_fingerprint = model_fp;
   h.worker_id = opt.worker_id;
   h.generation = opt.generation;
-  h.step_time_us = static_cast<uint64_t>(step_time_us);
+  h.step_time_us = step_time_us.load();
   return h;
 }
 
 void SyncClient::Impl::Connect(ShardLink& l) {
   l.socket = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
   wire::ConfigureSocket(*l.socket);
+  if (!opt.curve_server_key.empty())  // keys checked by the caller; a bad one is refused there
+    (void)wire::MakeCurveClient(*l.socket, opt.curve_server_key, opt.curve_public_key,
+                                opt.curve_secret_key);
   l.socket->set(zmq::sockopt::linger, 0);
   l.socket->set(zmq::sockopt::reconnect_ivl, 100);
   l.socket->set(zmq::sockopt::reconnect_ivl_max, 2000);
@@ -330,10 +443,9 @@ void SyncClient::Impl::SendPull(ShardLink& l, uint32_t fragment) {
   (void)wire::Send(*l.socket, h, {});
 }
 
-void SyncClient::Impl::SendInit(ShardLink& l, uint32_t fragment) {
+void SyncClient::Impl::SendInit(ShardLink& l, uint32_t fragment,
+                                std::shared_ptr<const wire::Bytes> values) {
   const Fragment& f = plan.fragment(fragment);
-  auto bytes = std::make_shared<wire::Bytes>(f.numel * 4);
-  plan.Gather(f, join_params.data(), reinterpret_cast<float*>(bytes->data()));
   auto h = Header(MsgType::InitFragment);
   h.fragment_id = fragment;
   h.codec = static_cast<uint8_t>(kDownloadCodec.kind);
@@ -342,8 +454,21 @@ void SyncClient::Impl::SendInit(ShardLink& l, uint32_t fragment) {
   h.chunk_elements = wire::ChunkElements(kDownloadCodec.block);
   std::vector<zmq::message_t> frames;
   for (uint64_t off = 0; off < f.numel; off += h.chunk_elements)
-    frames.push_back(wire::SharedFrame(bytes, off * 4, std::min(h.chunk_elements, f.numel - off) * 4));
+    frames.push_back(
+        wire::SharedFrame(values, off * 4, std::min(h.chunk_elements, f.numel - off) * 4));
   (void)wire::Send(*l.socket, h, std::move(frames));
+}
+
+// An unjoined fragment: the shard's values if it has some, else ask the training thread for
+// ours to upload (compare-and-set on version 0 at the shard: the first upload wins).
+void SyncClient::Impl::AskJoin(ShardLink& l, uint32_t fragment) {
+  join_asked[fragment] = absl::Now();
+  auto it = l.shard_version.find(fragment);
+  if (it != l.shard_version.end() && it->second == 0) {
+    Deliver({Arrival::kNeedInit, fragment, 0, false, std::nullopt});
+  } else {
+    SendPull(l, fragment);
+  }
 }
 
 void SyncClient::Impl::EncodePush(PushJob& job) {
@@ -357,18 +482,46 @@ void SyncClient::Impl::EncodePush(PushJob& job) {
   for (uint64_t off = 0; off < f.spec->numel; off += chunk) {
     const uint64_t n = std::min(chunk, f.spec->numel - off);
     const size_t sz = kernels::EncodedSize(opt.codec, n);
-    auto s = kernels::ErrorFeedbackEncode(opt.codec, std::span<const float>(f.delta.data() + off, n),
-                                          std::span<float>(f.error.data() + off, n),
-                                          std::span<uint8_t>(bytes->data() + pos, sz));
+    auto s = kernels::ErrorFeedbackEncode(
+        opt.codec, std::span<const float>(f.delta.data() + off, n),
+        std::span<float>(f.error.data() + off, n), std::span<uint8_t>(bytes->data() + pos, sz));
     if (!s.ok()) {  // a non-finite delta: the model diverged; do not poison the shard
       std::fill(f.error.begin() + off, f.error.begin() + off + n, 0.0f);
       std::memset(bytes->data() + pos, 0, sz);
+      job.poisoned = true;
       std::lock_guard<std::mutex> g(mu);
       ++stats.errors;
     }
     pos += sz;
   }
   job.encoded = std::move(bytes);
+}
+
+// e was e0 + delta - deQ(q); back to e0, as if the push had never been taken.
+void SyncClient::Impl::UndoErrorFeedback(const PushJob& job) {
+  if (job.poisoned || !job.encoded) return;
+  FragmentSync& f = frags[job.fragment];
+  const uint64_t chunk = wire::ChunkElements(opt.codec.block);
+  size_t pos = 0;
+  for (uint64_t off = 0; off < f.spec->numel; off += chunk) {
+    const uint64_t n = std::min(chunk, f.spec->numel - off);
+    const size_t sz = kernels::EncodedSize(opt.codec, n);
+    std::span<float> e(f.error.data() + off, n);
+    for (uint64_t i = 0; i < n; ++i) e[i] -= f.delta[off + i];
+    (void)kernels::DecodeAccumulate(
+        opt.codec, std::span<const uint8_t>(job.encoded->data() + pos, sz), 1.0f, e);
+    pos += sz;
+  }
+}
+
+void SyncClient::Impl::Finish(ShardLink& l,
+                              std::map<std::pair<uint32_t, uint64_t>, PushJob>::iterator it,
+                              bool applied) {
+  if (!applied) UndoErrorFeedback(it->second);
+  l.unacked.erase(it);
+  std::lock_guard<std::mutex> g(mu);
+  if (pending_pushes > 0) --pending_pushes;
+  cv.notify_all();
 }
 
 void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
@@ -397,81 +550,154 @@ void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
   job.sent = absl::Now();
 }
 
+void SyncClient::Impl::ReadVersions(ShardLink& l, const wire::Header& h) {
+  if (h.versions())
+    for (const auto* fv : *h.versions())
+      if (fv->id() < frags.size()) l.shard_version[fv->id()] = fv->version();
+  if (h.fleet_step_time_us() > 0) {
+    l.fleet_step_time_us = h.fleet_step_time_us();
+    uint64_t fleet = 0;
+    for (const auto& o : links)
+      if (o.fleet_step_time_us > 0 && (fleet == 0 || o.fleet_step_time_us < fleet))
+        fleet = o.fleet_step_time_us;
+    fleet_step_time_us = fleet;
+  }
+}
+
+void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
+  const bool restarted = l.incarnation != 0 && l.incarnation != h.incarnation();
+  // A Welcome on a link that was already welcomed by the same incarnation only refreshes the
+  // versions and the fleet's step time (DyLU's periodic Hello).
+  const bool fresh = !l.welcomed || restarted;
+  l.incarnation = h.incarnation();
+  l.welcomed = true;
+  l.backoff = absl::Milliseconds(100);
+  ReadVersions(l, h);
+  if (!fresh) return;
+  if (restarted) {
+    std::lock_guard<std::mutex> g(mu);
+    ++stats.shard_restarts;
+    Event({SyncEvent::kShardRestart, l.index, 0, 0, 0, 0, ""});
+  }
+  // Everything not yet answered goes again with its sequence number: the shard's dedup table
+  // keeps it exactly-once. A fragment the shard has no values for cannot take it.
+  for (auto it = l.unacked.begin(); it != l.unacked.end();) {
+    auto next = std::next(it);
+    if (l.shard_version[it->first.first] == 0) {
+      const uint32_t fragment = it->first.first;
+      Finish(l, it, /*applied=*/false);
+      Deliver({Arrival::kDone, fragment, 0, true, std::nullopt});
+    } else {
+      SendPush(l, it->second);
+      std::lock_guard<std::mutex> g(mu);
+      ++stats.resends;
+    }
+    it = next;
+  }
+  for (uint32_t id : l.fragments) {
+    if (!joined_io[id]) {
+      AskJoin(l, id);
+    } else if (restarted) {
+      // The shard may have gone back to an older checkpoint (periodic durability), or lost
+      // everything: take its versions as they are, or give it the fleet's last values.
+      Deliver({Arrival::kReset, id, 0, false, std::nullopt});
+      if (l.shard_version[id] == 0) {
+        Deliver({Arrival::kNeedInit, id, 0, false, std::nullopt});
+      } else {
+        SendPull(l, id);
+      }
+    }
+  }
+}
+
+void SyncClient::Impl::OnPushAck(ShardLink& l, const wire::Header& h) {
+  const auto key = std::make_pair(h.fragment_id(), h.seq());
+  switch (h.ack()) {
+    case AckStatus::Queued:  // keep it until Applied: a crash before then means resend
+      if (auto it = l.unacked.find(key); it != l.unacked.end()) it->second.sent = absl::Now();
+      return;
+    case AckStatus::Initialized:
+    case AckStatus::AlreadyInitialized:
+      l.shard_version[h.fragment_id()] = std::max<uint64_t>(h.version(), 1);
+      SendPull(l, h.fragment_id());
+      return;
+    case AckStatus::Duplicate:
+    case AckStatus::Stale: {
+      auto it = l.unacked.find(key);
+      if (it == l.unacked.end()) return;
+      const bool stale = h.ack() == AckStatus::Stale;
+      const PushJob& job = it->second;
+      {
+        std::lock_guard<std::mutex> g(mu);
+        ++(stale ? stats.stale : stats.duplicates);
+        Event({stale ? SyncEvent::kStale : SyncEvent::kDuplicate, l.index, job.fragment, job.seq,
+               job.base_version, h.version(), ""});
+      }
+      Finish(l, it, /*applied=*/!stale);  // a duplicate was applied before its ack got lost
+      Deliver({Arrival::kDone, h.fragment_id(), 0, true, std::nullopt});
+      SendPull(l, h.fragment_id());
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void SyncClient::Impl::OnError(ShardLink& l, const wire::Header& h) {
+  const ErrorCode code = h.error_code();
+  const std::string what = h.message() ? h.message()->str() : "";
+  {
+    std::lock_guard<std::mutex> g(mu);
+    ++stats.errors;
+    if (code == ErrorCode::WrongPlan || code == ErrorCode::WrongModel ||
+        code == ErrorCode::BadProtocolVersion) {
+      fatal = absl::StrCat("shard ", l.index, " (", l.endpoint, ") refuses this worker: ", what);
+      cv.notify_all();
+    }
+  }
+  if (code == ErrorCode::BadIdentity) {  // the shard does not know this connection: re-Hello
+    l.welcomed = false;
+    return;
+  }
+  if (code == ErrorCode::Unavailable) return;  // retried: resend timer, join retry
+  if (code == ErrorCode::NotInitialized) l.shard_version[h.fragment_id()] = 0;
+  // Any other refusal of a push is final for that push: release the fragment, undo its error
+  // feedback, and pull (a shard that lost the fragment gets our values first).
+  auto it = l.unacked.find({h.fragment_id(), h.seq()});
+  if (h.seq() == 0 || it == l.unacked.end()) return;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    ++stats.refused;
+    Event(
+        {SyncEvent::kRefused, l.index, h.fragment_id(), h.seq(), it->second.base_version, 0, what});
+  }
+  Finish(l, it, /*applied=*/false);
+  Deliver({Arrival::kDone, h.fragment_id(), 0, true, std::nullopt});
+  if (code == ErrorCode::NotInitialized) {
+    Deliver({Arrival::kNeedInit, h.fragment_id(), 0, false, std::nullopt});
+  } else {
+    SendPull(l, h.fragment_id());
+  }
+}
+
 void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m) {
   const auto& h = m.header();
   l.last_heard = absl::Now();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    stats.bytes_received += m.payload_bytes();
+  }
+  if (h.type() == MsgType::Error) return OnError(l, h);  // may name the shard's own plan
   if (h.plan_fingerprint() != plan.fingerprint()) {
     std::lock_guard<std::mutex> g(mu);
     ++stats.errors;
     return;
   }
-  {
-    std::lock_guard<std::mutex> g(mu);
-    stats.bytes_received += m.payload_bytes();
-  }
   switch (h.type()) {
-    case MsgType::Welcome: {
-      const bool restarted = l.incarnation != 0 && l.incarnation != h.incarnation();
-      l.incarnation = h.incarnation();
-      l.welcomed = true;
-      l.backoff = absl::Milliseconds(100);
-      if (h.fleet_step_time_us() > 0) fleet_step_time_us = h.fleet_step_time_us();
-      // Everything not yet acked goes again, same sequence numbers: the shard's dedup table
-      // keeps it exactly-once.
-      for (auto& [_, job] : l.unacked) SendPush(l, job);
-      if (restarted) {
-        std::lock_guard<std::mutex> g(mu);
-        ++stats.reconnects;
-      }
-      bool join_now;
-      {
-        std::lock_guard<std::mutex> g(mu);
-        join_now = joining;
-      }
-      if (join_now && h.versions()) {
-        for (const auto* fv : *h.versions()) {
-          if (fv->id() >= frags.size()) continue;
-          if (fv->version() == 0) {
-            SendInit(l, fv->id());
-          } else {
-            SendPull(l, fv->id());
-          }
-        }
-      } else if (restarted) {
-        // The shard may have gone back to an older checkpoint: take its versions as they are.
-        for (uint32_t id : l.fragments) {
-          Deliver({Arrival::kReset, id, 0, false, std::nullopt});
-          SendPull(l, id);
-        }
-      }
-      return;
-    }
-    case MsgType::PushAck: {
-      const auto key = std::make_pair(h.fragment_id(), h.seq());
-      switch (h.ack()) {
-        case AckStatus::Queued:  // keep it until Applied: a crash before then means resend
-          if (auto it = l.unacked.find(key); it != l.unacked.end()) it->second.sent = absl::Now();
-          return;
-        case AckStatus::Initialized:
-        case AckStatus::AlreadyInitialized:
-          SendPull(l, h.fragment_id());
-          return;
-        case AckStatus::Duplicate:
-        case AckStatus::Stale: {
-          if (l.unacked.erase(key) == 0) return;
-          {
-            std::lock_guard<std::mutex> g(mu);
-            if (h.ack() == AckStatus::Stale) ++stats.stale;
-            else ++stats.duplicates;
-          }
-          Deliver({Arrival::kDone, h.fragment_id(), 0, true, std::nullopt});
-          SendPull(l, h.fragment_id());
-          return;
-        }
-        default:
-          return;
-      }
-    }
+    case MsgType::Welcome:
+      return OnWelcome(l, h);
+    case MsgType::PushAck:
+      return OnPushAck(l, h);
     case MsgType::FragmentUpdate: {
       if (h.fragment_id() >= frags.size()) return;
       if (h.codec() != static_cast<uint8_t>(kDownloadCodec.kind) ||
@@ -481,21 +707,32 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m) {
         ++stats.errors;
         return;
       }
+      joined_io[h.fragment_id()] = true;
+      l.shard_version[h.fragment_id()] = h.version();
       bool answers = false;
-      if (h.ack() == AckStatus::Applied && h.worker_id() == opt.worker_id)
-        answers = l.unacked.erase({h.fragment_id(), h.seq()}) > 0;
+      if (h.ack() == AckStatus::Applied && h.worker_id() == opt.worker_id &&
+          h.generation() == opt.generation) {
+        if (auto it = l.unacked.find({h.fragment_id(), h.seq()}); it != l.unacked.end()) {
+          answers = true;
+          const uint64_t base = it->second.base_version;
+          // Rounds other workers closed between this push's base and its own round.
+          const uint64_t staleness = h.version() > base + 1 ? h.version() - base - 1 : 0;
+          {
+            std::lock_guard<std::mutex> g(mu);
+            ++stats.applied;
+            stats.mean_staleness = Ema(stats.mean_staleness, static_cast<double>(staleness));
+            stats.max_staleness = std::max(stats.max_staleness, staleness);
+            Event({SyncEvent::kApplied, l.index, h.fragment_id(), h.seq(), base, h.version(), ""});
+          }
+          Finish(l, it, /*applied=*/true);
+        }
+      }
       Deliver({Arrival::kUpdate, h.fragment_id(), h.version(), answers, std::move(m)});
       return;
     }
     case MsgType::Heartbeat:
-      return;  // liveness only: last_heard is updated above
-    case MsgType::Error: {
-      std::lock_guard<std::mutex> g(mu);
-      ++stats.errors;
-      if (h.error_code() == wire::ErrorCode::BadIdentity) l.welcomed = false;  // re-Hello
-      if (h.error_code() == wire::ErrorCode::NotInitialized) pull_queue.push_back(h.fragment_id());
+      ReadVersions(l, h);
       return;
-    }
     default:
       return;
   }
@@ -504,7 +741,6 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m) {
 void SyncClient::Impl::IoLoop() {
   for (auto& l : links) Connect(l);
   std::vector<zmq::pollitem_t> items(links.size());
-  absl::Time last_pull_retry = absl::Now();
   while (!stop) {
     for (size_t i = 0; i < links.size(); ++i)
       items[i] = {static_cast<void*>(*links[i].socket), 0, ZMQ_POLLIN, 0};
@@ -526,35 +762,30 @@ void SyncClient::Impl::IoLoop() {
         OnMessage(links[i], std::move(*m));
       }
     }
-    // New pushes from the training thread.
-    std::deque<uint32_t> pushes, pulls;
+    // New pushes and theta(0) uploads from the training thread.
+    std::deque<PushJob> pushes;
+    std::deque<std::pair<uint32_t, std::shared_ptr<const wire::Bytes>>> inits;
     {
       std::lock_guard<std::mutex> g(mu);
       pushes.swap(push_queue);
-      if (absl::Now() - last_pull_retry > absl::Milliseconds(200)) {
-        pulls.swap(pull_queue);
-        last_pull_retry = absl::Now();
-      }
+      inits.swap(init_queue);
     }
-    for (uint32_t id : pushes) {
-      FragmentSync& f = frags[id];
-      ShardLink& l = links[f.spec->shard];
-      PushJob job;
-      job.fragment = id;
-      job.seq = f.next_seq++;
-      job.base_version = f.pushed_base;
-      job.tokens = std::max<uint64_t>(f.tokens, 1);
-      job.steps = static_cast<uint32_t>(std::max<int64_t>(f.steps, 1));
+    for (auto& [id, values] : inits) {
+      ShardLink& l = links[plan.fragment(id).shard];
+      if (l.welcomed) SendInit(l, id, std::move(values));  // else: asked again after Welcome
+    }
+    for (PushJob& job : pushes) {
+      ShardLink& l = links[plan.fragment(job.fragment).shard];
       EncodePush(job);
-      if (l.unacked.size() >= opt.max_unacked_pushes) l.unacked.erase(l.unacked.begin());
-      auto& kept = l.unacked[{id, job.seq}] = std::move(job);
+      auto& kept = l.unacked[{job.fragment, job.seq}] = std::move(job);
       if (l.welcomed) SendPush(l, kept);
       std::lock_guard<std::mutex> g(mu);
       ++stats.pushes;
+      Event({SyncEvent::kPush, l.index, kept.fragment, kept.seq, kept.base_version, 0, ""});
     }
-    for (uint32_t id : pulls) SendPull(links[plan.fragment(id).shard], id);
-    // Liveness, heartbeats, resends.
+    // Liveness, heartbeats, resends, join retries.
     const absl::Time now = absl::Now();
+    uint32_t unacked = 0;
     for (auto& l : links) {
       if (now - l.last_heard > opt.shard_timeout) {
         // Silent shard: new socket, back off exponentially. Training goes on meanwhile.
@@ -565,6 +796,7 @@ void SyncClient::Impl::IoLoop() {
         ++stats.reconnects;
       }
       if (!l.welcomed && now - l.last_hello > l.backoff) SendHello(l);
+      if (l.welcomed && opt.dylu && now - l.last_hello > opt.fleet_refresh) SendHello(l);
       if (l.welcomed && now - l.last_heartbeat > opt.heartbeat) {
         (void)wire::Send(*l.socket, Header(MsgType::Heartbeat), {});
         l.last_heartbeat = now;
@@ -577,8 +809,13 @@ void SyncClient::Impl::IoLoop() {
             ++stats.resends;
           }
         }
+        for (uint32_t id : l.fragments)
+          if (!joined_io[id] && now - join_asked[id] > opt.join_retry) AskJoin(l, id);
       }
+      unacked += static_cast<uint32_t>(l.unacked.size());
     }
+    std::lock_guard<std::mutex> g(mu);
+    stats.unacked = unacked;
   }
 }
 

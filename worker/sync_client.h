@@ -1,14 +1,17 @@
 // The worker's sync client: joins every shard, and afterwards keeps the local model in step
-// with the global one without ever blocking the training thread.
+// with the global one without ever blocking the training thread. Design: docs/worker.md.
 //
 // Threads: the training thread calls AfterStep() once per inner step; it only copies (delta
-// out, adopted fragment in) and queues work. An I/O thread owns one DEALER socket per shard,
-// runs error feedback + quantisation, sends pushes, keeps each push until the shard acks it
-// (resending with the same sequence number after a reconnect or a shard restart), sends
-// heartbeats, and hands arrived fragments back to the training thread.
+// out, adopted fragment in, a theta(0) snapshot when a shard asks for one) and queues work. An
+// I/O thread owns one DEALER socket per shard, runs error feedback + quantisation, sends pushes,
+// keeps each push until the shard acks it (resending with the same sequence number after a
+// reconnect or a shard restart), sends heartbeats, and hands arrived fragments back.
 //
 // Per fragment, at most one push is outstanding: the next delta is taken only after the
-// previous push's round has been adopted (or refused), so no delta is ever counted twice.
+// previous push has been answered (Applied, Duplicate, Stale or refused), so no delta is ever
+// counted twice, and the pushes kept for resending are bounded by the number of fragments.
+// A push that was not applied (Stale, refused) has its quantisation undone from the error
+// feedback residual, so nothing is lost or double-counted there either.
 #pragma once
 
 #include <atomic>
@@ -34,24 +37,50 @@ struct SyncOptions {
   uint32_t num_fragments = 4;
   kernels::Codec codec;
   uint32_t inner_steps = 50;  // H
-  float adopt_alpha = 0.0f;   // local = global + alpha*(local - global)
-  bool dylu = false;          // Dynamic Local Updates: H_w = H * v_w / v_fleet_max
-  bool stream = true;         // stagger fragments' pushes over the H steps
+  // Adoption: local = global + alpha*(local - global); the join always takes global.
+  float adopt_alpha = 0.0f;
+  bool dylu = false;   // Dynamic Local Updates: H_w = H * v_w / v_fleet_max
+  bool stream = true;  // stagger fragments' pushes over the H steps
   absl::Duration heartbeat = absl::Milliseconds(500);
   absl::Duration shard_timeout = absl::Seconds(3);  // silence before reconnecting
   absl::Duration resend_after = absl::Seconds(5);   // no ack: send the push again
   absl::Duration backoff_max = absl::Seconds(4);
-  size_t max_unacked_pushes = 64;
+  // CURVE, all three or none (Z85 text, see schema/curve.h): the shards' public key and this
+  // worker's key pair, whose public half the shards list for this worker_id.
+  std::string curve_server_key, curve_public_key, curve_secret_key;
+  absl::Duration join_retry = absl::Seconds(1);  // re-ask for an unjoined fragment
+  // DyLU needs the fleet's step time, which the shards send in Welcome (and, once they do, in
+  // Heartbeat replies); with dylu on, a Hello is repeated this often to refresh it.
+  absl::Duration fleet_refresh = absl::Seconds(1);
+  size_t max_events = 4096;  // TakeEvents() backlog; older events are dropped beyond it
 };
 
 struct SyncStats {
-  uint64_t pushes = 0, resends = 0, adoptions = 0, stale = 0, duplicates = 0, errors = 0;
+  uint64_t pushes = 0, applied = 0, resends = 0, adoptions = 0, stale = 0, duplicates = 0;
+  uint64_t refused = 0, errors = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;
-  uint64_t reconnects = 0;
-  double mean_staleness = 0;     // rounds between a push's base and the adopted version
-  uint32_t inner_steps_now = 0;  // current H_w
+  uint64_t reconnects = 0, shard_restarts = 0;
+  uint32_t joined = 0;        // fragments joined (pulled once)
+  uint32_t unacked = 0;       // pushes waiting for their answer
+  double mean_staleness = 0;  // EMA of rounds merged between a push's base and its round
+  uint64_t max_staleness = 0;
+  uint32_t inner_steps_now = 0;   // current H_w
+  double step_time_us = 0;        // this worker's EMA inner step time
+  double fleet_step_time_us = 0;  // fastest worker's, as the shards last said (0: unknown)
+  double after_step_us = 0;       // EMA cost of AfterStep on the training thread
+  double after_step_max_us = 0;
   std::vector<uint64_t> versions;  // adopted version per fragment
 };
+
+// Things machines want to follow one by one (worker_main writes them as JSON lines).
+struct SyncEvent {
+  enum Kind { kPush, kApplied, kDuplicate, kStale, kRefused, kShardRestart };
+  Kind kind = kPush;
+  uint32_t shard = 0, fragment = 0;
+  uint64_t seq = 0, base_version = 0, version = 0;
+  std::string detail;  // kRefused: the shard's message
+};
+const char* SyncEventName(SyncEvent::Kind k);
 
 class SyncClient {
  public:
@@ -61,15 +90,25 @@ class SyncClient {
 
   // Hello to every shard, upload `params` as theta(0) where a fragment has none, pull every
   // fragment and overwrite `params` with the pulled values. Blocks up to `deadline`.
+  // OK: every fragment joined. DeadlineExceeded: not all shards answered in time; the client
+  // keeps joining in the background and AfterStep() takes each fragment as it arrives (an
+  // unjoined fragment is trained locally, never pushed, and overwritten when it joins).
+  // FailedPrecondition: a shard refuses this worker's plan or model (retrying will not help).
   absl::Status Join(std::span<float> params, absl::Duration deadline);
+  bool joined() const;
 
   // After each inner step, on the training thread. Adopts fragments that have arrived and
   // queues pushes that are due. Never waits on the network.
   void AfterStep(std::span<float> params, uint64_t tokens, absl::Duration step_time);
 
+  // Clean stop, on the training thread: takes no new pushes, waits up to `timeout` until every
+  // push is answered, and adopts what arrives meanwhile into `params`.
+  absl::Status Drain(std::span<float> params, absl::Duration timeout);
+
   SyncStats stats() const;
+  std::vector<SyncEvent> TakeEvents();
   uint64_t plan_fingerprint() const;
-  // The last adopted global model, flat (fragments not yet adopted hold theta(0)).
+  // The last adopted global model, flat (fragments not yet adopted hold zeros).
   std::span<const float> global_params() const;
 
   struct Impl;

@@ -13,8 +13,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/checksum.h"
 #include "common/event_log.h"
 #include "common/model_spec.h"
+#include "schema/curve.h"
 #include "worker/model/cpu_trainer.h"
 #include "worker/model/evaluate.h"
 #include "worker/sync_client.h"
@@ -46,7 +48,21 @@ ABSL_FLAG(absl::Duration, step_delay, absl::ZeroDuration(),
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5), "progress line period");
 ABSL_FLAG(int, eval_batches, 4, "held-out batches per evaluation");
 ABSL_FLAG(std::string, metrics_jsonl, "", "append JSON-lines events here");
-ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(60), "give up joining after this long");
+ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(60),
+          "wait this long for the join before training starts");
+ABSL_FLAG(bool, train_unjoined, true,
+          "if the join is not done by --join_timeout: train unsynced and keep joining in the "
+          "background (false: exit with an error)");
+ABSL_FLAG(bool, log_sync_events, false,
+          "also write one JSON line per sync event (joined, push, applied, duplicate, stale, "
+          "refused, shard_restart) to --metrics_jsonl");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(3),
+          "on a clean stop, wait this long for in-flight pushes to be answered");
+ABSL_FLAG(std::string, curve_server_key, "",
+          "CURVE: the shards' public key (Z85 text or a file holding it); empty: no encryption");
+ABSL_FLAG(std::string, curve_secret_key_file, "",
+          "CURVE: this worker's secret key file (diloco-keygen); its public key must be listed "
+          "for --worker_id in the shards' --curve_authorized_keys");
 
 namespace {
 
@@ -76,6 +92,51 @@ absl::StatusOr<diloco::data::DataOptions> ParseData(const std::string& spec, int
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--data=", spec, ": expected synthetic, bin:PATH or text:PATH"));
+}
+
+// Fills the CURVE keys of `so` from the flags: both flags or neither.
+absl::Status SetCurveKeys(diloco::worker::SyncOptions* so) {
+  std::string server = absl::GetFlag(FLAGS_curve_server_key);
+  const std::string secret_file = absl::GetFlag(FLAGS_curve_secret_key_file);
+  if (server.empty() && secret_file.empty()) return absl::OkStatus();
+  if (server.empty() || secret_file.empty())
+    return absl::InvalidArgumentError(
+        "CURVE needs both --curve_server_key and --curve_secret_key_file");
+  if (!diloco::wire::IsZ85Key(server)) {
+    auto from_file = diloco::wire::ReadKeyFile(server);
+    if (!from_file.ok())
+      return absl::InvalidArgumentError("--curve_server_key: neither a Z85 key nor a key file");
+    server = *from_file;
+  }
+  auto secret = diloco::wire::ReadKeyFile(secret_file);
+  if (!secret.ok()) return secret.status();
+  auto pub = diloco::wire::CurvePublicKey(*secret);
+  if (!pub.ok()) return pub.status();
+  so->curve_server_key = server;
+  so->curve_public_key = *pub;
+  so->curve_secret_key = *secret;
+  return absl::OkStatus();
+}
+
+// 48 bits of the parameters' checksum: exact as a JSON number (a double).
+uint64_t ParamsChecksum(std::span<const float> p) {
+  return diloco::Checksum64(p.data(), p.size_bytes()) & ((uint64_t{1} << 48) - 1);
+}
+
+void WriteSyncEvents(diloco::worker::SyncClient& sync, uint32_t wid, diloco::EventLog& log) {
+  const auto events = sync.TakeEvents();
+  if (!absl::GetFlag(FLAGS_log_sync_events)) return;
+  for (const auto& e : events) {
+    diloco::JsonObject ev;
+    ev.Add("event", diloco::worker::SyncEventName(e.kind)).Add("worker", uint64_t{wid});
+    ev.Add("shard", uint64_t{e.shard});
+    if (e.kind != diloco::worker::SyncEvent::kShardRestart) {
+      ev.Add("fragment", uint64_t{e.fragment}).Add("seq", e.seq);
+      ev.Add("base_version", e.base_version).Add("version", e.version);
+    }
+    if (!e.detail.empty()) ev.Add("detail", e.detail);
+    log.Write(ev);
+  }
 }
 
 }  // namespace
@@ -124,12 +185,32 @@ int main(int argc, char** argv) {
     so.dylu = absl::GetFlag(FLAGS_dylu);
     so.stream = absl::GetFlag(FLAGS_stream);
     so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
+    if (auto st = SetCurveKeys(&so); !st.ok()) return Fail(st);
     auto s = worker::SyncClient::Create(so, tr.manifest());
     if (!s.ok()) return Fail(s.status());
     sync = std::move(*s);
-    if (auto st = sync->Join(tr.params(), absl::GetFlag(FLAGS_join_timeout)); !st.ok())
+    const uint64_t initial = ParamsChecksum(tr.params());
+    const absl::Time t0 = absl::Now();
+    const absl::Status st = sync->Join(tr.params(), absl::GetFlag(FLAGS_join_timeout));
+    if (st.ok() && absl::GetFlag(FLAGS_log_sync_events)) {
+      JsonObject ev;
+      ev.Add("event", "joined").Add("worker", uint64_t{wid});
+      ev.Add("params_checksum", ParamsChecksum(tr.params()));
+      ev.Add("initial_checksum", initial);
+      ev.Add("join_ms", absl::ToDoubleMilliseconds(absl::Now() - t0));
+      log->Write(ev);
+    } else if (absl::IsDeadlineExceeded(st) && absl::GetFlag(FLAGS_train_unjoined)) {
+      std::fprintf(stderr, "diloco-worker[%u]: %s; training unsynced meanwhile\n", wid,
+                   std::string(st.message()).c_str());
+      JsonObject ev;
+      ev.Add("event", "join_pending").Add("worker", uint64_t{wid});
+      ev.Add("joined", uint64_t{sync->stats().joined});
+      if (absl::GetFlag(FLAGS_log_sync_events)) log->Write(ev);
+    } else if (!st.ok()) {
       return Fail(st);
+    }
   }
+  bool joined_logged = !absl::GetFlag(FLAGS_log_sync_events) || (sync && sync->joined());
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   const float eval0 = tr.EvalLoss();
@@ -159,7 +240,17 @@ int main(int argc, char** argv) {
     const absl::Duration dt = absl::Now() - t0;
     tokens += tr.tokens_per_step();
     loss_ema = loss_ema == 0 ? loss : 0.9 * loss_ema + 0.1 * loss;
-    if (sync) sync->AfterStep(tr.params(), tr.tokens_per_step(), dt);
+    if (sync) {
+      sync->AfterStep(tr.params(), tr.tokens_per_step(), dt);
+      WriteSyncEvents(*sync, wid, *log);
+      if (!joined_logged && sync->joined()) {  // joined in the background
+        joined_logged = true;
+        JsonObject ev;
+        ev.Add("event", "joined").Add("worker", uint64_t{wid}).Add("step", step + 1);
+        ev.Add("params_checksum", ParamsChecksum(tr.params()));
+        log->Write(ev);
+      }
+    }
     const absl::Time now = absl::Now();
     if (now >= next_progress) {
       const double tps = (tokens - tokens_at_last) / absl::ToDoubleSeconds(now - last);
@@ -173,21 +264,34 @@ int main(int argc, char** argv) {
       std::string extra;
       if (sync) {
         const auto st = sync->stats();
-        extra = absl::StrCat(" | H ", st.inner_steps_now, " pushes ", st.pushes, " adopted ",
-                             st.adoptions, " stale ", st.stale, " staleness ",
-                             absl::StrFormat("%.2f", st.mean_staleness), " sent ",
-                             st.bytes_sent >> 10, "KiB recv ", st.bytes_received >> 10,
-                             "KiB versions [", absl::StrJoin(st.versions, ","), "]");
-        ev.Add("pushes", st.pushes).Add("adoptions", st.adoptions).Add("stale", st.stale);
-        ev.Add("staleness", st.mean_staleness).Add("bytes_sent", st.bytes_sent);
-        ev.Add("bytes_received", st.bytes_received).Add("resends", st.resends);
-        ev.Add("inner_steps", uint64_t{st.inner_steps_now});
+        extra = absl::StrCat(" | joined ", st.joined, "/", st.versions.size(), " H ",
+                             st.inner_steps_now, " pushes ", st.pushes, " applied ", st.applied,
+                             " adopted ", st.adoptions, " stale ", st.stale, " resent ", st.resends,
+                             " staleness ",
+                             absl::StrFormat("%.2f (max %d)", st.mean_staleness, st.max_staleness),
+                             " sent ", st.bytes_sent >> 10, "KiB recv ", st.bytes_received >> 10,
+                             "KiB sync/step ", absl::StrFormat("%.0fus", st.after_step_us),
+                             " versions [", absl::StrJoin(st.versions, ","), "]");
+        ev.Add("pushes", st.pushes).Add("applied", st.applied).Add("adoptions", st.adoptions);
+        ev.Add("stale", st.stale).Add("duplicates", st.duplicates).Add("refused", st.refused);
+        ev.Add("staleness", st.mean_staleness).Add("max_staleness", st.max_staleness);
+        ev.Add("bytes_sent", st.bytes_sent).Add("bytes_received", st.bytes_received);
+        ev.Add("resends", st.resends).Add("reconnects", st.reconnects);
+        ev.Add("shard_restarts", st.shard_restarts).Add("unacked", uint64_t{st.unacked});
+        ev.Add("joined", uint64_t{st.joined}).Add("inner_steps", uint64_t{st.inner_steps_now});
+        ev.Add("step_time_us", st.step_time_us).Add("fleet_step_time_us", st.fleet_step_time_us);
+        ev.Add("after_step_us", st.after_step_us).Add("after_step_max_us", st.after_step_max_us);
         ev.AddRaw("versions", absl::StrCat("[", absl::StrJoin(st.versions, ","), "]"));
       }
       std::fprintf(stderr, "worker %u step %6ld loss %.4f tok/s %8.0f%s\n", wid,
                    static_cast<long>(step + 1), loss_ema, tps, extra.c_str());
       log->Write(ev);
     }
+  }
+  if (sync) {
+    if (auto st = sync->Drain(tr.params(), absl::GetFlag(FLAGS_drain_timeout)); !st.ok())
+      std::fprintf(stderr, "diloco-worker[%u]: %s\n", wid, std::string(st.message()).c_str());
+    WriteSyncEvents(*sync, wid, *log);
   }
   const float eval_local = tr.EvalLoss();
   JsonObject done;
@@ -196,6 +300,10 @@ int main(int argc, char** argv) {
                                                               static_cast<double>(eval0));
   std::string global_str;
   if (sync) {
+    const auto st = sync->stats();
+    done.Add("pushes", st.pushes).Add("applied", st.applied).Add("stale", st.stale);
+    done.Add("resends", st.resends).Add("joined", uint64_t{st.joined});
+    done.Add("after_step_us", st.after_step_us).Add("step_time_us", st.step_time_us);
     auto g = model::EvaluateParams(to, sync->global_params());
     if (g.ok()) {
       done.Add("eval_global", *g);

@@ -1,0 +1,199 @@
+// diloco-bench-transport: one-way throughput on loopback, DEALER -> ROUTER, one sender and one
+// receiver in separate ZeroMQ contexts (one I/O thread each, as two processes would have).
+//
+//   raw   the ceiling: plain zmq multipart, the payload split in frames as the push path does,
+//         sent zero-copy from one pre-touched buffer; the receiver drops what it gets.
+//   push  the project's path: wire::Send (BuildHeader with XXH3 checksums of every frame, the
+//         payload as SharedFrames); the receiver runs ParseMessage (verifier, lengths,
+//         checksums) on every message.
+// Each mode also runs over CURVE. Throughput is payload bytes / (first send .. last receipt),
+// the best of --reps runs. Ratios are taken within this run (TOOLCHAIN.md: never compare
+// absolute figures across machines).
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/checksum.h"
+#include "schema/curve.h"
+#include "schema/transport.h"
+
+ABSL_FLAG(std::string, sizes_mib, "1,4,16,64,256", "payload sizes in MiB");
+ABSL_FLAG(uint64_t, total_mib, 1024, "payload bytes per measurement (at least 2 messages)");
+ABSL_FLAG(uint64_t, frame_kib, 4096, "payload frame size (fp32 chunks of 1 Mi elements: 4 MiB)");
+ABSL_FLAG(int, reps, 3, "runs per cell; the best is reported");
+ABSL_FLAG(bool, curve, true, "also measure over CURVE");
+ABSL_FLAG(bool, skip_raw, false, "profiling: skip the raw ceiling runs");
+ABSL_FLAG(bool, skip_push, false, "profiling: skip the push path runs");
+ABSL_FLAG(bool, sender_checksums, true,
+          "ablation: false sends a header with checksums computed once, outside the timing");
+ABSL_FLAG(bool, receiver_parse, true, "ablation: false drops push messages unparsed");
+
+namespace {
+
+using namespace diloco;
+
+struct Mode {
+  bool push = false;
+  bool curve = false;
+};
+
+struct Keys {
+  wire::CurveKeyPair server, client;
+};
+
+void NoFree(void*, void*) {}
+
+// Seconds to move `n` messages of `bytes` payload, or a negative number on a failure.
+double RunOnce(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Bytes> buf,
+               uint64_t bytes, uint64_t frame_bytes, int n) {
+  zmq::context_t rctx(1), sctx(1);
+  zmq::socket_t router(rctx, zmq::socket_type::router), dealer(sctx, zmq::socket_type::dealer);
+  for (auto* s : {&router, &dealer}) wire::ConfigureSocket(*s);
+  if (mode.curve) {
+    if (!wire::MakeCurveServer(router, keys.server.secret_key).ok() ||
+        !wire::MakeCurveClient(dealer, keys.server.public_key, keys.client.public_key,
+                               keys.client.secret_key)
+             .ok())
+      return -1;
+  }
+  router.bind("tcp://127.0.0.1:*");
+  dealer.connect(router.get(zmq::sockopt::last_endpoint));
+  // Handshake first, outside the timing.
+  dealer.send(zmq::str_buffer("ping"), zmq::send_flags::none);
+  zmq::message_t rid, ping;
+  (void)router.recv(rid);
+  (void)router.recv(ping);
+
+  std::atomic<bool> ok{true};
+  absl::Time done;
+  std::thread receiver([&] {
+    for (int i = 0; i < n; ++i) {
+      std::vector<zmq::message_t> frames;
+      do {
+        zmq::message_t m;
+        (void)router.recv(m);
+        frames.push_back(std::move(m));
+      } while (frames.back().more());
+      if (mode.push && absl::GetFlag(FLAGS_receiver_parse)) {
+        frames.erase(frames.begin());
+        auto m = wire::ParseMessage(std::move(frames));
+        if (!m.ok() || m->payload_bytes() != bytes) ok = false;
+      }
+    }
+    done = absl::Now();
+  });
+
+  std::vector<uint64_t> lengths, sums;  // for --nosender_checksums
+  for (uint64_t off = 0; off < bytes; off += frame_bytes) {
+    lengths.push_back(std::min(frame_bytes, bytes - off));
+    sums.push_back(Checksum64(buf->data() + off, lengths.back()));
+  }
+  const bool fresh_sums = absl::GetFlag(FLAGS_sender_checksums);
+  const absl::Time start = absl::Now();
+  absl::Time sent;
+  for (int i = 0; i < n; ++i) {
+    std::vector<zmq::message_t> frames;
+    for (uint64_t off = 0; off < bytes; off += frame_bytes) {
+      const uint64_t len = std::min(frame_bytes, bytes - off);
+      if (mode.push)
+        frames.push_back(wire::SharedFrame(buf, off, len));
+      else
+        frames.emplace_back(const_cast<uint8_t*>(buf->data() + off), len, &NoFree, nullptr);
+    }
+    if (mode.push) {
+      wire::HeaderFields h;
+      h.type = wire::MsgType::Push;
+      h.seq = i + 1;
+      if (fresh_sums) {
+        if (!wire::Send(dealer, h, std::move(frames), nullptr, /*dontwait=*/false).ok()) ok = false;
+      } else {
+        zmq::message_t header = wire::BuildHeader(h, lengths, sums);
+        dealer.send(header, zmq::send_flags::sndmore);
+        for (size_t k = 0; k < frames.size(); ++k)
+          dealer.send(frames[k],
+                      k + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+    } else {
+      for (size_t k = 0; k < frames.size(); ++k)
+        dealer.send(frames[k],
+                    k + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+  sent = absl::Now();
+  receiver.join();
+  if (getenv("BENCH_DEBUG"))
+    std::fprintf(stderr, "send %.3f s, receive %.3f s\n", absl::ToDoubleSeconds(sent - start),
+                 absl::ToDoubleSeconds(done - start));
+  return ok ? absl::ToDoubleSeconds(done - start) : -1;
+}
+
+double Best(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Bytes> buf,
+            uint64_t bytes, uint64_t frame_bytes, int n, int reps) {
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const double s = RunOnce(mode, keys, buf, bytes, frame_bytes, n);
+    if (s <= 0) return -1;
+    best = std::max(best, static_cast<double>(bytes) * n / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  std::vector<uint64_t> sizes;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
+    uint64_t v = 0;
+    if (!absl::SimpleAtoi(s, &v) || v == 0) {
+      std::fprintf(stderr, "bad --sizes_mib\n");
+      return 2;
+    }
+    sizes.push_back(v << 20);
+  }
+  const uint64_t frame = absl::GetFlag(FLAGS_frame_kib) << 10;
+  const int reps = absl::GetFlag(FLAGS_reps);
+  const bool curve = absl::GetFlag(FLAGS_curve);
+  Keys keys{wire::NewCurveKeyPair().value(), wire::NewCurveKeyPair().value()};
+  // One pre-touched buffer for every message (TOOLCHAIN.md: first touch is 10x slower).
+  auto buf = std::make_shared<wire::Bytes>(*std::max_element(sizes.begin(), sizes.end()));
+  std::mt19937_64 rng(1);
+  for (size_t i = 0; i + 8 <= buf->size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(buf->data() + i, &v, 8);
+  }
+  std::printf("diloco-bench-transport: loopback DEALER->ROUTER, frames of %lu KiB, best of %d\n",
+              static_cast<unsigned long>(frame >> 10), reps);
+  std::printf("%8s %6s %5s | %9s %9s %6s | %9s %9s %6s %6s\n", "payload", "frames", "msgs",
+              "raw GB/s", "push GB/s", "ratio", "rawC GB/s", "pushC GB/s", "/rawC", "/raw");
+  for (uint64_t bytes : sizes) {
+    const int n =
+        static_cast<int>(std::max<uint64_t>(2, (absl::GetFlag(FLAGS_total_mib) << 20) / bytes));
+    const uint64_t frames = (bytes + frame - 1) / frame;
+    const bool do_raw = !absl::GetFlag(FLAGS_skip_raw), do_push = !absl::GetFlag(FLAGS_skip_push);
+    const double raw = do_raw ? Best({false, false}, keys, buf, bytes, frame, n, reps) : 0;
+    const double push = do_push ? Best({true, false}, keys, buf, bytes, frame, n, reps) : 0;
+    double rawc = 0, pushc = 0;
+    if (curve) {
+      rawc = do_raw ? Best({false, true}, keys, buf, bytes, frame, n, reps) : 0;
+      pushc = do_push ? Best({true, true}, keys, buf, bytes, frame, n, reps) : 0;
+    }
+    std::printf("%5lu MiB %6lu %5d | %9.2f %9.2f %5.0f%% | %9.2f %9.2f %5.0f%% %5.0f%%\n",
+                static_cast<unsigned long>(bytes >> 20), static_cast<unsigned long>(frames), n, raw,
+                push, 100 * push / raw, rawc, pushc, curve ? 100 * pushc / rawc : 0,
+                curve ? 100 * pushc / raw : 0);
+    std::fflush(stdout);
+  }
+  return 0;
+}

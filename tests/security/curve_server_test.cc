@@ -1,0 +1,94 @@
+// A real diloco-server with CURVE on 127.0.0.1: only listed keys get in, a listed key may only
+// speak as its own worker id, and a diloco-worker with its key trains through it.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/security/security_util.h"
+
+namespace diloco::testing {
+namespace {
+
+using wire::MsgType;
+
+class CurveServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TestDir();
+    server_ = wire::NewCurveKeyPair().value();
+    w1_ = wire::NewCurveKeyPair().value();
+    w2_ = wire::NewCurveKeyPair().value();
+    stranger_ = wire::NewCurveKeyPair().value();
+    ASSERT_TRUE(wire::WriteKeyPair((dir_ / "server").string(), server_).ok());
+    ASSERT_TRUE(wire::WriteKeyPair((dir_ / "w1").string(), w1_).ok());
+    std::ofstream(dir_ / "authorized_keys")
+        << "# worker_id key\n1 " << w1_.public_key << "\n2 " << w2_.public_key << "\n";
+    server_proc_ = std::make_unique<Process>(
+        std::vector<std::string>{ServerBinary(), "--bind=tcp://127.0.0.1:*",
+                                 "--port_file=" + (dir_ / "port").string(), "--fragments=4",
+                                 std::string("--model=") + kModel, "--grace_cap=1s",
+                                 "--worker_timeout=2s", "--progress_interval=1000s",
+                                 "--curve_secret_key_file=" + (dir_ / "server.secret").string(),
+                                 "--curve_authorized_keys=" + (dir_ / "authorized_keys").string()},
+        (dir_ / "server.log").string());
+    auto ep = WaitForLine(dir_ / "port", absl::Seconds(20));
+    ASSERT_TRUE(ep.has_value()) << "server did not start";
+    endpoint_ = *ep;
+  }
+
+  std::optional<wire::Message> Hello(const wire::CurveKeyPair* keys, uint32_t worker,
+                                     absl::Duration wait = absl::Seconds(10)) {
+    return Ask(endpoint_, TinyHeader(MsgType::Hello, worker), server_.public_key, keys, wait);
+  }
+
+  std::filesystem::path dir_;
+  wire::CurveKeyPair server_, w1_, w2_, stranger_;
+  std::unique_ptr<Process> server_proc_;
+  std::string endpoint_;
+};
+
+TEST_F(CurveServerTest, ListedKeyIsWelcomed) {
+  auto r = Hello(&w1_, 1);
+  ASSERT_TRUE(r.has_value()) << "no reply to a listed key";
+  EXPECT_EQ(r->type(), MsgType::Welcome);
+  EXPECT_EQ(r->header().worker_id(), 1u);
+}
+
+TEST_F(CurveServerTest, UnlistedKeyGetsNothing) {
+  ASSERT_TRUE(Hello(&w2_, 2).has_value());  // the server answers listed keys meanwhile
+  EXPECT_FALSE(Hello(&stranger_, 1, absl::Seconds(1.5)).has_value());
+}
+
+TEST_F(CurveServerTest, PlaintextClientGetsNothing) {
+  ASSERT_TRUE(Hello(&w1_, 1).has_value());
+  EXPECT_FALSE(Hello(nullptr, 1, absl::Seconds(1.5)).has_value());
+}
+
+TEST_F(CurveServerTest, ListedKeyClaimingAnotherWorkerIsRefused) {
+  auto r = Hello(&w1_, 2);  // w1's key, worker 2's id
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->type(), MsgType::Error);
+  EXPECT_EQ(r->header().error_code(), wire::ErrorCode::BadIdentity);
+  // Counted, and worker 2 was never registered by the impostor.
+  auto stats =
+      Ask(endpoint_, TinyHeader(MsgType::Stats, 1), server_.public_key, &w1_, absl::Seconds(10));
+  ASSERT_TRUE(stats.has_value() && stats->header().message());
+  const std::string json = stats->header().message()->str();
+  EXPECT_EQ(JsonNumber(json, "identity_refused"), std::optional<double>(1)) << json;
+  EXPECT_EQ(JsonNumber(json, "workers"), std::optional<double>(0)) << json;
+}
+
+TEST_F(CurveServerTest, WorkerTrainsOverCurve) {
+  auto argv = TinyWorkerArgs(endpoint_, 1, dir_ / "w1.jsonl");
+  argv.push_back("--curve_server_key=" + server_.public_key);
+  argv.push_back("--curve_secret_key_file=" + (dir_ / "w1.secret").string());
+  Process worker(argv, (dir_ / "worker.log").string());
+  // Past the join (one adoption per fragment): rounds closed and were adopted over CURVE.
+  EXPECT_TRUE(WaitForAdoptions(dir_ / "w1.jsonl", 3 * kFragments, absl::Seconds(60)))
+      << "the worker never adopted over CURVE; see " << dir_;
+  worker.Signal(SIGTERM);
+  worker.Wait(absl::Seconds(20));
+}
+
+}  // namespace
+}  // namespace diloco::testing

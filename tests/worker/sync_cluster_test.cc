@@ -1,0 +1,331 @@
+// The worker's sync client with real processes on 127.0.0.1 (tiny model, one thread each, so
+// the whole file fits a 2-core CI box): theta(0) identical on every worker, training at full
+// speed while every shard is down (and joining once they come up), exactly-once pushes across
+// a shard SIGKILL + restart, Dynamic Local Updates evening out a heterogeneous fleet, and
+// quantised pushes with error feedback reaching the fp32 run's loss.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "tests/integration/cluster.h"
+
+namespace diloco::testing {
+namespace {
+
+constexpr char kModel[] = "tiny";
+
+// One JSON line: its "event" name and its numeric fields.
+struct Typed {
+  std::string name;
+  Event num;
+};
+
+std::vector<Typed> ReadTyped(const std::filesystem::path& jsonl) {
+  std::vector<Typed> out;
+  std::ifstream in(jsonl);
+  std::string line;
+  static const std::regex name("\"event\":\"([a-z_]+)\"");
+  static const std::regex kv("\"([a-z_]+)\":(-?[0-9.eE+-]+)");
+  while (std::getline(in, line)) {
+    Typed t;
+    std::smatch m;
+    if (std::regex_search(line, m, name)) t.name = m[1];
+    for (std::sregex_iterator it(line.begin(), line.end(), kv), end; it != end; ++it)
+      t.num[(*it)[1]] = std::stod((*it)[2]);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<Typed> Named(const std::vector<Typed>& all, const std::string& n) {
+  std::vector<Typed> out;
+  for (const auto& t : all)
+    if (t.name == n) out.push_back(t);
+  return out;
+}
+
+// A TCP port nobody listens on right now.
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Fleet {
+  std::filesystem::path dir = TestDir();
+  std::vector<std::unique_ptr<Process>> shards, workers;
+  std::vector<std::string> endpoints;
+
+  std::unique_ptr<Process> StartShard(int i, int n, const std::string& bind,
+                                      const std::vector<std::string>& extra = {}) {
+    std::filesystem::remove(dir / absl::StrCat("port", i));
+    std::vector<std::string> argv = {
+        ServerBinary(),
+        "--bind=" + bind,
+        absl::StrCat("--port_file=", (dir / absl::StrCat("port", i)).string()),
+        absl::StrCat("--shard=", i),
+        absl::StrCat("--shards=", n),
+        "--fragments=4",
+        absl::StrCat("--model=", kModel),
+        absl::StrCat("--store=", (dir / absl::StrCat("store", i)).string()),
+        "--grace_cap=1s",
+        "--worker_timeout=2s",
+        "--progress_interval=1000s"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Process>(argv, (dir / absl::StrCat("shard", i, ".log")).string());
+  }
+
+  // Starts n shards; with `binds` empty each picks a free port.
+  void StartShards(int n, const std::vector<std::string>& extra = {},
+                   std::vector<std::string> binds = {}) {
+    if (binds.empty()) binds.assign(n, "tcp://127.0.0.1:*");
+    for (int i = 0; i < n; ++i) shards.push_back(StartShard(i, n, binds[i], extra));
+    endpoints.clear();
+    for (int i = 0; i < n; ++i) {
+      auto ep = WaitForLine(dir / absl::StrCat("port", i), absl::Seconds(20));
+      ASSERT_TRUE(ep.has_value()) << "shard " << i << " did not start";
+      endpoints.push_back(*ep);
+    }
+  }
+
+  std::filesystem::path Jsonl(int w) const { return dir / absl::StrCat("worker", w, ".jsonl"); }
+
+  // A worker on `endpoints` (none: no sync), with extra flags appended.
+  std::unique_ptr<Process> StartWorker(int w, const std::vector<std::string>& extra,
+                                       bool sync = true) {
+    std::vector<std::string> argv = {WorkerBinary(),
+                                     absl::StrCat("--worker_id=", w),
+                                     "--fragments=4",
+                                     absl::StrCat("--model=", kModel),
+                                     "--inner_steps=10",
+                                     "--batch=4",
+                                     "--threads=1",
+                                     "--eval_batches=1",
+                                     "--progress_interval=0.2s",
+                                     "--log_sync_events",
+                                     "--metrics_jsonl=" + Jsonl(w).string()};
+    if (sync) argv.push_back("--servers=" + absl::StrJoin(endpoints, ","));
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Process>(argv, (dir / absl::StrCat("worker", w, ".log")).string());
+  }
+
+  bool WaitFor(int w, const std::function<bool(const std::vector<Typed>&)>& pred,
+               absl::Duration timeout) {
+    const absl::Time end = absl::Now() + timeout;
+    while (absl::Now() < end) {
+      if (pred(ReadTyped(Jsonl(w)))) return true;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return false;
+  }
+
+  void StopAll() {
+    for (auto& w : workers) w->Signal(SIGTERM);
+    for (auto& w : workers) EXPECT_EQ(w->Wait(absl::Seconds(20)), std::optional<int>(0));
+    for (auto& s : shards) s->Signal(SIGTERM);
+    for (auto& s : shards) s->Wait(absl::Seconds(10));
+  }
+};
+
+// Inner steps per second between the first progress event after `from_s` and the last one.
+double StepRate(const std::vector<Typed>& events, double from_s) {
+  auto p = Named(events, "progress");
+  const Typed* a = nullptr;
+  for (const auto& e : p)
+    if (e.num.at("elapsed_s") >= from_s) {
+      a = &e;
+      break;
+    }
+  if (!a || p.empty()) return 0;
+  const double dt = p.back().num.at("elapsed_s") - a->num.at("elapsed_s");
+  return dt > 0 ? (p.back().num.at("step") - a->num.at("step")) / dt : 0;
+}
+
+// Pushes per second over the last `window_s` seconds of progress events.
+double PushRate(const std::vector<Typed>& events, double window_s) {
+  auto p = Named(events, "progress");
+  if (p.size() < 2) return 0;
+  const double end = p.back().num.at("elapsed_s");
+  for (const auto& e : p)
+    if (e.num.at("elapsed_s") >= end - window_s) {
+      const double dt = end - e.num.at("elapsed_s");
+      return dt > 0 ? (p.back().num.at("pushes") - e.num.at("pushes")) / dt : 0;
+    }
+  return 0;
+}
+
+TEST(WorkerSyncTest, JoinGivesEveryWorkerTheSameTheta0) {
+  Fleet f;
+  f.StartShards(2);
+  for (int w = 0; w < 3; ++w)
+    f.workers.push_back(
+        f.StartWorker(w, {absl::StrCat("--seed=", 100 + 7 * w), "--steps=30", "--num_workers=3"}));
+  for (int w = 0; w < 3; ++w)
+    EXPECT_EQ(f.workers[w]->Wait(absl::Seconds(45)), std::optional<int>(0)) << "worker " << w;
+  std::set<double> joined, initial;
+  for (int w = 0; w < 3; ++w) {
+    auto j = Named(ReadTyped(f.Jsonl(w)), "joined");
+    ASSERT_EQ(j.size(), 1u) << "worker " << w << " has no joined event";
+    joined.insert(j[0].num.at("params_checksum"));
+    initial.insert(j[0].num.at("initial_checksum"));
+  }
+  EXPECT_EQ(initial.size(), 3u) << "different seeds should give different local theta(0)";
+  EXPECT_EQ(joined.size(), 1u) << "workers did not start from the same theta(0)";
+  f.StopAll();
+}
+
+TEST(WorkerSyncTest, TrainsAtFullSpeedWhileEveryShardIsDownAndJoinsWhenTheyComeUp) {
+  Fleet f;
+  const std::vector<std::string> binds = {absl::StrCat("tcp://127.0.0.1:", FreePort()),
+                                          absl::StrCat("tcp://127.0.0.1:", FreePort())};
+  f.endpoints = binds;  // nobody listens there yet
+  f.workers.push_back(f.StartWorker(0, {"--join_timeout=0.5s", "--duration=60s"}));
+  f.workers.push_back(f.StartWorker(1, {"--duration=60s"}, /*sync=*/false));
+  absl::SleepFor(absl::Seconds(6));
+  const double with_sync = StepRate(ReadTyped(f.Jsonl(0)), 1.0);
+  const double without = StepRate(ReadTyped(f.Jsonl(1)), 1.0);
+  ASSERT_GT(without, 0);
+  EXPECT_GE(with_sync, 0.8 * without) << with_sync << " vs " << without << " steps/s";
+  auto events = ReadTyped(f.Jsonl(0));
+  EXPECT_EQ(Named(events, "join_pending").size(), 1u);
+  EXPECT_TRUE(Named(events, "joined").empty());
+  EXPECT_TRUE(Named(events, "push").empty()) << "an unjoined worker must not push";
+
+  f.StartShards(2, {}, binds);
+  EXPECT_TRUE(f.WaitFor(
+      0,
+      [](const std::vector<Typed>& e) {
+        return !Named(e, "joined").empty() && Named(e, "applied").size() >= 4;
+      },
+      absl::Seconds(30)))
+      << "the worker did not join in the background";
+  f.StopAll();
+}
+
+TEST(WorkerSyncTest, PushesAreAppliedExactlyOnceAcrossAShardKillAndRestart) {
+  Fleet f;
+  f.StartShards(1, {"--durability=per-round"});
+  f.workers.push_back(f.StartWorker(0, {"--inner_steps=4", "--duration=90s"}));
+  auto applied = [](int n) {
+    return [n](const std::vector<Typed>& e) { return Named(e, "applied").size() >= size_t(n); };
+  };
+  ASSERT_TRUE(f.WaitFor(0, applied(20), absl::Seconds(30)));
+  f.shards[0]->Signal(SIGKILL);
+  ASSERT_TRUE(f.shards[0]->Wait(absl::Seconds(5)).has_value());
+  absl::SleepFor(absl::Seconds(1));  // the worker keeps training and pushing into the void
+  const size_t before = Named(ReadTyped(f.Jsonl(0)), "applied").size();
+  f.shards[0] = f.StartShard(0, 1, f.endpoints[0], {"--durability=per-round"});
+  ASSERT_TRUE(f.WaitFor(0, applied(static_cast<int>(before) + 20), absl::Seconds(30)))
+      << "no progress after the shard restarted";
+  f.workers[0]->Signal(SIGTERM);  // drains: every push answered before exit
+  ASSERT_EQ(f.workers[0]->Wait(absl::Seconds(20)), std::optional<int>(0));
+  absl::SleepFor(absl::Seconds(1.5));
+  auto stats = ShardStats(f.endpoints[0], absl::Seconds(5));
+  ASSERT_TRUE(stats.has_value());
+
+  auto events = ReadTyped(f.Jsonl(0));
+  EXPECT_FALSE(Named(events, "shard_restart").empty()) << "the worker never saw the restart";
+  const auto done = Named(events, "done");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_GE(done[0].num.at("resends"), 1) << "no push was in flight across the kill";
+  for (int frag = 0; frag < 4; ++frag) {
+    std::set<double> seqs, versions;
+    for (const auto& e : Named(events, "applied")) {
+      if (e.num.at("fragment") != frag) continue;
+      EXPECT_TRUE(seqs.insert(e.num.at("seq")).second)
+          << "fragment " << frag << " seq " << e.num.at("seq") << " applied twice";
+      EXPECT_TRUE(versions.insert(e.num.at("version")).second)
+          << "fragment " << frag << " version " << e.num.at("version") << " acked twice";
+    }
+    // A Duplicate ack: applied before the kill, its Applied ack lost with the shard.
+    for (const auto& e : Named(events, "duplicate")) {
+      if (e.num.at("fragment") != frag) continue;
+      EXPECT_TRUE(seqs.insert(e.num.at("seq")).second) << "seq acked Applied and Duplicate";
+    }
+    auto v = JsonNumber(*stats, absl::StrCat("versions.", frag));
+    ASSERT_TRUE(v.has_value());
+    // One worker alone: version = theta(0) + one round per applied push, no more, no less.
+    EXPECT_EQ(*v, 1 + static_cast<double>(seqs.size())) << "fragment " << frag;
+  }
+  f.StopAll();
+}
+
+// Three workers whose steps take about 1x, 2.5x and 6x as long (tiny model, loaded box).
+std::vector<double> CadenceOfAHeterogeneousFleet(Fleet& f, bool dylu) {
+  f.StartShards(1);
+  const char* delays[] = {"0ms", "30ms", "100ms"};
+  for (int w = 0; w < 3; ++w)
+    f.workers.push_back(f.StartWorker(
+        w, {absl::StrCat("--step_delay=", delays[w]), "--inner_steps=20", "--duration=14s",
+            "--num_workers=3", absl::StrCat("--dylu=", dylu ? "true" : "false")}));
+  std::vector<double> rates;
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(f.workers[w]->Wait(absl::Seconds(40)), std::optional<int>(0));
+    rates.push_back(PushRate(ReadTyped(f.Jsonl(w)), 8.0));
+  }
+  f.StopAll();
+  return rates;
+}
+
+TEST(WorkerSyncTest, DynamicLocalUpdatesEvenOutTheCadenceOfAHeterogeneousFleet) {
+  Fleet f;
+  auto r = CadenceOfAHeterogeneousFleet(f, true);
+  const double lo = *std::min_element(r.begin(), r.end());
+  const double hi = *std::max_element(r.begin(), r.end());
+  ASSERT_GT(lo, 0);
+  EXPECT_LE(hi / lo, 2.0) << "pushes/s " << r[0] << " " << r[1] << " " << r[2];
+  // The training thread's share of syncing stays small (copies only).
+  auto done = Named(ReadTyped(f.Jsonl(0)), "done");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_LT(done[0].num.at("after_step_us"), 0.05 * done[0].num.at("step_time_us"));
+}
+
+TEST(WorkerSyncTest, WithoutDyluAHeterogeneousFleetPushesAtVeryDifferentCadences) {
+  Fleet f;
+  auto r = CadenceOfAHeterogeneousFleet(f, false);
+  ASSERT_GT(r[2], 0);
+  EXPECT_GT(r[0] / r[2], 3.0) << "pushes/s " << r[0] << " " << r[1] << " " << r[2];
+}
+
+// Final held-out losses (local, global) of a 1-worker, 1-shard run pushing with `codec`.
+std::pair<double, double> FinalLoss(const std::string& codec) {
+  Fleet f;
+  f.StartShards(1);
+  f.workers.push_back(f.StartWorker(
+      0, {"--codec=" + codec, "--steps=300", "--batch=8", "--eval_batches=16", "--seed=7"}));
+  EXPECT_EQ(f.workers[0]->Wait(absl::Seconds(50)), std::optional<int>(0)) << codec;
+  auto done = Named(ReadTyped(f.Jsonl(0)), "done");
+  f.StopAll();
+  if (done.size() != 1) return {0, 0};
+  return {done[0].num.at("eval_local"), done[0].num.at("eval_global")};
+}
+
+TEST(WorkerSyncTest, Int8AndInt4PushesReachTheFp32Loss) {
+  const auto fp32 = FinalLoss("fp32");
+  ASSERT_GT(fp32.first, 0);
+  ASSERT_LT(fp32.second, 4.0) << "the fp32 run did not learn";
+  for (const char* codec : {"int8:256", "int4:256"}) {
+    const auto q = FinalLoss(codec);
+    EXPECT_NEAR(q.first, fp32.first, 0.01 * fp32.first) << codec << " local model";
+    EXPECT_NEAR(q.second, fp32.second, 0.01 * fp32.second) << codec << " global model";
+  }
+}
+
+}  // namespace
+}  // namespace diloco::testing
