@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (CUDA paths too when nvcc is present), and runs
-# the whole test suite; then builds the unit tests with AddressSanitizer + UndefinedBehavior-
-# Sanitizer and runs them. GPU tests skip where there is no GPU. CI runs exactly this.
+# the whole test suite; then fuzzes the message decoder for 60 s (clang, libFuzzer + ASan +
+# UBSan) and runs the unit tests built with AddressSanitizer + UndefinedBehaviorSanitizer.
+# GPU tests skip where there is no GPU. CI runs exactly this.
 #
-# Usage: deploy/test.sh [--no-sanitize]
+# Usage: deploy/test.sh [--no-sanitize] [--fuzz-seconds=N]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-sanitize=1
+sanitize=1 fuzz_seconds=60
 for a in "$@"; do
   case $a in
     --no-sanitize) sanitize=0 ;;
+    --fuzz-seconds=*) fuzz_seconds=${a#*=} ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -23,6 +25,8 @@ ninja -C "$build" -j"$jobs"
 ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600
 
 if ((sanitize)); then
+  FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-$root/build/fuzz} "$root/tests/fuzz/run_fuzz.sh" "$fuzz_seconds"
+
   # Unit tests only (no multi-process, no slow training runs): ASan + UBSan, no CUDA.
   asan=${ASAN_BUILD_DIR:-$root/build/asan}
   cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDILOCO_SANITIZE=ON \
