@@ -21,10 +21,11 @@ zmq::message_t BorrowedFrame(const void* data, size_t len) {
   return zmq::message_t(const_cast<void*>(data), len, nullptr, nullptr);
 }
 
-absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
-                  std::vector<zmq::message_t> payloads, const std::string* routing_id,
-                  bool dontwait) {
-  zmq::message_t header = BuildHeader(h, payloads);
+namespace {
+
+absl::Status SendFrames(zmq::socket_t& socket, zmq::message_t header,
+                        std::vector<zmq::message_t> payloads, const std::string* routing_id,
+                        bool dontwait) {
   const auto base = dontwait ? zmq::send_flags::dontwait : zmq::send_flags::none;
   try {
     if (routing_id) {
@@ -42,6 +43,28 @@ absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
     return absl::UnavailableError(absl::StrCat("send: ", e.what()));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
+                  std::vector<zmq::message_t> payloads, const std::string* routing_id,
+                  bool dontwait) {
+  zmq::message_t header = BuildHeader(h, payloads);
+  return SendFrames(socket, std::move(header), std::move(payloads), routing_id, dontwait);
+}
+
+absl::Status SendWithChecksums(zmq::socket_t& socket, const HeaderFields& h,
+                               std::vector<zmq::message_t> payloads,
+                               std::span<const uint64_t> checksums,
+                               const std::string* routing_id, bool dontwait) {
+  if (checksums.size() != payloads.size())
+    return absl::InvalidArgumentError("one checksum per payload frame");
+  std::vector<uint64_t> lengths;
+  lengths.reserve(payloads.size());
+  for (const auto& p : payloads) lengths.push_back(p.size());
+  zmq::message_t header = BuildHeader(h, lengths, checksums);
+  return SendFrames(socket, std::move(header), std::move(payloads), routing_id, dontwait);
 }
 
 std::optional<std::vector<zmq::message_t>> TryRecvMultipart(zmq::socket_t& socket) {

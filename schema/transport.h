@@ -30,6 +30,12 @@ zmq::message_t BorrowedFrame(const void* data, size_t len);
 absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
                   std::vector<zmq::message_t> payloads, const std::string* routing_id = nullptr,
                   bool dontwait = true);
+// The same with the payload frames' checksums already known (FrameChecksum of each), so bytes
+// sent more than once (a snapshot to every contributor, a resent push) are hashed once.
+absl::Status SendWithChecksums(zmq::socket_t& socket, const HeaderFields& h,
+                               std::vector<zmq::message_t> payloads,
+                               std::span<const uint64_t> checksums,
+                               const std::string* routing_id = nullptr, bool dontwait = true);
 
 // Receives one whole multipart message if one is ready (non-blocking). Returns nullopt when
 // none is waiting.

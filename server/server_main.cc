@@ -247,7 +247,9 @@ int main(int argc, char** argv) {
                                             unroutable);
       uint64_t bytes = 0;
       for (const auto& p : o.payloads) bytes += p.size();
-      auto s = wire::Send(sock, o.header, std::move(o.payloads), &o.routing_id);
+      auto s = o.checksums ? wire::SendWithChecksums(sock, o.header, std::move(o.payloads),
+                                                     *o.checksums, &o.routing_id)
+                           : wire::Send(sock, o.header, std::move(o.payloads), &o.routing_id);
       if (!s.ok()) ++unroutable;  // a departed worker: it re-pulls when it returns
       else (*shard)->CountBytesOut(bytes);
     }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checksum.h"
 #include "kernels/codec.h"
 #include "kernels/outer.h"
 #include "server/payload_check.h"
@@ -24,6 +25,15 @@ namespace {
 constexpr kernels::Codec kDownloadCodec{kernels::CodecKind::kFp32, 256};
 
 double Ema(double old, double x, double a = 0.2) { return old == 0 ? x : (1 - a) * old + a * x; }
+
+// The checksum of each fp32 chunk frame of a snapshot, as FillUpdate will cut it.
+std::shared_ptr<const std::vector<uint64_t>> SnapshotChecksums(const wire::Bytes& b) {
+  auto sums = std::make_shared<std::vector<uint64_t>>();
+  const uint64_t chunk_bytes = wire::ChunkElements(kDownloadCodec.block) * 4;
+  for (uint64_t off = 0; off < b.size(); off += chunk_bytes)
+    sums->push_back(Checksum64(b.data() + off, std::min<uint64_t>(chunk_bytes, b.size() - off)));
+  return sums;
+}
 
 int StalenessBucket(uint64_t s) {
   if (s < 4) return static_cast<int>(s);
@@ -51,6 +61,7 @@ struct Shard::FragmentState {
   std::vector<Contribution> unacked;       // applied, Applied ack held until published
   std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
   std::vector<std::shared_ptr<wire::Bytes>> snapshot_pool;  // reused once no send holds them
+  std::shared_ptr<const std::vector<uint64_t>> snapshot_sums;  // per chunk, hashed once
   std::unique_ptr<kernels::DelayedNesterov> dn;  // kDelayedNesterov only
   std::vector<std::vector<float>> rda_deltas;    // kRda only: one dense delta per push
   std::vector<float> rda_weights;
@@ -128,6 +139,7 @@ absl::Status Shard::Recover() {
       auto bytes = std::make_shared<wire::Bytes>(f.theta.size() * sizeof(float));
       std::memcpy(bytes->data(), f.theta.data(), bytes->size());
       f.snapshot = std::move(bytes);
+      f.snapshot_sums = SnapshotChecksums(*f.snapshot);
     }
   }
   for (const auto& d : c.dedup) {
@@ -255,11 +267,7 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
   o.header.worker_id = w->id;
   o.header.generation = w->generation;
   for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);
-  o.header.fleet_step_time_us = 0;
-  for (const auto& [_, wi] : workers_)
-    if (wi->step_time_us > 0 && (o.header.fleet_step_time_us == 0 ||
-                                 wi->step_time_us < o.header.fleet_step_time_us))
-      o.header.fleet_step_time_us = static_cast<uint64_t>(wi->step_time_us);
+  o.header.fleet_step_time_us = static_cast<uint64_t>(FleetStepTimeUs());
   out->push_back(std::move(o));
 }
 
@@ -441,6 +449,7 @@ void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
   Outgoing o{rid, Reply(MsgType::Heartbeat), {}};
   o.header.worker_id = w.id;
   for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);
+  o.header.fleet_step_time_us = static_cast<uint64_t>(FleetStepTimeUs());
   out->push_back(std::move(o));
 }
 
@@ -456,6 +465,7 @@ void Shard::FillUpdate(const FragmentState& f, Outgoing* o) const {
     const uint64_t n = std::min(chunk, f.spec->numel - off);
     o->payloads.push_back(wire::SharedFrame(f.snapshot, off * 4, n * 4));
   }
+  o->checksums = f.snapshot_sums;
 }
 
 uint32_t Shard::LiveMissing(const FragmentState& f) const {
@@ -477,12 +487,20 @@ uint32_t Shard::live_workers() const {
   return n;
 }
 
-absl::Duration Shard::Grace() const {
-  RoundTimings t = timings_;
+// The fastest live worker's moving-average step time (DyLU's v_max), 0 when unknown. A dead
+// worker does not count: its last figure would hold everyone's H_w down forever.
+double Shard::FleetStepTimeUs() const {
+  const absl::Time now = clock_->Now();
   double fleet = 0;
   for (const auto& [_, w] : workers_)
-    if (w->step_time_us > 0) fleet = fleet == 0 ? w->step_time_us : std::min(fleet, w->step_time_us);
-  t.step_time_s = fleet * 1e-6;
+    if (w->step_time_us > 0 && now - w->last_seen <= opt_.worker_timeout)
+      fleet = fleet == 0 ? w->step_time_us : std::min(fleet, w->step_time_us);
+  return fleet;
+}
+
+absl::Duration Shard::Grace() const {
+  RoundTimings t = timings_;
+  t.step_time_s = FleetStepTimeUs() * 1e-6;
   return GraceWindow(opt_.round, t);
 }
 
@@ -527,6 +545,7 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
   }
   std::memcpy(bytes->data(), f.theta.data(), bytes->size());
   f.snapshot = std::move(bytes);
+  f.snapshot_sums = SnapshotChecksums(*f.snapshot);
   f.published = f.version;
   for (const auto& c : f.unacked) {
     Outgoing o{c.rid, Reply(MsgType::FragmentUpdate), {}};

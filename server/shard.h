@@ -65,6 +65,8 @@ struct Outgoing {
   std::string routing_id;
   wire::HeaderFields header;
   std::vector<zmq::message_t> payloads;
+  // The payloads' checksums when already known (a published snapshot), else null.
+  std::shared_ptr<const std::vector<uint64_t>> checksums;
 };
 
 struct ShardCounters {
@@ -127,6 +129,7 @@ class Shard {
   void FillUpdate(const FragmentState& f, Outgoing* o) const;
   uint32_t LiveMissing(const FragmentState& f) const;
   absl::Duration Grace() const;
+  double FleetStepTimeUs() const;
   wire::HeaderFields Reply(wire::MsgType type) const;
 
   ShardOptions opt_;

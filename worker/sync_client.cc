@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checksum.h"
 #include "kernels/optim.h"
 #include "schema/curve.h"
 #include "schema/transport.h"
@@ -54,6 +55,7 @@ struct PushJob {
   uint64_t seq = 0, base_version = 0, tokens = 0;
   uint32_t steps = 0;
   std::shared_ptr<const wire::Bytes> encoded;  // set by the I/O thread
+  std::vector<uint64_t> checksums;             // per chunk frame, hashed while still in cache
   bool poisoned = false;                       // a non-finite delta was zeroed: nothing to undo
   absl::Time sent = absl::InfinitePast();
 };
@@ -492,6 +494,7 @@ void SyncClient::Impl::EncodePush(PushJob& job) {
       std::lock_guard<std::mutex> g(mu);
       ++stats.errors;
     }
+    job.checksums.push_back(Checksum64(bytes->data() + pos, sz));
     pos += sz;
   }
   job.encoded = std::move(bytes);
@@ -543,7 +546,7 @@ void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
     frames.push_back(wire::SharedFrame(job.encoded, pos, sz));
     pos += sz;
   }
-  if (wire::Send(*l.socket, h, std::move(frames)).ok()) {
+  if (wire::SendWithChecksums(*l.socket, h, std::move(frames), job.checksums).ok()) {
     std::lock_guard<std::mutex> g(mu);
     stats.bytes_sent += pos;
   }

@@ -85,12 +85,13 @@ std::optional<std::string> WaitForLine(const std::filesystem::path& path, absl::
   return std::nullopt;
 }
 
-std::vector<Event> ReadEvents(const std::filesystem::path& jsonl) {
+std::vector<Event> ReadEvents(const std::filesystem::path& jsonl, const std::string& kind) {
   std::vector<Event> events;
   std::ifstream in(jsonl);
   std::string line;
   static const std::regex kv("\"([a-z_]+)\":(-?[0-9.eE+-]+)");
   while (std::getline(in, line)) {
+    if (!kind.empty() && line.find("\"event\":\"" + kind + "\"") == std::string::npos) continue;
     Event e;
     for (std::sregex_iterator it(line.begin(), line.end(), kv), end; it != end; ++it)
       e[(*it)[1]] = std::stod((*it)[2]);

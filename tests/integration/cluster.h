@@ -43,7 +43,8 @@ std::optional<std::string> WaitForLine(const std::filesystem::path& path, absl::
 
 // One JSON-lines event, numbers only (flat keys), e.g. {"step": 10, "loss": 3.2}.
 using Event = std::map<std::string, double>;
-std::vector<Event> ReadEvents(const std::filesystem::path& jsonl);
+// The events of a JSON-lines file; with `kind`, only those whose "event" is `kind`.
+std::vector<Event> ReadEvents(const std::filesystem::path& jsonl, const std::string& kind = "");
 
 // Asks a shard for its Stats JSON over a fresh DEALER; nullopt if it does not answer in time.
 std::optional<std::string> ShardStats(const std::string& endpoint, absl::Duration timeout);

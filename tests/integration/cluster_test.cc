@@ -81,7 +81,7 @@ std::optional<Event> WaitForEvent(const std::filesystem::path& jsonl,
                                   absl::Duration timeout) {
   const absl::Time end = absl::Now() + timeout;
   while (absl::Now() < end) {
-    auto ev = ReadEvents(jsonl);
+    auto ev = ReadEvents(jsonl, "progress");
     if (!ev.empty() && pred(ev.back())) return ev.back();
     absl::SleepFor(absl::Milliseconds(100));
   }
@@ -90,16 +90,17 @@ std::optional<Event> WaitForEvent(const std::filesystem::path& jsonl,
 
 // Inner steps per second of a worker over `window`, from its progress events.
 double StepRate(const std::filesystem::path& jsonl, absl::Duration window) {
-  auto a = ReadEvents(jsonl);
+  auto a = ReadEvents(jsonl, "progress");
   absl::SleepFor(window);
-  auto b = ReadEvents(jsonl);
+  auto b = ReadEvents(jsonl, "progress");
   if (a.empty() || b.empty()) return 0;
   const double dt = b.back()["elapsed_s"] - a.back()["elapsed_s"];
   return dt > 0 ? (b.back()["step"] - a.back()["step"]) / dt : 0;
 }
 
 TEST(ClusterTest, KilledWorkerStallsNeitherRoundsNorTheOtherWorker) {
-  Cluster c{TestDir()};
+  Cluster c;
+  c.dir = TestDir();
   c.StartShards(2);
   c.workers.push_back(c.StartWorker(0, 2));
   c.workers.push_back(c.StartWorker(1, 2));
@@ -120,7 +121,7 @@ TEST(ClusterTest, KilledWorkerStallsNeitherRoundsNorTheOtherWorker) {
   EXPECT_GT(rate_after, 0.6 * rate_before) << rate_before << " -> " << rate_after;
   EXPECT_GE(rounds_after, rounds_before + 4) << rounds_before << " -> " << rounds_after;
 
-  auto events = ReadEvents(c.Jsonl(1));
+  auto events = ReadEvents(c.Jsonl(1), "progress");
   ASSERT_GE(events.size(), 4u);
   EXPECT_LT(events.back()["loss"], events.front()["loss"] - 0.3) << "loss did not fall";
 
@@ -133,7 +134,8 @@ TEST(ClusterTest, KilledWorkerStallsNeitherRoundsNorTheOtherWorker) {
 }
 
 TEST(ClusterTest, KilledShardRestartsFromItsStoreWithTheSameVersions) {
-  Cluster c{TestDir()};
+  Cluster c;
+  c.dir = TestDir();
   c.StartShards(2, {"--durability=per-round"});
   c.workers.push_back(c.StartWorker(0, 1));
   ASSERT_TRUE(WaitForEvent(c.Jsonl(0), [](const Event& e) { return e.at("adoptions") >= 12; },

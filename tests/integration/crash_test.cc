@@ -203,7 +203,10 @@ void RunCrashLoop(bool per_round) {
     // Push for a random while, then SIGKILL at an arbitrary point (mid-round, mid-checkpoint).
     const absl::Time until = absl::Now() + absl::Milliseconds(20 + rng() % 300);
     uint32_t f = 0;
-    std::optional<std::pair<uint32_t, uint64_t>> unanswered;  // (fragment, seq)
+    // The push sent right before the kill: (fragment, seq), valid while `unanswered`.
+    bool unanswered = false;
+    uint32_t unanswered_fragment = 0;
+    uint64_t unanswered_seq = 0;
     while (absl::Now() < until) {
       f = (f + 1) % kFragments;
       const uint64_t seq = next_seq[f];
@@ -217,7 +220,9 @@ void RunCrashLoop(bool per_round) {
     // One more push sent right before the kill: its fate is unknown to the worker.
     {
       f = (f + 1) % kFragments;
-      unanswered = std::make_pair(f, next_seq[f]);
+      unanswered = true;
+      unanswered_fragment = f;
+      unanswered_seq = next_seq[f];
       const absl::Duration delay = absl::Microseconds(rng() % 3000);
       const pid_t pid = shard->pid();
       std::thread killer([pid, delay] {
@@ -230,7 +235,7 @@ void RunCrashLoop(bool per_round) {
         seen[f][r.version] = r.sum;
         base[f] = r.version;
         ++next_seq[f];
-        unanswered.reset();
+        unanswered = false;
       }
     }
     ASSERT_TRUE(shard->Wait(absl::Seconds(5)).has_value());
@@ -258,8 +263,8 @@ void RunCrashLoop(bool per_round) {
       }
       // Dedup agrees with the version: one worker, each push its own round, so version
       // = 1 + pushes applied, and the unanswered push is applied iff v - 1 >= its seq.
-      if (unanswered && unanswered->first == g) {
-        const uint64_t seq = unanswered->second;
+      if (unanswered && unanswered_fragment == g) {
+        const uint64_t seq = unanswered_seq;
         auto r = w.Push(g, seq, std::min(base[g], v), absl::Seconds(3));
         ASSERT_TRUE(r.ack.has_value());
         if (v >= seq + 1) {

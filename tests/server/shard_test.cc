@@ -367,3 +367,31 @@ TEST(ShardModesTest, RdaMergeKeepsTheMeanNormAlongTheMeanDirection) {
 
 }  // namespace
 }  // namespace diloco::server::testing
+
+namespace diloco::server::testing {
+namespace {
+
+TEST(ShardFleetTest, FleetStepTimeIsTheFastestLiveWorkers) {
+  auto o = TinyOptions();
+  o.worker_timeout = absl::Seconds(2);
+  ShardHarness h(o);
+  auto hb = [&](const std::string& rid, uint32_t w, uint64_t us) {
+    auto m = h.Base(wire::MsgType::Heartbeat, w);
+    m.step_time_us = us;
+    return h.Send(rid, m);
+  };
+  h.Hello("fast", 1);
+  h.Hello("slow", 2);
+  hb("fast", 1, 1000);
+  auto r = hb("slow", 2, 5000);
+  EXPECT_EQ(Only(r, wire::MsgType::Heartbeat)->header.fleet_step_time_us, 1000u);
+  h.clock().Advance(absl::Seconds(1.5));
+  r = hb("slow", 2, 5000);
+  EXPECT_EQ(Only(r, wire::MsgType::Heartbeat)->header.fleet_step_time_us, 1000u);
+  h.clock().Advance(absl::Seconds(1));  // the fast worker has been silent for 2.5 s: dead
+  r = hb("slow", 2, 5000);
+  EXPECT_EQ(Only(r, wire::MsgType::Heartbeat)->header.fleet_step_time_us, 5000u);
+}
+
+}  // namespace
+}  // namespace diloco::server::testing
