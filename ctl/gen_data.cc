@@ -14,8 +14,7 @@ int GenData(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   std::vector<std::string> pos;
   std::string error;
-  if (!ParseArgs(argc, argv, {"out", "tokens", "worker", "workers", "seed"}, &flags, &pos,
-                 &error))
+  if (!ParseArgs(argc, argv, {"out", "tokens", "worker", "workers", "seed"}, &flags, &pos, &error))
     return Usage(error);
   if (flags["out"].empty()) return Usage("gen-data needs --out=FILE.bin");
   int64_t tokens = 1 << 20;
@@ -30,8 +29,8 @@ int GenData(int argc, char** argv) {
   auto mix = data::MarkovMixture::Create(mo);
   if (!mix.ok()) return Fail(mix.status());
   // --worker=I: worker I's non-IID shard; otherwise the uniform (held-out) mixture.
-  const auto weights = worker >= 0 ? mix->ShardWeights(worker % workers, 0.8)
-                                   : mix->UniformWeights();
+  const auto weights =
+      worker >= 0 ? mix->ShardWeights(worker % workers, 0.8) : mix->UniformWeights();
   const auto stream = mix->Generate(weights, tokens, seed);
   if (auto s = data::WriteTokenFile(flags["out"], stream.tokens); !s.ok()) return Fail(s);
   std::printf("wrote %s: %lld tokens, entropy rate %.4f nats/token (chains of %d tokens)\n",

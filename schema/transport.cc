@@ -1,6 +1,7 @@
 #include "schema/transport.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace diloco::wire {
 namespace {
@@ -56,8 +57,8 @@ absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
 
 absl::Status SendWithChecksums(zmq::socket_t& socket, const HeaderFields& h,
                                std::vector<zmq::message_t> payloads,
-                               std::span<const uint64_t> checksums,
-                               const std::string* routing_id, bool dontwait) {
+                               std::span<const uint64_t> checksums, const std::string* routing_id,
+                               bool dontwait) {
   if (checksums.size() != payloads.size())
     return absl::InvalidArgumentError("one checksum per payload frame");
   std::vector<uint64_t> lengths;
@@ -91,6 +92,32 @@ void ConfigureSocket(zmq::socket_t& socket) {
 uint64_t ChunkElements(uint32_t block) {
   const uint64_t b = block == 0 ? 1 : block;
   return ((uint64_t{1} << 20) + b - 1) / b * b;
+}
+
+absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Duration timeout) {
+  try {
+    zmq::context_t ctx(1);
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(endpoint);
+    HeaderFields h;
+    h.type = MsgType::Stats;
+    if (auto st = Send(s, h, {}, nullptr, false); !st.ok()) return st;
+    const absl::Time end = absl::Now() + timeout;
+    while (absl::Now() < end) {
+      zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(20));
+      auto frames = TryRecvMultipart(s);
+      if (!frames) continue;
+      auto m = ParseMessage(std::move(*frames));
+      if (!m.ok()) return m.status();
+      if (m->type() == MsgType::Stats && m->header().message()) return m->header().message()->str();
+    }
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("stats from ", endpoint, ": ", e.what()));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("no answer from ", endpoint, " within ", absl::FormatDuration(timeout)));
 }
 
 }  // namespace diloco::wire

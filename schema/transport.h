@@ -12,6 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/codec_kind.h"
 #include "schema/wire.h"
 
 namespace diloco::wire {
@@ -49,5 +51,13 @@ void ConfigureSocket(zmq::socket_t& socket);
 // encoded on its own. A chunk is a whole number of codec blocks of about 1 Mi elements, so that
 // frames stay a few MiB (large zmq frames are slow to receive, see TOOLCHAIN.md).
 uint64_t ChunkElements(uint32_t block);
+
+// Fragment values (theta(0) uploads, FragmentUpdates) always travel as fp32, cut in chunks of
+// this layout: workers adopt exactly the shard's values.
+inline constexpr kernels::Codec kFragmentCodec{kernels::CodecKind::kFp32, 256};
+
+// Asks the shard at `endpoint` for its live statistics (a Stats message) over a fresh DEALER
+// and returns the JSON it answers with; DeadlineExceeded if none comes in `timeout`.
+absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Duration timeout);
 
 }  // namespace diloco::wire

@@ -21,15 +21,12 @@ using wire::WireError;
 
 namespace {
 
-// Fragment downloads and theta(0) uploads travel as fp32 in chunks of this codec's layout.
-constexpr kernels::Codec kDownloadCodec{kernels::CodecKind::kFp32, 256};
-
 double Ema(double old, double x, double a = 0.2) { return old == 0 ? x : (1 - a) * old + a * x; }
 
 // The checksum of each fp32 chunk frame of a snapshot, as FillUpdate will cut it.
 std::shared_ptr<const std::vector<uint64_t>> SnapshotChecksums(const wire::Bytes& b) {
   auto sums = std::make_shared<std::vector<uint64_t>>();
-  const uint64_t chunk_bytes = wire::ChunkElements(kDownloadCodec.block) * 4;
+  const uint64_t chunk_bytes = wire::ChunkElements(wire::kFragmentCodec.block) * 4;
   for (uint64_t off = 0; off < b.size(); off += chunk_bytes)
     sums->push_back(Checksum64(b.data() + off, std::min<uint64_t>(chunk_bytes, b.size() - off)));
   return sums;
@@ -57,13 +54,13 @@ struct Shard::FragmentState {
     uint32_t worker = 0;
     uint64_t generation = 0, seq = 0;
   };
-  std::vector<Contribution> contributors;  // in the open round
-  std::vector<Contribution> unacked;       // applied, Applied ack held until published
+  std::vector<Contribution> contributors;       // in the open round
+  std::vector<Contribution> unacked;            // applied, Applied ack held until published
   std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
-  std::vector<std::shared_ptr<wire::Bytes>> snapshot_pool;  // reused once no send holds them
+  std::vector<std::shared_ptr<wire::Bytes>> snapshot_pool;     // reused once no send holds them
   std::shared_ptr<const std::vector<uint64_t>> snapshot_sums;  // per chunk, hashed once
-  std::unique_ptr<kernels::DelayedNesterov> dn;  // kDelayedNesterov only
-  std::vector<std::vector<float>> rda_deltas;    // kRda only: one dense delta per push
+  std::unique_ptr<kernels::DelayedNesterov> dn;                // kDelayedNesterov only
+  std::vector<std::vector<float>> rda_deltas;  // kRda only: one dense delta per push
   std::vector<float> rda_weights;
 };
 
@@ -211,8 +208,7 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
   }
 }
 
-absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h,
-                                bool need_identity) {
+absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h, bool need_identity) {
   if (h.plan_fingerprint() != plan_.fingerprint())
     return WireError(ErrorCode::WrongPlan,
                      absl::StrFormat("plan %016x, this shard serves plan %016x (check --model, "
@@ -237,6 +233,17 @@ absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h,
     w->rid = rid;
   }
   return absl::OkStatus();
+}
+
+Shard::FragmentState* Shard::OwnedFragment(const std::string& rid, const wire::Header& h,
+                                           std::vector<Outgoing>* out) {
+  auto it = fragments_.find(h.fragment_id());
+  if (it != fragments_.end()) return it->second.get();
+  Refuse(rid,
+         WireError(ErrorCode::UnknownFragment,
+                   absl::StrCat("fragment ", h.fragment_id(), " is not on shard ", opt_.shard)),
+         &h, out);
+  return nullptr;
 }
 
 void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
@@ -274,14 +281,9 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
 void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
   const auto& h = m.header();
   if (auto s = CheckCommon(rid, h, true); !s.ok()) return Refuse(rid, s, &h, out);
-  auto it = fragments_.find(h.fragment_id());
-  if (it == fragments_.end())
-    return Refuse(rid,
-                  WireError(ErrorCode::UnknownFragment,
-                            absl::StrCat("fragment ", h.fragment_id(), " is not on shard ",
-                                         opt_.shard)),
-                  &h, out);
-  FragmentState& f = *it->second;
+  FragmentState* fp = OwnedFragment(rid, h, out);
+  if (!fp) return;
+  FragmentState& f = *fp;
   Outgoing ack{rid, Reply(MsgType::PushAck), {}};
   ack.header.worker_id = h.worker_id();
   ack.header.fragment_id = f.spec->id;
@@ -292,11 +294,12 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
     out->push_back(std::move(ack));
     return;
   }
-  if (h.codec() != static_cast<uint8_t>(kDownloadCodec.kind) || h.block() != kDownloadCodec.block)
+  if (h.codec() != static_cast<uint8_t>(wire::kFragmentCodec.kind) ||
+      h.block() != wire::kFragmentCodec.block)
     return Refuse(rid, WireError(ErrorCode::BadCodec, "InitFragment must be fp32:256"), &h, out);
-  if (auto s = CheckEncodedPayload(m, kDownloadCodec, f.spec->numel); !s.ok())
+  if (auto s = CheckEncodedPayload(m, wire::kFragmentCodec, f.spec->numel); !s.ok())
     return Refuse(rid, s, &h, out);
-  const uint64_t chunk = wire::ChunkElements(kDownloadCodec.block);
+  const uint64_t chunk = wire::ChunkElements(wire::kFragmentCodec.block);
   for (size_t i = 0; i < m.num_payloads(); ++i) {
     auto p = m.payload(i);
     std::memcpy(f.theta.data() + i * chunk, p.data(), p.size());
@@ -323,14 +326,9 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
     ++counters_.pushes_refused;
     return Refuse(rid, s, &h, out);
   }
-  auto it = fragments_.find(h.fragment_id());
-  if (it == fragments_.end())
-    return Refuse(rid,
-                  WireError(ErrorCode::UnknownFragment,
-                            absl::StrCat("fragment ", h.fragment_id(), " is not on shard ",
-                                         opt_.shard)),
-                  &h, out);
-  FragmentState& f = *it->second;
+  FragmentState* fp = OwnedFragment(rid, h, out);
+  if (!fp) return;
+  FragmentState& f = *fp;
   if (f.version == 0)
     return Refuse(rid, WireError(ErrorCode::NotInitialized, "fragment has no theta(0) yet"), &h,
                   out);
@@ -371,7 +369,8 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
   auto codec = kernels::Codec{static_cast<kernels::CodecKind>(h.codec()), h.block()};
   if (auto s = kernels::ValidateCodec(codec); !s.ok())
     return Refuse(rid, WireError(ErrorCode::BadCodec, s.message()), &h, out);
-  if (auto s = CheckEncodedPayload(m, codec, f.spec->numel); !s.ok()) return Refuse(rid, s, &h, out);
+  if (auto s = CheckEncodedPayload(m, codec, f.spec->numel); !s.ok())
+    return Refuse(rid, s, &h, out);
   if (h.tokens() == 0 || h.steps() == 0)
     return Refuse(rid, WireError(ErrorCode::Malformed, "push without tokens or steps"), &h, out);
 
@@ -381,7 +380,7 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
   const float rel = static_cast<float>(wgt / f.weight_ref);
   const absl::Time t0 = absl::Now();
   const uint64_t chunk = wire::ChunkElements(codec.block);
-  float* target = f.acc.data();  // weighted mean: accumulate in place
+  float* target = f.acc.data();         // weighted mean: accumulate in place
   if (opt_.merge == MergeRule::kRda) {  // RDA: keep this push's delta whole
     f.rda_deltas.emplace_back(f.spec->numel, 0.0f);
     f.rda_weights.push_back(rel);
@@ -406,8 +405,8 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
   ++f.round.pushes;
   if (f.round.pushes == opt_.round.quorum) {
     f.round.quorum_reached = now;
-    timings_.time_to_quorum_s = Ema(timings_.time_to_quorum_s,
-                                    absl::ToDoubleSeconds(now - f.round.opened));
+    timings_.time_to_quorum_s =
+        Ema(timings_.time_to_quorum_s, absl::ToDoubleSeconds(now - f.round.opened));
   }
   f.contributors.push_back({rid, w.id, w.generation, h.seq()});
   timings_.inner_steps = Ema(timings_.inner_steps, h.steps());
@@ -423,14 +422,9 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
 void Shard::OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
   const auto& h = m.header();
   if (auto s = CheckCommon(rid, h, true); !s.ok()) return Refuse(rid, s, &h, out);
-  auto it = fragments_.find(h.fragment_id());
-  if (it == fragments_.end())
-    return Refuse(rid,
-                  WireError(ErrorCode::UnknownFragment,
-                            absl::StrCat("fragment ", h.fragment_id(), " is not on shard ",
-                                         opt_.shard)),
-                  &h, out);
-  const FragmentState& f = *it->second;
+  const FragmentState* fp = OwnedFragment(rid, h, out);
+  if (!fp) return;
+  const FragmentState& f = *fp;
   if (f.published == 0)
     return Refuse(rid, WireError(ErrorCode::NotInitialized, "fragment has no theta(0) yet"), &h,
                   out);
@@ -456,10 +450,10 @@ void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
 void Shard::FillUpdate(const FragmentState& f, Outgoing* o) const {
   o->header.fragment_id = f.spec->id;
   o->header.version = f.published;
-  o->header.codec = static_cast<uint8_t>(kDownloadCodec.kind);
-  o->header.block = kDownloadCodec.block;
+  o->header.codec = static_cast<uint8_t>(wire::kFragmentCodec.kind);
+  o->header.block = wire::kFragmentCodec.block;
   o->header.num_elements = f.spec->numel;
-  const uint64_t chunk = wire::ChunkElements(kDownloadCodec.block);
+  const uint64_t chunk = wire::ChunkElements(wire::kFragmentCodec.block);
   o->header.chunk_elements = chunk;
   for (uint64_t off = 0; off < f.spec->numel; off += chunk) {
     const uint64_t n = std::min(chunk, f.spec->numel - off);

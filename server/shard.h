@@ -12,7 +12,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "absl/container/flat_hash_map.h"
@@ -118,6 +117,9 @@ class Shard {
   void Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
               std::vector<Outgoing>* out);
   absl::Status CheckCommon(const std::string& rid, const wire::Header& h, bool need_identity);
+  // The owned fragment `h` names, or nullptr after answering UnknownFragment.
+  FragmentState* OwnedFragment(const std::string& rid, const wire::Header& h,
+                               std::vector<Outgoing>* out);
   void OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnPush(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);

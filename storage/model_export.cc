@@ -10,7 +10,7 @@
 #include "common/model_spec.h"
 #include "common/plan.h"
 #include "storage/checkpoint_store.h"
-#include "storage/safetensors.h"
+#include "common/safetensors.h"
 
 namespace diloco::storage {
 namespace {

@@ -25,7 +25,6 @@ using wire::MsgType;
 
 namespace {
 
-constexpr kernels::Codec kDownloadCodec{kernels::CodecKind::kFp32, 256};
 
 double Ema(double old, double x, double a = 0.1) { return old == 0 ? x : (1 - a) * old + a * x; }
 
@@ -450,10 +449,10 @@ void SyncClient::Impl::SendInit(ShardLink& l, uint32_t fragment,
   const Fragment& f = plan.fragment(fragment);
   auto h = Header(MsgType::InitFragment);
   h.fragment_id = fragment;
-  h.codec = static_cast<uint8_t>(kDownloadCodec.kind);
-  h.block = kDownloadCodec.block;
+  h.codec = static_cast<uint8_t>(wire::kFragmentCodec.kind);
+  h.block = wire::kFragmentCodec.block;
   h.num_elements = f.numel;
-  h.chunk_elements = wire::ChunkElements(kDownloadCodec.block);
+  h.chunk_elements = wire::ChunkElements(wire::kFragmentCodec.block);
   std::vector<zmq::message_t> frames;
   for (uint64_t off = 0; off < f.numel; off += h.chunk_elements)
     frames.push_back(
@@ -703,7 +702,7 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m) {
       return OnPushAck(l, h);
     case MsgType::FragmentUpdate: {
       if (h.fragment_id() >= frags.size()) return;
-      if (h.codec() != static_cast<uint8_t>(kDownloadCodec.kind) ||
+      if (h.codec() != static_cast<uint8_t>(wire::kFragmentCodec.kind) ||
           h.num_elements() != plan.fragment(h.fragment_id()).numel ||
           m.payload_bytes() != h.num_elements() * 4) {
         std::lock_guard<std::mutex> g(mu);

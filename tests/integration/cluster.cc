@@ -1,14 +1,13 @@
 #include "tests/integration/cluster.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <regex>
 #include <sstream>
-
-#include <gtest/gtest.h>
 #include <zmq.hpp>
 
 #include "absl/time/clock.h"
@@ -101,24 +100,9 @@ std::vector<Event> ReadEvents(const std::filesystem::path& jsonl, const std::str
 }
 
 std::optional<std::string> ShardStats(const std::string& endpoint, absl::Duration timeout) {
-  zmq::context_t ctx(1);
-  zmq::socket_t s(ctx, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::linger, 0);
-  s.connect(endpoint);
-  wire::HeaderFields h;
-  h.type = wire::MsgType::Stats;
-  if (!wire::Send(s, h, {}, nullptr, false).ok()) return std::nullopt;
-  const absl::Time end = absl::Now() + timeout;
-  while (absl::Now() < end) {
-    zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(50));
-    auto frames = wire::TryRecvMultipart(s);
-    if (!frames) continue;
-    auto m = wire::ParseMessage(std::move(*frames));
-    if (m.ok() && m->type() == wire::MsgType::Stats && m->header().message())
-      return m->header().message()->str();
-  }
-  return std::nullopt;
+  auto s = wire::RequestStats(endpoint, timeout);
+  if (!s.ok()) return std::nullopt;
+  return *s;
 }
 
 std::optional<double> JsonNumber(const std::string& json, const std::string& key) {

@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "storage/checkpoint_store.h"
 #include "storage/model_export.h"
-#include "storage/safetensors.h"
+#include "common/safetensors.h"
 #include "tests/storage/test_util.h"
 
 namespace diloco::storage {

@@ -1,4 +1,4 @@
-#include "storage/safetensors.h"
+#include "common/safetensors.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace diloco::storage {
+namespace diloco {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
@@ -298,4 +298,4 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   return file;
 }
 
-}  // namespace diloco::storage
+}  // namespace diloco

@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace diloco::storage {
+namespace diloco {
 
 struct SafetensorsTensor {
   std::string name;
@@ -42,4 +42,4 @@ struct SafetensorsFile {
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
-}  // namespace diloco::storage
+}  // namespace diloco

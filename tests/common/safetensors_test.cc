@@ -1,6 +1,6 @@
 // The safetensors writer and reader: byte layout and alignment, escaping, and a reader that
 // refuses damaged files (truncation, offsets beyond the data, a header length past the end).
-#include "storage/safetensors.h"
+#include "common/safetensors.h"
 
 #include <cstring>
 #include <fstream>
@@ -9,10 +9,10 @@
 #include "gtest/gtest.h"
 #include "tests/storage/test_util.h"
 
-namespace diloco::storage {
+namespace diloco {
 namespace {
 
-using testutil::TempDir;
+using storage::testutil::TempDir;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -92,4 +92,4 @@ TEST_F(DamagedFileTest, BrokenJson) {
 }
 
 }  // namespace
-}  // namespace diloco::storage
+}  // namespace diloco

@@ -1,0 +1,75 @@
+// The plan: deterministic, balanced, covering every parameter exactly once; fingerprints that
+// change with the model and the cut; gather/scatter inverse of each other.
+#include "common/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "common/model_spec.h"
+
+namespace diloco {
+namespace {
+
+Manifest Gpt(const std::string& spec) { return *GptManifest(*ParseGptConfig(spec)); }
+
+TEST(PlanTest, CoversEveryParameterOnceAndIsDeterministic) {
+  const Manifest m = Gpt("L=3,H=4,C=64,T=32,V=256");
+  auto a = Plan::Create(m, 7, 3), b = Plan::Create(m, 7, 3);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->fingerprint(), b->fingerprint());
+  std::vector<int> hits(m.total_elements(), 0);
+  uint64_t max = 0, min = UINT64_MAX;
+  for (const auto& f : a->fragments()) {
+    uint64_t n = 0;
+    for (const auto& p : f.pieces) {
+      for (uint64_t i = 0; i < p.length; ++i) ++hits[p.flat_offset + i];
+      n += p.length;
+    }
+    EXPECT_EQ(n, f.numel);
+    max = std::max(max, n);
+    min = std::min(min, n);
+    EXPECT_LT(f.shard, 3u);
+  }
+  for (int h : hits) ASSERT_EQ(h, 1);
+  // Balanced: large tensors are split, so fragments are within one budget of each other.
+  const uint64_t budget = (m.total_elements() + 6) / 7;
+  EXPECT_LE(max - min, budget / 2) << "min " << min << " max " << max;
+  for (uint32_t s = 0; s < 3; ++s) EXPECT_FALSE(a->FragmentsOfShard(s).empty());
+}
+
+TEST(PlanTest, FingerprintChangesWithModelAndCut) {
+  const Manifest m = Gpt("tiny");
+  const uint64_t base = Plan::Create(m, 4, 2)->fingerprint();
+  EXPECT_NE(Plan::Create(m, 5, 2)->fingerprint(), base);
+  EXPECT_NE(Plan::Create(m, 4, 1)->fingerprint(), base);
+  EXPECT_NE(Plan::Create(Gpt("L=3,H=4,C=64,T=64,V=256"), 4, 2)->fingerprint(), base);
+  EXPECT_NE(Gpt("tiny").fingerprint(), Gpt("L=2,H=4,C=64,T=64,V=255").fingerprint());
+}
+
+TEST(PlanTest, GatherScatterRoundTrip) {
+  const Manifest m = Gpt("tiny");
+  auto plan = Plan::Create(m, 5, 2);
+  std::vector<float> flat(m.total_elements());
+  std::iota(flat.begin(), flat.end(), 0.0f);
+  std::vector<float> back(flat.size(), -1.0f);
+  for (const auto& f : plan->fragments()) {
+    std::vector<float> frag(f.numel);
+    plan->Gather(f, flat.data(), frag.data());
+    plan->Scatter(f, frag.data(), back.data());
+  }
+  EXPECT_EQ(back, flat);
+}
+
+TEST(PlanTest, BadInputIsRefused) {
+  const Manifest m = Gpt("tiny");
+  EXPECT_FALSE(Plan::Create(m, 0, 1).ok());
+  EXPECT_FALSE(Plan::Create(m, 2, 3).ok());           // more shards than fragments
+  EXPECT_FALSE(ParseGptConfig("L=2,H=3,C=64").ok());  // width not a multiple of heads
+  EXPECT_FALSE(ParseGptConfig("bogus").ok());
+  EXPECT_FALSE(Manifest::Create({{"a", {2}}, {"a", {3}}}).ok());  // duplicate name
+  EXPECT_FALSE(Manifest::Create({{"a", {0}}}).ok());
+}
+
+}  // namespace
+}  // namespace diloco
