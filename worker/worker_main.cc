@@ -214,14 +214,19 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   const float eval0 = tr.EvalLoss();
+  // Synthetic data: the loss of the ideal model on the same held-out tokens, the floor.
+  const auto oracle = model::HeldoutOracle(to);
+  const std::string floor_str =
+      oracle.ok() && *oracle >= 0 ? absl::StrFormat(" (entropy floor %.4f)", *oracle) : "";
   std::fprintf(stderr,
-               "diloco-worker[%u]: model %s (%lu params), codec %s, H=%u, %s; held-out loss %.4f\n",
+               "diloco-worker[%u]: model %s (%lu params), codec %s, H=%u, %s; held-out loss "
+               "%.4f%s\n",
                wid, GptConfigString(*cfg).c_str(),
                static_cast<unsigned long>(tr.manifest().total_elements()),
                kernels::CodecName(*codec).c_str(), absl::GetFlag(FLAGS_inner_steps),
                sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str()
                     : "no sync",
-               eval0);
+               eval0, floor_str.c_str());
 
   const int64_t max_steps = absl::GetFlag(FLAGS_steps);
   const absl::Time start = absl::Now();
@@ -311,7 +316,9 @@ int main(int argc, char** argv) {
     }
   }
   log->Write(done);
-  std::fprintf(stderr, "diloco-worker[%u]: done after %ld steps; held-out loss %.4f -> %.4f%s\n",
-               wid, static_cast<long>(step), eval0, eval_local, global_str.c_str());
+  if (oracle.ok() && *oracle >= 0) done.Add("entropy_floor", *oracle);
+  std::fprintf(stderr, "diloco-worker[%u]: done after %ld steps; held-out loss %.4f -> %.4f%s%s\n",
+               wid, static_cast<long>(step), eval0, eval_local, global_str.c_str(),
+               floor_str.c_str());
   return 0;
 }
