@@ -133,6 +133,35 @@ TEST(ClusterTest, KilledWorkerStallsNeitherRoundsNorTheOtherWorker) {
   }
 }
 
+TEST(ClusterTest, FrozenWorkerHoldsNoRoundBeyondTheGraceCap) {
+  Cluster c;
+  c.dir = TestDir();
+  c.StartShards(2, {"--worker_timeout=60s"});  // only the grace cap can release a round
+  c.workers.push_back(c.StartWorker(0, 2));
+  c.workers.push_back(c.StartWorker(1, 2));
+  for (int w = 0; w < 2; ++w)
+    ASSERT_TRUE(WaitForEvent(c.Jsonl(w), [](const Event& e) { return e.at("adoptions") >= 8; },
+                             absl::Seconds(60))
+                    .has_value());
+  // Freeze worker 0 (SIGSTOP): its connections stay open and it counts as live for the whole
+  // test (60 s liveness timeout), so every round waits for it, but never beyond the 1 s cap.
+  c.workers[0]->Signal(SIGSTOP);
+  const double adopted_before = ReadEvents(c.Jsonl(1), "progress").back()["adoptions"];
+  absl::SleepFor(absl::Seconds(5));
+  const auto after = ReadEvents(c.Jsonl(1), "progress").back();
+  // H = 10 steps per fragment and 4 fragments: even one round per fragment per cap (1 s) gives
+  // well over 8 adoptions in 5 s.
+  EXPECT_GE(after.at("adoptions") - adopted_before, 8) << "rounds stalled behind a frozen worker";
+  // Thawed, the frozen worker catches up: re-pulls if stale, and adopts again.
+  c.workers[0]->Signal(SIGCONT);
+  const double frozen_adoptions = ReadEvents(c.Jsonl(0), "progress").back()["adoptions"];
+  ASSERT_TRUE(WaitForEvent(c.Jsonl(0),
+                           [&](const Event& e) { return e.at("adoptions") >= frozen_adoptions + 4; },
+                           absl::Seconds(30))
+                  .has_value())
+      << "the thawed worker never adopted again";
+}
+
 TEST(ClusterTest, KilledShardRestartsFromItsStoreWithTheSameVersions) {
   Cluster c;
   c.dir = TestDir();
