@@ -1,0 +1,99 @@
+// A shard whose disk fills up (per-round durability): the round's new version is held back
+// rather than published undurable, the shard keeps answering from memory and counts the
+// failure, and once space is back the retry publishes and a restart finds that version.
+// Needs a tmpfs it can mount (root); skipped elsewhere.
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/server/shard_harness.h"
+
+namespace diloco::server::testing {
+namespace {
+
+using wire::AckStatus;
+using wire::MsgType;
+
+class Tmpfs {
+ public:
+  explicit Tmpfs(std::filesystem::path dir) : dir_(std::move(dir)) {
+    std::filesystem::create_directories(dir_);
+    mounted_ = ::mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=8m") == 0;
+  }
+  ~Tmpfs() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+    std::filesystem::remove_all(dir_);
+  }
+  bool mounted() const { return mounted_; }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+  bool mounted_ = false;
+};
+
+// Writes `path` until the file system is full.
+void FillUp(const std::filesystem::path& path) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  const std::string block(64 * 1024, 'x');
+  while (std::fwrite(block.data(), 1, block.size(), f) == block.size()) {
+  }
+  for (int i = 0; i < 4096 && std::fputc('x', f) != EOF; ++i) {  // the last partial block
+  }
+  std::fclose(f);
+}
+
+TEST(ShardDiskFullTest, HoldsTheVersionKeepsServingAndPublishesAfterSpaceReturns) {
+  Tmpfs fs(std::filesystem::temp_directory_path() /
+           ("shard_disk_full_" + std::to_string(::getpid())));
+  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  auto o = TinyOptions();
+  o.store_path = (fs.dir() / "store").string();
+  o.durability = Durability::kPerRound;
+  o.checkpoint_retry = absl::Seconds(2);
+  auto h = std::make_unique<ShardHarness>(o);
+  const uint64_t n = h->fragment(0).numel;
+  h->Hello("a", 1);
+  ASSERT_EQ(Only(h->Init("a", 1, 0, std::vector<float>(n, 1.0f)), MsgType::PushAck)->header.ack,
+            AckStatus::Initialized);
+
+  FillUp(fs.dir() / "ballast");
+  EXPECT_EQ(Only(h->Push("a", 1, 0, 1, 1, std::vector<float>(n, 0.1f)), MsgType::PushAck)
+                ->header.ack,
+            AckStatus::Queued);
+  EXPECT_TRUE(h->Tick().empty()) << "a version was published without being durable";
+  EXPECT_GE(h->shard().counters().checkpoint_failures, 1u);
+  EXPECT_EQ(h->shard().published_version(0), 1u);
+  auto pull = h->Base(MsgType::Pull, 1);
+  pull.fragment_id = 0;
+  const Outgoing* up = Only(h->Send("a", pull), MsgType::FragmentUpdate);
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(up->header.version, 1u);  // still serving the last durable version
+
+  std::filesystem::remove(fs.dir() / "ballast");
+  std::vector<Outgoing> published;
+  for (int i = 0; i < 200 && published.empty(); ++i) {  // RocksDB polls for space to return
+    h->clock().Advance(absl::Seconds(3));
+    published = h->Tick();
+    if (published.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(published.size(), 1u) << "never published after space returned";
+  EXPECT_EQ(published[0].header.ack, AckStatus::Applied);
+  EXPECT_EQ(published[0].header.version, 2u);
+  const auto params = h->shard().params(0);
+
+  h.reset();  // a crash after publishing: the version must be on disk
+  ShardHarness again(o);
+  EXPECT_EQ(again.shard().published_version(0), 2u);
+  EXPECT_EQ(again.shard().params(0), params);
+}
+
+}  // namespace
+}  // namespace diloco::server::testing
