@@ -42,6 +42,8 @@ ABSL_FLAG(std::string, outer, "rounds",
           "rounds (one Nesterov step per merged round) or delayed-nesterov (per arrival)");
 ABSL_FLAG(int, dn_period, 4, "delayed-nesterov: arrivals per momentum update (N)");
 ABSL_FLAG(std::string, merge, "mean", "merge rule of a round: mean (weighted) or rda");
+ABSL_FLAG(int, apply_threads, 2,
+          "threads that decode and merge pushes, pinned by fragment (0: on the I/O thread)");
 ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
 ABSL_FLAG(double, outer_lr, 0.7, "outer Nesterov learning rate");
 ABSL_FLAG(double, outer_momentum, 0.9, "outer Nesterov momentum");
@@ -132,6 +134,7 @@ int main(int argc, char** argv) {
   else if (outer == "delayed-nesterov") o.outer_mode = OuterMode::kDelayedNesterov;
   else return Fail(absl::InvalidArgumentError("--outer must be rounds or delayed-nesterov"));
   o.dn_period = absl::GetFlag(FLAGS_dn_period);
+  o.apply_threads = absl::GetFlag(FLAGS_apply_threads);
   if (merge == "mean") o.merge = MergeRule::kWeightedMean;
   else if (merge == "rda") o.merge = MergeRule::kRda;
   else return Fail(absl::InvalidArgumentError("--merge must be mean or rda"));

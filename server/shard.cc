@@ -1,6 +1,7 @@
 #include "server/shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <random>
 
@@ -62,6 +63,9 @@ struct Shard::FragmentState {
   std::unique_ptr<kernels::DelayedNesterov> dn;                // kDelayedNesterov only
   std::vector<std::vector<float>> rda_deltas;  // kRda only: one dense delta per push
   std::vector<float> rda_weights;
+  // Written by the fragment's apply thread, read after ApplyPool::Wait.
+  std::atomic<int64_t> last_apply_ns{0};
+  std::atomic<uint64_t> apply_errors{0};
 };
 
 struct Shard::WorkerInfo {
@@ -89,7 +93,9 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   if (!manifest.ok()) return manifest.status();
   auto plan = Plan::Create(*manifest, o.num_fragments, o.num_shards);
   if (!plan.ok()) return plan.status();
+  if (o.apply_threads < 0) return absl::InvalidArgumentError("apply threads must be >= 0");
   std::unique_ptr<Shard> s(new Shard(o, clock, std::move(*plan)));
+  s->apply_ = std::make_unique<ApplyPool>(o.apply_threads);
   s->model_fingerprint_ = manifest->fingerprint();
   std::random_device rd;
   s->incarnation_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
@@ -189,7 +195,7 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
     case MsgType::InitFragment:
       return OnInit(rid, *m, out);
     case MsgType::Push:
-      return OnPush(rid, *m, out);
+      return OnPush(rid, std::move(*m), out);
     case MsgType::Pull:
       return OnPull(rid, *m, out);
     case MsgType::Heartbeat:
@@ -320,7 +326,7 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
   out->push_back(std::move(ack));
 }
 
-void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
+void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing>* out) {
   const auto& h = m.header();
   if (auto s = CheckCommon(rid, h, true); !s.ok()) {
     ++counters_.pushes_refused;
@@ -378,8 +384,6 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
   double wgt = PushWeight(opt_.weights, h.tokens(), h.steps(), staleness, opt_.staleness_alpha);
   if (f.weight_ref == 0) f.weight_ref = wgt;
   const float rel = static_cast<float>(wgt / f.weight_ref);
-  const absl::Time t0 = absl::Now();
-  const uint64_t chunk = wire::ChunkElements(codec.block);
   float* target = f.acc.data();         // weighted mean: accumulate in place
   if (opt_.merge == MergeRule::kRda) {  // RDA: keep this push's delta whole
     f.rda_deltas.emplace_back(f.spec->numel, 0.0f);
@@ -389,16 +393,21 @@ void Shard::OnPush(const std::string& rid, const wire::Message& m, std::vector<O
   const float scale = opt_.merge == MergeRule::kRda ? 1.0f : rel;
   // The round's first push (weight 1 relative to itself) overwrites: no zeroing pass needed.
   const bool overwrite = opt_.merge == MergeRule::kRda || f.round.pushes == 0;
-  for (size_t i = 0; i < m.num_payloads(); ++i) {
-    const uint64_t n = std::min<uint64_t>(chunk, f.spec->numel - i * chunk);
-    std::span<float> dst(target + i * chunk, n);
-    auto st = overwrite ? kernels::Decode(codec, m.payload(i), dst)
-                        : kernels::DecodeAccumulate(codec, m.payload(i), scale, dst);
-    if (!st.ok()) {  // unreachable after CheckEncodedPayload; never leave a partial round
-      return Refuse(rid, WireError(ErrorCode::Internal, st.message()), &h, out);
+  // Decode and merge on the fragment's apply thread; the payload frames move there, uncopied.
+  auto msg = std::make_shared<wire::Message>(std::move(m));
+  FragmentState* fs = &f;
+  apply_->Submit(f.spec->id, [msg, fs, target, codec, scale, overwrite] {
+    const absl::Time t0 = absl::Now();
+    const uint64_t chunk = wire::ChunkElements(codec.block);
+    for (size_t i = 0; i < msg->num_payloads(); ++i) {
+      const uint64_t n = std::min<uint64_t>(chunk, fs->spec->numel - i * chunk);
+      std::span<float> dst(target + i * chunk, n);
+      auto st = overwrite ? kernels::Decode(codec, msg->payload(i), dst)
+                          : kernels::DecodeAccumulate(codec, msg->payload(i), scale, dst);
+      if (!st.ok()) fs->apply_errors.fetch_add(1);  // unreachable after CheckEncodedPayload
     }
-  }
-  counters_.last_apply_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    fs->last_apply_ns.store(absl::ToInt64Nanoseconds(absl::Now() - t0));
+  });
   f.weight_sum += rel;
   const absl::Time now = clock_->Now();
   if (f.round.pushes == 0) f.round.opened = now;
@@ -499,6 +508,9 @@ absl::Duration Shard::Grace() const {
 }
 
 void Shard::CloseRound(FragmentState& f) {
+  apply_->Wait(f.spec->id);  // every push of the round is merged
+  counters_.last_apply_ms = f.last_apply_ns.load() / 1e6;
+  counters_.apply_errors += f.apply_errors.exchange(0);
   if (opt_.merge == MergeRule::kRda) {
     std::vector<std::span<const float>> deltas(f.rda_deltas.begin(), f.rda_deltas.end());
     auto s = kernels::RdaMerge(deltas, f.rda_weights, f.acc);

@@ -21,6 +21,7 @@
 #include "common/plan.h"
 #include "kernels/optim.h"
 #include "schema/transport.h"
+#include "server/apply_pool.h"
 #include "server/clock.h"
 #include "server/round_policy.h"
 #include "storage/checkpoint_store.h"
@@ -49,6 +50,7 @@ struct ShardOptions {
   OuterMode outer_mode = OuterMode::kRounds;
   int dn_period = 4;  // Delayed Nesterov: N arrivals per momentum update
   MergeRule merge = MergeRule::kWeightedMean;
+  int apply_threads = 0;  // decode/merge threads pinned by fragment; 0 = on the caller's thread
   uint64_t max_staleness = 16;
   kernels::NesterovParams outer;
   absl::Duration worker_timeout = absl::Seconds(10);
@@ -76,6 +78,7 @@ struct ShardCounters {
   uint64_t checkpoints = 0, checkpoint_failures = 0;
   uint64_t last_checkpoint_bytes = 0;
   double last_checkpoint_ms = 0, last_apply_ms = 0;
+  uint64_t apply_errors = 0;        // decode failures after validation: never expected
   uint64_t staleness_hist[8] = {};  // 0,1,2,3,4-7,8-15,16-31,32+
 };
 
@@ -122,7 +125,7 @@ class Shard {
                                std::vector<Outgoing>* out);
   void OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
-  void OnPush(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
+  void OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing>* out);
   void OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void CloseRound(FragmentState& f);
@@ -144,6 +147,7 @@ class Shard {
   absl::flat_hash_map<uint32_t, std::unique_ptr<WorkerInfo>> workers_;  // by worker id
   absl::flat_hash_map<std::string, uint32_t> bound_;                    // routing id -> worker
   std::unique_ptr<storage::CheckpointStore> store_;
+  std::unique_ptr<ApplyPool> apply_;  // declared after fragments_: joined before they go
   uint64_t checkpoint_id_ = 0;
   uint64_t rounds_at_checkpoint_ = 0;
   absl::Time last_checkpoint_time_;

@@ -2,9 +2,8 @@
 // serves the latest snapshot.
 #include "server/metrics.h"
 
-#include <httplib.h>
-
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "tests/server/shard_harness.h"
 

@@ -11,8 +11,7 @@ TEST(RoundPolicyTest, GraceWindowFollowsTheFormulaAndIsClamped) {
   p.gamma = 0.5;
   p.grace_cap = absl::Seconds(5);
   p.min_grace = absl::ZeroDuration();
-  RoundTimings t{.step_time_s = 0.1, .inner_steps = 50, .time_to_quorum_s = 1,
-                 .sync_time_s = 0.5};
+  RoundTimings t{.step_time_s = 0.1, .inner_steps = 50, .time_to_quorum_s = 1, .sync_time_s = 0.5};
   EXPECT_EQ(GraceWindow(p, t), absl::Seconds(0.5 * (5.0 - 1.0 - 0.5)));
   t.inner_steps = 500;
   EXPECT_EQ(GraceWindow(p, t), absl::Seconds(5));  // cap

@@ -2,6 +2,7 @@
 // rather than published undurable, the shard keeps answering from memory and counts the
 // failure, and once space is back the retry publishes and a restart finds that version.
 // Needs a tmpfs it can mount (root); skipped elsewhere.
+#include <gtest/gtest.h>
 #include <sys/mount.h>
 
 #include <cerrno>
@@ -9,8 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "tests/server/shard_harness.h"
 
@@ -65,9 +64,9 @@ TEST(ShardDiskFullTest, HoldsTheVersionKeepsServingAndPublishesAfterSpaceReturns
             AckStatus::Initialized);
 
   FillUp(fs.dir() / "ballast");
-  EXPECT_EQ(Only(h->Push("a", 1, 0, 1, 1, std::vector<float>(n, 0.1f)), MsgType::PushAck)
-                ->header.ack,
-            AckStatus::Queued);
+  EXPECT_EQ(
+      Only(h->Push("a", 1, 0, 1, 1, std::vector<float>(n, 0.1f)), MsgType::PushAck)->header.ack,
+      AckStatus::Queued);
   EXPECT_TRUE(h->Tick().empty()) << "a version was published without being durable";
   EXPECT_GE(h->shard().counters().checkpoint_failures, 1u);
   EXPECT_EQ(h->shard().published_version(0), 1u);

@@ -1,11 +1,11 @@
 // Drives a transport-free Shard with hand-built messages and a fake clock.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernels/codec.h"
 #include "schema/transport.h"
@@ -107,8 +107,8 @@ class ShardHarness {
   }
 
   std::vector<Outgoing> Push(const std::string& rid, uint32_t worker, uint32_t frag, uint64_t seq,
-                             uint64_t base, const std::vector<float>& delta,
-                             uint64_t tokens = 100, uint32_t steps = 10,
+                             uint64_t base, const std::vector<float>& delta, uint64_t tokens = 100,
+                             uint32_t steps = 10,
                              kernels::Codec c = {kernels::CodecKind::kFp32, 256}) {
     auto h = Base(wire::MsgType::Push, worker);
     h.fragment_id = frag;
