@@ -289,7 +289,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
         static_cast<uint64_t>(e.number - b.number) != numel * sizeof(float))
       return bad(absl::StrCat(name, ": data_offsets disagree with its shape or the file"));
     t.data.resize(numel);
-    std::memcpy(t.data.data(), data.data() + b.number, numel * sizeof(float));
+    if (numel > 0) std::memcpy(t.data.data(), data.data() + b.number, numel * sizeof(float));
     found.emplace_back(static_cast<uint64_t>(b.number), std::move(t));
   }
   std::stable_sort(found.begin(), found.end(),

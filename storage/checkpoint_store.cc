@@ -457,7 +457,7 @@ absl::StatusOr<Checkpoint> RocksCheckpointStore::LoadAt(uint64_t id,
                                                 fr.id, " disagree with the checkpoint record"));
       std::vector<float>& out = which == kParams ? f.params : f.momentum;
       out.resize(fr.numel);
-      std::memcpy(out.data(), t->floats.data(), t->floats.size());
+      if (!out.empty()) std::memcpy(out.data(), t->floats.data(), t->floats.size());
     }
     c.fragments.push_back(std::move(f));
   }

@@ -210,7 +210,8 @@ TEST_F(CorruptionTest, ReplayedSequenceNumber) {
   h_.Tick();  // the round closes and is published: version 2
   before_ = Snap();
   ASSERT_EQ(before_.versions[0], 2u);
-  const Outgoing* ack = Only(h_.SendRaw("a", Push(PushHeader(7))), MsgType::PushAck);
+  const auto replies = h_.SendRaw("a", Push(PushHeader(7)));
+  const Outgoing* ack = Only(replies, MsgType::PushAck);
   ASSERT_NE(ack, nullptr);
   EXPECT_EQ(ack->header.ack, AckStatus::Duplicate);
   before_.duplicate += 1;  // the one counter a replay moves

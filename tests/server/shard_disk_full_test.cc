@@ -72,7 +72,8 @@ TEST(ShardDiskFullTest, HoldsTheVersionKeepsServingAndPublishesAfterSpaceReturns
   EXPECT_EQ(h->shard().published_version(0), 1u);
   auto pull = h->Base(MsgType::Pull, 1);
   pull.fragment_id = 0;
-  const Outgoing* up = Only(h->Send("a", pull), MsgType::FragmentUpdate);
+  const auto replies = h->Send("a", pull);
+  const Outgoing* up = Only(replies, MsgType::FragmentUpdate);
   ASSERT_NE(up, nullptr);
   EXPECT_EQ(up->header.version, 1u);  // still serving the last durable version
 
