@@ -64,7 +64,10 @@ struct Json {
   int64_t number = 0;
   std::string str;
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> fields;
+  // Object members: names and values side by side (a pair<string, Json> would need Json
+  // complete here, which libstdc++ refuses under clang).
+  std::vector<std::string> keys;
+  std::vector<Json> values;
 };
 
 class JsonParser {
@@ -134,9 +137,11 @@ class JsonParser {
       v->kind = Json::kObject;
       if (Eat('}')) return true;
       do {
-        std::pair<std::string, Json> f;
-        if (!String(&f.first) || !Eat(':') || !Value(&f.second, depth + 1)) return false;
-        v->fields.push_back(std::move(f));
+        std::string key;
+        Json value;
+        if (!String(&key) || !Eat(':') || !Value(&value, depth + 1)) return false;
+        v->keys.push_back(std::move(key));
+        v->values.push_back(std::move(value));
       } while (Eat(','));
       return Eat('}');
     }
@@ -174,8 +179,8 @@ class JsonParser {
 };
 
 const Json* Field(const Json& obj, std::string_view name) {
-  for (const auto& [k, v] : obj.fields)
-    if (k == name) return &v;
+  for (size_t i = 0; i < obj.keys.size(); ++i)
+    if (obj.keys[i] == name) return &obj.values[i];
   return nullptr;
 }
 
@@ -255,12 +260,14 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   const std::string_view data = std::string_view(bytes).substr(8 + n);
   SafetensorsFile file;
   std::vector<std::pair<uint64_t, LoadedTensor>> found;
-  for (const auto& [name, v] : doc->fields) {
+  for (size_t field = 0; field < doc->keys.size(); ++field) {
+    const std::string& name = doc->keys[field];
+    const Json& v = doc->values[field];
     if (name == "__metadata__") {
       if (v.kind != Json::kObject) return bad("__metadata__ is not an object");
-      for (const auto& [k, m] : v.fields) {
-        if (m.kind != Json::kString) return bad("metadata values must be strings");
-        file.metadata[k] = m.str;
+      for (size_t i = 0; i < v.keys.size(); ++i) {
+        if (v.values[i].kind != Json::kString) return bad("metadata values must be strings");
+        file.metadata[v.keys[i]] = v.values[i].str;
       }
       continue;
     }
