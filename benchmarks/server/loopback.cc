@@ -224,7 +224,7 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
                     (a1 - a0) / dt, pps, wire, wire / memcpy_gbps);
       }
     }
+    std::filesystem::remove_all(dir);
   }
-  std::filesystem::remove_all(dir);
   return 0;
 }
