@@ -6,7 +6,9 @@ namespace diloco {
 
 uint64_t Checksum64(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
-Hasher::Hasher() : state_(XXH3_createState()) { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
+Hasher::Hasher() : state_(XXH3_createState()) {
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
 Hasher::~Hasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
 
 void Hasher::Update(const void* data, size_t size) {

@@ -21,12 +21,18 @@ absl::StatusOr<GptConfig> ParseGptConfig(const std::string& spec) {
       return absl::InvalidArgumentError(
           absl::StrCat("model spec '", spec, "': expected a preset (tiny, small, gpt2-124m, ",
                        "gpt2-350m) or L=,H=,C=,T=,V= with positive integers"));
-    if (p[0] == "L") c.layers = v;
-    else if (p[0] == "H") c.heads = v;
-    else if (p[0] == "C") c.width = v;
-    else if (p[0] == "T") c.context = v;
-    else if (p[0] == "V") c.vocab = v;
-    else return absl::InvalidArgumentError(absl::StrCat("model spec: unknown key ", p[0]));
+    if (p[0] == "L")
+      c.layers = v;
+    else if (p[0] == "H")
+      c.heads = v;
+    else if (p[0] == "C")
+      c.width = v;
+    else if (p[0] == "T")
+      c.context = v;
+    else if (p[0] == "V")
+      c.vocab = v;
+    else
+      return absl::InvalidArgumentError(absl::StrCat("model spec: unknown key ", p[0]));
   }
   if (c.width % c.heads != 0)
     return absl::InvalidArgumentError("model spec: width must be a multiple of heads");

@@ -22,9 +22,8 @@ absl::StatusOr<Plan> Plan::Create(const Manifest& manifest, uint32_t num_fragmen
   if (num_fragments == 0 || num_shards == 0)
     return absl::InvalidArgumentError("plan: fragments and shards must be positive");
   if (num_shards > num_fragments)
-    return absl::InvalidArgumentError(
-        absl::StrCat("plan: ", num_shards, " shards need at least as many fragments, got ",
-                     num_fragments));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan: ", num_shards, " shards need at least as many fragments, got ", num_fragments));
   const uint64_t total = manifest.total_elements();
   if (total < num_fragments)
     return absl::InvalidArgumentError("plan: more fragments than parameters");

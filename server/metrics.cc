@@ -19,12 +19,13 @@ std::string ProgressLine(const Shard& shard) {
   std::string versions;
   for (uint32_t id : shard.owned())
     absl::StrAppend(&versions, versions.empty() ? "" : " ", id, ":", shard.published_version(id));
-  return absl::StrCat("shard ", shard.shard_index(), " rounds ", c.rounds, " | versions ",
-                      versions, " | pushes ", c.pushes_queued, " dup ", c.pushes_duplicate,
-                      " stale ", c.pushes_stale, " bad ", c.messages_bad, " | in ",
-                      Bytes(c.bytes_in), " out ", Bytes(c.bytes_out), " | checkpoints ",
-                      c.checkpoints, c.checkpoint_failures ? absl::StrCat(" (", c.checkpoint_failures, " failed)") : "",
-                      " | live workers ", shard.live_workers());
+  return absl::StrCat(
+      "shard ", shard.shard_index(), " rounds ", c.rounds, " | versions ", versions, " | pushes ",
+      c.pushes_queued, " dup ", c.pushes_duplicate, " stale ", c.pushes_stale, " bad ",
+      c.messages_bad, " | in ", Bytes(c.bytes_in), " out ", Bytes(c.bytes_out), " | checkpoints ",
+      c.checkpoints,
+      c.checkpoint_failures ? absl::StrCat(" (", c.checkpoint_failures, " failed)") : "",
+      " | live workers ", shard.live_workers());
 }
 
 std::string PrometheusText(const Shard& shard) {

@@ -39,7 +39,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     std::lock_guard<std::mutex> g(raw->mu);
     res.set_content(raw->text, "text/plain; version=0.0.4");
   });
-  int bound = port == 0 ? raw->http.bind_to_any_port(host) : (raw->http.bind_to_port(host, port) ? port : -1);
+  int bound = port == 0 ? raw->http.bind_to_any_port(host)
+                        : (raw->http.bind_to_port(host, port) ? port : -1);
   if (bound < 0)
     return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", address));
   raw->thread = std::thread([raw] { raw->http.listen_after_bind(); });

@@ -41,9 +41,8 @@ bool Fp8AllFinite(const uint8_t* p, size_t count) {
 absl::Status CheckEncodedPayload(const wire::Message& m, kernels::Codec codec, uint64_t numel) {
   const auto& h = m.header();
   if (h.num_elements() != numel)
-    return WireError(ErrorCode::BadLength,
-                     absl::StrCat("payload of ", h.num_elements(), " elements for a fragment of ",
-                                  numel));
+    return WireError(ErrorCode::BadLength, absl::StrCat("payload of ", h.num_elements(),
+                                                        " elements for a fragment of ", numel));
   const uint64_t chunk = wire::ChunkElements(codec.block);
   if (h.chunk_elements() != chunk)
     return WireError(ErrorCode::BadLength,
@@ -56,10 +55,10 @@ absl::Status CheckEncodedPayload(const wire::Message& m, kernels::Codec codec, u
     const uint64_t n = std::min(chunk, numel - i * chunk);
     auto p = m.payload(i);
     if (p.size() != kernels::EncodedSize(codec, n))
-      return WireError(ErrorCode::BadLength,
-                       absl::StrCat("frame ", i, " has ", p.size(), " bytes, codec ",
-                                    kernels::CodecName(codec), " needs ",
-                                    kernels::EncodedSize(codec, n)));
+      return WireError(
+          ErrorCode::BadLength,
+          absl::StrCat("frame ", i, " has ", p.size(), " bytes, codec ", kernels::CodecName(codec),
+                       " needs ", kernels::EncodedSize(codec, n)));
     const uint64_t blocks = (n + codec.block - 1) / codec.block;
     bool ok = true;
     switch (codec.kind) {

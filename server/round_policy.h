@@ -20,18 +20,18 @@ double PushWeight(WeightScheme scheme, uint64_t tokens, uint32_t steps, uint64_t
                   double staleness_alpha);
 
 struct RoundPolicy {
-  uint32_t quorum = 1;                              // K: pushes needed before closing
-  absl::Duration grace_cap = absl::Seconds(5);      // no round waits longer than this
-  double gamma = 1.0;                               // grace = gamma*(tau*t_step - t_q - t_sync)
+  uint32_t quorum = 1;                          // K: pushes needed before closing
+  absl::Duration grace_cap = absl::Seconds(5);  // no round waits longer than this
+  double gamma = 1.0;                           // grace = gamma*(tau*t_step - t_q - t_sync)
   absl::Duration min_grace = absl::Milliseconds(20);
 };
 
 // Moving averages the adaptive grace window is computed from.
 struct RoundTimings {
-  double step_time_s = 0;     // fleet's mean inner step time
-  double inner_steps = 0;     // tau: mean inner steps between a worker's pushes
+  double step_time_s = 0;  // fleet's mean inner step time
+  double inner_steps = 0;  // tau: mean inner steps between a worker's pushes
   double time_to_quorum_s = 0;
-  double sync_time_s = 0;     // push-to-adopt time seen by workers
+  double sync_time_s = 0;  // push-to-adopt time seen by workers
 };
 
 // clamp(gamma * (tau*t_step - t_quorum - t_sync), min_grace, cap).

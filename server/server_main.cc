@@ -6,7 +6,6 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-
 #include <zmq.hpp>
 
 #include "absl/flags/flag.h"
@@ -73,16 +72,15 @@ int Fail(const absl::Status& s) {
 // for (Stats, read-only, may come from any listed key). Checked on the header alone, before the
 // Shard sees the message; a message whose header does not verify goes on to the Shard, which
 // refuses and counts it.
-absl::Status CheckKeyBinding(const diloco::wire::AuthorizedKeys& keys,
-                             zmq::message_t& header_frame, uint32_t* claimed) {
+absl::Status CheckKeyBinding(const diloco::wire::AuthorizedKeys& keys, zmq::message_t& header_frame,
+                             uint32_t* claimed) {
   using namespace diloco::wire;
   const auto user = UserIdOf(header_frame);  // before VerifyHeaderFrame may copy the frame
   auto h = VerifyHeaderFrame(header_frame);
   if (!h.ok() || (*h)->type() == MsgType::Stats) return absl::OkStatus();
   *claimed = (*h)->worker_id();
   const auto listed = user ? keys.WorkerOf(*user) : std::nullopt;
-  if (!listed)
-    return WireError(ErrorCode::BadIdentity, "connection has no authorized CURVE key");
+  if (!listed) return WireError(ErrorCode::BadIdentity, "connection has no authorized CURVE key");
   if (*listed != *claimed)
     return WireError(ErrorCode::BadIdentity,
                      absl::StrCat("this CURVE key belongs to worker ", *listed,
@@ -117,9 +115,12 @@ int main(int argc, char** argv) {
   o.model = *model;
   o.store_path = absl::GetFlag(FLAGS_store);
   const std::string dur = absl::GetFlag(FLAGS_durability);
-  if (dur == "periodic") o.durability = Durability::kPeriodic;
-  else if (dur == "per-round") o.durability = Durability::kPerRound;
-  else return Fail(absl::InvalidArgumentError("--durability must be periodic or per-round"));
+  if (dur == "periodic")
+    o.durability = Durability::kPeriodic;
+  else if (dur == "per-round")
+    o.durability = Durability::kPerRound;
+  else
+    return Fail(absl::InvalidArgumentError("--durability must be periodic or per-round"));
   o.checkpoint_every_rounds = absl::GetFlag(FLAGS_checkpoint_every_rounds);
   o.checkpoint_interval = absl::GetFlag(FLAGS_checkpoint_interval);
   o.round.quorum = absl::GetFlag(FLAGS_quorum);
@@ -130,14 +131,20 @@ int main(int argc, char** argv) {
   o.weights = *weights;
   o.staleness_alpha = absl::GetFlag(FLAGS_staleness_alpha);
   const std::string outer = absl::GetFlag(FLAGS_outer), merge = absl::GetFlag(FLAGS_merge);
-  if (outer == "rounds") o.outer_mode = OuterMode::kRounds;
-  else if (outer == "delayed-nesterov") o.outer_mode = OuterMode::kDelayedNesterov;
-  else return Fail(absl::InvalidArgumentError("--outer must be rounds or delayed-nesterov"));
+  if (outer == "rounds")
+    o.outer_mode = OuterMode::kRounds;
+  else if (outer == "delayed-nesterov")
+    o.outer_mode = OuterMode::kDelayedNesterov;
+  else
+    return Fail(absl::InvalidArgumentError("--outer must be rounds or delayed-nesterov"));
   o.dn_period = absl::GetFlag(FLAGS_dn_period);
   o.apply_threads = absl::GetFlag(FLAGS_apply_threads);
-  if (merge == "mean") o.merge = MergeRule::kWeightedMean;
-  else if (merge == "rda") o.merge = MergeRule::kRda;
-  else return Fail(absl::InvalidArgumentError("--merge must be mean or rda"));
+  if (merge == "mean")
+    o.merge = MergeRule::kWeightedMean;
+  else if (merge == "rda")
+    o.merge = MergeRule::kRda;
+  else
+    return Fail(absl::InvalidArgumentError("--merge must be mean or rda"));
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
   o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));
@@ -157,8 +164,9 @@ int main(int argc, char** argv) {
     if (!key.ok()) return Fail(key.status());
     curve_secret = *key;
     const auto af = absl::GetFlag(FLAGS_curve_authorized_keys);
-    if (af.empty()) return Fail(absl::InvalidArgumentError(
-        "--curve_authorized_keys is required with --curve_secret_key_file"));
+    if (af.empty())
+      return Fail(absl::InvalidArgumentError(
+          "--curve_authorized_keys is required with --curve_secret_key_file"));
     auto keys = wire::AuthorizedKeys::Read(af);
     if (!keys.ok()) return Fail(keys.status());
     auth = *keys;
@@ -166,8 +174,8 @@ int main(int argc, char** argv) {
     if (!handler.ok()) return Fail(handler.status());
     zap = std::move(*handler);
   } else if (!absl::GetFlag(FLAGS_curve_authorized_keys).empty()) {
-    return Fail(absl::InvalidArgumentError(
-        "--curve_authorized_keys needs --curve_secret_key_file"));
+    return Fail(
+        absl::InvalidArgumentError("--curve_authorized_keys needs --curve_secret_key_file"));
   }
   zmq::socket_t sock(ctx, zmq::socket_type::router);
   wire::ConfigureSocket(sock);
@@ -198,8 +206,8 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  std::fprintf(stderr, "diloco-server: shard %u/%u on %s, %zu fragments, plan %016lx%s\n",
-               o.shard, o.num_shards, endpoint.c_str(), (*shard)->owned().size(),
+  std::fprintf(stderr, "diloco-server: shard %u/%u on %s, %zu fragments, plan %016lx%s\n", o.shard,
+               o.num_shards, endpoint.c_str(), (*shard)->owned().size(),
                static_cast<unsigned long>((*shard)->plan_fingerprint()),
                auth ? absl::StrCat(", CURVE with ", auth->size(), " authorized keys").c_str()
                     : ", no CURVE");
@@ -209,9 +217,8 @@ int main(int argc, char** argv) {
   absl::Time next_metrics = absl::Now();
   uint64_t unroutable = 0, identity_refused = 0;
   while (!g_stop) {
-    const absl::Duration wait =
-        std::clamp((*shard)->NextDeadline() - absl::Now(), absl::ZeroDuration(),
-                   absl::Milliseconds(50));
+    const absl::Duration wait = std::clamp((*shard)->NextDeadline() - absl::Now(),
+                                           absl::ZeroDuration(), absl::Milliseconds(50));
     zmq::pollitem_t item{static_cast<void*>(sock), 0, ZMQ_POLLIN, 0};
     try {
       zmq::poll(&item, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(wait)));
@@ -246,15 +253,17 @@ int main(int argc, char** argv) {
     (*shard)->Tick(&out);
     for (auto& o : out) {
       if (o.header.type == wire::MsgType::Stats)
-        o.header.message = WithLoopCounters(std::move(o.header.message), identity_refused,
-                                            unroutable);
+        o.header.message =
+            WithLoopCounters(std::move(o.header.message), identity_refused, unroutable);
       uint64_t bytes = 0;
       for (const auto& p : o.payloads) bytes += p.size();
       auto s = o.checksums ? wire::SendWithChecksums(sock, o.header, std::move(o.payloads),
                                                      *o.checksums, &o.routing_id)
                            : wire::Send(sock, o.header, std::move(o.payloads), &o.routing_id);
-      if (!s.ok()) ++unroutable;  // a departed worker: it re-pulls when it returns
-      else (*shard)->CountBytesOut(bytes);
+      if (!s.ok())
+        ++unroutable;  // a departed worker: it re-pulls when it returns
+      else
+        (*shard)->CountBytesOut(bytes);
     }
     out.clear();
     if (http && absl::Now() >= next_metrics) {

@@ -9,8 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
-#include "storage/checkpoint_store.h"
 #include "common/safetensors.h"
+#include "storage/checkpoint_store.h"
 
 namespace diloco::storage {
 namespace {

@@ -25,7 +25,6 @@ using wire::MsgType;
 
 namespace {
 
-
 double Ema(double old, double x, double a = 0.1) { return old == 0 ? x : (1 - a) * old + a * x; }
 
 }  // namespace

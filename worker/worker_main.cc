@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   if (!codec.ok()) return Fail(codec.status());
   const uint32_t wid = absl::GetFlag(FLAGS_worker_id);
   const int nw = absl::GetFlag(FLAGS_num_workers) > 0 ? absl::GetFlag(FLAGS_num_workers)
-                                                     : static_cast<int>(wid) + 1;
+                                                      : static_cast<int>(wid) + 1;
   auto data = ParseData(absl::GetFlag(FLAGS_data), static_cast<int>(wid) % nw, nw);
   if (!data.ok()) return Fail(data.status());
 
@@ -218,15 +218,15 @@ int main(int argc, char** argv) {
   const auto oracle = model::HeldoutOracle(to);
   const std::string floor_str =
       oracle.ok() && *oracle >= 0 ? absl::StrFormat(" (entropy floor %.4f)", *oracle) : "";
-  std::fprintf(stderr,
-               "diloco-worker[%u]: model %s (%lu params), codec %s, H=%u, %s; held-out loss "
-               "%.4f%s\n",
-               wid, GptConfigString(*cfg).c_str(),
-               static_cast<unsigned long>(tr.manifest().total_elements()),
-               kernels::CodecName(*codec).c_str(), absl::GetFlag(FLAGS_inner_steps),
-               sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str()
-                    : "no sync",
-               eval0, floor_str.c_str());
+  std::fprintf(
+      stderr,
+      "diloco-worker[%u]: model %s (%lu params), codec %s, H=%u, %s; held-out loss "
+      "%.4f%s\n",
+      wid, GptConfigString(*cfg).c_str(),
+      static_cast<unsigned long>(tr.manifest().total_elements()),
+      kernels::CodecName(*codec).c_str(), absl::GetFlag(FLAGS_inner_steps),
+      sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync", eval0,
+      floor_str.c_str());
 
   const int64_t max_steps = absl::GetFlag(FLAGS_steps);
   const absl::Time start = absl::Now();
@@ -301,8 +301,8 @@ int main(int argc, char** argv) {
   const float eval_local = tr.EvalLoss();
   JsonObject done;
   done.Add("event", "done").Add("worker", uint64_t{wid}).Add("steps", step);
-  done.Add("eval_local", static_cast<double>(eval_local)).Add("eval_initial",
-                                                              static_cast<double>(eval0));
+  done.Add("eval_local", static_cast<double>(eval_local))
+      .Add("eval_initial", static_cast<double>(eval0));
   std::string global_str;
   if (sync) {
     const auto st = sync->stats();

@@ -117,7 +117,8 @@ void InProcess(const Setup& s, double memcpy_gbps) {
         shard->Handle(rid, std::move(f), &out);
       };
       // Join and initialise every fragment, then pre-encode one delta per (worker, fragment).
-      for (uint32_t w = 0; w < workers; ++w) send(absl::StrCat("w", w), base(wire::MsgType::Hello, w), {});
+      for (uint32_t w = 0; w < workers; ++w)
+        send(absl::StrCat("w", w), base(wire::MsgType::Hello, w), {});
       std::vector<std::vector<std::vector<std::vector<uint8_t>>>> payload(workers);
       uint64_t numel_total = 0;
       for (const auto& f : plan.fragments()) {
@@ -127,7 +128,8 @@ void InProcess(const Setup& s, double memcpy_gbps) {
         h.block = 256;
         h.num_elements = f.numel;
         h.chunk_elements = wire::ChunkElements(256);
-        send("w0", h, EncodeChunks({kernels::CodecKind::kFp32, 256}, std::vector<float>(f.numel, 0.1f)));
+        send("w0", h,
+             EncodeChunks({kernels::CodecKind::kFp32, 256}, std::vector<float>(f.numel, 0.1f)));
         numel_total += f.numel;
         for (uint32_t w = 0; w < workers; ++w)
           payload[w].push_back(EncodeChunks(codec, RandomDelta(f.numel, w * 100 + f.id)));
@@ -166,8 +168,8 @@ void InProcess(const Setup& s, double memcpy_gbps) {
       }
       const double dt = Seconds(t0, Clock::now());
       const double pps = params / dt;
-      std::printf("%-9s %8u %12.1f %14.3e %16.2f %8.2f\n", codec_name, workers, pushes / dt,
-                  pps, touched / dt / 1e9, touched / dt / 1e9 / memcpy_gbps);
+      std::printf("%-9s %8u %12.1f %14.3e %16.2f %8.2f\n", codec_name, workers, pushes / dt, pps,
+                  touched / dt / 1e9, touched / dt / 1e9 / memcpy_gbps);
     }
   }
 }
@@ -178,13 +180,18 @@ int main(int argc, char** argv) {
   Setup s;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.starts_with("--model=")) s.model = a.substr(8);
-    else if (a.starts_with("--fragments=")) (void)absl::SimpleAtoi(a.substr(12), &s.fragments);
-    else if (a.starts_with("--seconds=")) (void)absl::SimpleAtod(a.substr(10), &s.seconds);
-    else if (a.starts_with("--loopback=")) s.loopback = a.substr(11) != "0";
+    if (a.starts_with("--model="))
+      s.model = a.substr(8);
+    else if (a.starts_with("--fragments="))
+      (void)absl::SimpleAtoi(a.substr(12), &s.fragments);
+    else if (a.starts_with("--seconds="))
+      (void)absl::SimpleAtod(a.substr(10), &s.seconds);
+    else if (a.starts_with("--loopback="))
+      s.loopback = a.substr(11) != "0";
     else {
-      std::fprintf(stderr, "usage: diloco-bench-server [--model=SPEC] [--fragments=P] "
-                           "[--seconds=S] [--loopback=0|1]\n");
+      std::fprintf(stderr,
+                   "usage: diloco-bench-server [--model=SPEC] [--fragments=P] "
+                   "[--seconds=S] [--loopback=0|1]\n");
       return 2;
     }
   }

@@ -1,10 +1,11 @@
 // Whole processes on 127.0.0.1: shards and workers train together, a SIGKILLed worker stalls
 // nobody, and a SIGKILLed shard restarts from its RocksDB store with the same versions.
+#include "tests/integration/cluster.h"
+
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "tests/integration/cluster.h"
 
 namespace diloco::testing {
 namespace {
@@ -18,17 +19,18 @@ struct Cluster {
 
   std::unique_ptr<Process> StartShard(int i, int n, const std::string& bind,
                                       std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {ServerBinary(),
-                                     "--bind=" + bind,
-                                     absl::StrCat("--port_file=", (dir / absl::StrCat("port", i)).string()),
-                                     absl::StrCat("--shard=", i),
-                                     absl::StrCat("--shards=", n),
-                                     "--fragments=4",
-                                     absl::StrCat("--model=", kModel),
-                                     absl::StrCat("--store=", (dir / absl::StrCat("store", i)).string()),
-                                     "--grace_cap=1s",
-                                     "--worker_timeout=2s",
-                                     "--progress_interval=1000s"};
+    std::vector<std::string> argv = {
+        ServerBinary(),
+        "--bind=" + bind,
+        absl::StrCat("--port_file=", (dir / absl::StrCat("port", i)).string()),
+        absl::StrCat("--shard=", i),
+        absl::StrCat("--shards=", n),
+        "--fragments=4",
+        absl::StrCat("--model=", kModel),
+        absl::StrCat("--store=", (dir / absl::StrCat("store", i)).string()),
+        "--grace_cap=1s",
+        "--worker_timeout=2s",
+        "--progress_interval=1000s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<Process>(argv, (dir / absl::StrCat("shard", i, ".log")).string());
   }
@@ -105,8 +107,8 @@ TEST(ClusterTest, KilledWorkerStallsNeitherRoundsNorTheOtherWorker) {
   c.workers.push_back(c.StartWorker(0, 2));
   c.workers.push_back(c.StartWorker(1, 2));
   for (int w = 0; w < 2; ++w) {
-    auto ev = WaitForEvent(c.Jsonl(w), [](const Event& e) { return e.at("adoptions") >= 8; },
-                           absl::Seconds(60));
+    auto ev = WaitForEvent(
+        c.Jsonl(w), [](const Event& e) { return e.at("adoptions") >= 8; }, absl::Seconds(60));
     ASSERT_TRUE(ev.has_value()) << "worker " << w << " never adopted 8 fragments";
   }
   const double rate_before = StepRate(c.Jsonl(1), absl::Seconds(2));
@@ -140,9 +142,10 @@ TEST(ClusterTest, FrozenWorkerHoldsNoRoundBeyondTheGraceCap) {
   c.workers.push_back(c.StartWorker(0, 2));
   c.workers.push_back(c.StartWorker(1, 2));
   for (int w = 0; w < 2; ++w)
-    ASSERT_TRUE(WaitForEvent(c.Jsonl(w), [](const Event& e) { return e.at("adoptions") >= 8; },
-                             absl::Seconds(60))
-                    .has_value());
+    ASSERT_TRUE(
+        WaitForEvent(
+            c.Jsonl(w), [](const Event& e) { return e.at("adoptions") >= 8; }, absl::Seconds(60))
+            .has_value());
   // Freeze worker 0 (SIGSTOP): its connections stay open and it counts as live for the whole
   // test (60 s liveness timeout), so every round waits for it, but never beyond the 1 s cap.
   c.workers[0]->Signal(SIGSTOP);
@@ -155,9 +158,10 @@ TEST(ClusterTest, FrozenWorkerHoldsNoRoundBeyondTheGraceCap) {
   // Thawed, the frozen worker catches up: re-pulls if stale, and adopts again.
   c.workers[0]->Signal(SIGCONT);
   const double frozen_adoptions = ReadEvents(c.Jsonl(0), "progress").back()["adoptions"];
-  ASSERT_TRUE(WaitForEvent(c.Jsonl(0),
-                           [&](const Event& e) { return e.at("adoptions") >= frozen_adoptions + 4; },
-                           absl::Seconds(30))
+  ASSERT_TRUE(WaitForEvent(
+                  c.Jsonl(0),
+                  [&](const Event& e) { return e.at("adoptions") >= frozen_adoptions + 4; },
+                  absl::Seconds(30))
                   .has_value())
       << "the thawed worker never adopted again";
 }
@@ -167,9 +171,10 @@ TEST(ClusterTest, KilledShardRestartsFromItsStoreWithTheSameVersions) {
   c.dir = TestDir();
   c.StartShards(2, {"--durability=per-round"});
   c.workers.push_back(c.StartWorker(0, 1));
-  ASSERT_TRUE(WaitForEvent(c.Jsonl(0), [](const Event& e) { return e.at("adoptions") >= 12; },
-                           absl::Seconds(60))
-                  .has_value());
+  ASSERT_TRUE(
+      WaitForEvent(
+          c.Jsonl(0), [](const Event& e) { return e.at("adoptions") >= 12; }, absl::Seconds(60))
+          .has_value());
   c.workers[0]->Signal(SIGKILL);
   ASSERT_TRUE(c.workers[0]->Wait(absl::Seconds(5)).has_value());
   absl::SleepFor(absl::Seconds(1.5));  // open rounds close within the 1 s cap
@@ -193,9 +198,10 @@ TEST(ClusterTest, KilledShardRestartsFromItsStoreWithTheSameVersions) {
   // A new worker generation joins the restarted shard and training goes on from there.
   std::filesystem::remove(c.Jsonl(0));
   c.workers[0] = c.StartWorker(0, 1);
-  ASSERT_TRUE(WaitForEvent(c.Jsonl(0), [](const Event& e) { return e.at("adoptions") >= 8; },
-                           absl::Seconds(60))
-                  .has_value());
+  ASSERT_TRUE(
+      WaitForEvent(
+          c.Jsonl(0), [](const Event& e) { return e.at("adoptions") >= 8; }, absl::Seconds(60))
+          .has_value());
   EXPECT_GT(c.Stat(0, "rounds"), rounds);
 }
 

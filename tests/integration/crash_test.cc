@@ -8,9 +8,9 @@
 //   - periodic durability: the shard is at a version the worker saw, with identical values;
 //   - dedup agrees with the versions: the worker's unanswered push is a Duplicate exactly when
 //     the recovered version already contains it, and is applied once otherwise.
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <random>
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -134,15 +134,16 @@ class ScriptedWorker {
     std::vector<float> delta(numel(f));
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = 1e-3f * static_cast<float>((i + seq) % 7);
     PushResult r;
-    auto m = Call(h, &delta,
-                  [&](const wire::Message& m) {
-                    const auto& x = m.header();
-                    if (x.fragment_id() != f || x.seq() != seq) return false;
-                    if (m.type() == MsgType::FragmentUpdate) return x.ack() == AckStatus::Applied;
-                    return m.type() == MsgType::PushAck &&
-                           (x.ack() == AckStatus::Duplicate || x.ack() == AckStatus::Stale);
-                  },
-                  timeout);
+    auto m = Call(
+        h, &delta,
+        [&](const wire::Message& m) {
+          const auto& x = m.header();
+          if (x.fragment_id() != f || x.seq() != seq) return false;
+          if (m.type() == MsgType::FragmentUpdate) return x.ack() == AckStatus::Applied;
+          return m.type() == MsgType::PushAck &&
+                 (x.ack() == AckStatus::Duplicate || x.ack() == AckStatus::Stale);
+        },
+        timeout);
     if (!m) return r;
     r.ack = m->header().ack();
     r.version = m->header().version();
@@ -171,14 +172,12 @@ void RunCrashLoop(bool per_round) {
   auto start = [&](const std::string& bind) {
     std::filesystem::remove(port_file);
     return std::make_unique<Process>(
-        std::vector<std::string>{ServerBinary(), "--bind=" + bind, "--port_file=" + port_file,
-                                 "--shard=0", "--shards=1",
-                                 absl::StrCat("--fragments=", kFragments),
-                                 absl::StrCat("--model=", kModel),
-                                 "--store=" + (dir / "store").string(),
-                                 per_round ? "--durability=per-round" : "--durability=periodic",
-                                 "--checkpoint_every_rounds=3", "--grace_cap=1s",
-                                 "--progress_interval=1000s"},
+        std::vector<std::string>{
+            ServerBinary(), "--bind=" + bind, "--port_file=" + port_file, "--shard=0", "--shards=1",
+            absl::StrCat("--fragments=", kFragments), absl::StrCat("--model=", kModel),
+            "--store=" + (dir / "store").string(),
+            per_round ? "--durability=per-round" : "--durability=periodic",
+            "--checkpoint_every_rounds=3", "--grace_cap=1s", "--progress_interval=1000s"},
         (dir / "shard.log").string());
   };
   auto shard = start("tcp://127.0.0.1:*");
@@ -289,8 +288,10 @@ void RunCrashLoop(bool per_round) {
     }
   }
   EXPECT_GE(kills, 20);
-  std::printf("kills %d, fragments that went back %d, unanswered push: duplicate %d, applied "
-              "after restart %d\n", kills, went_back, dup_after_restart, applied_after_restart);
+  std::printf(
+      "kills %d, fragments that went back %d, unanswered push: duplicate %d, applied "
+      "after restart %d\n",
+      kills, went_back, dup_after_restart, applied_after_restart);
   if (per_round) {
     EXPECT_EQ(went_back, 0);
   } else {

@@ -1,9 +1,9 @@
 // diloco-ctl end to end: live stats from a running shard, synthetic data generation, and the
 // evaluation of a safetensors model on a .bin file; bad input gives a clear error.
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/model_spec.h"
@@ -25,10 +25,10 @@ std::pair<int, std::string> Shell(const std::string& cmd) {
 
 TEST(CtlTest, StatsOfARunningShard) {
   const auto dir = TestDir();
-  Process shard({ServerBinary(), "--bind=tcp://127.0.0.1:*",
-                 "--port_file=" + (dir / "port").string(), "--model=tiny", "--fragments=2",
-                 "--progress_interval=1000s"},
-                (dir / "shard.log").string());
+  Process shard(
+      {ServerBinary(), "--bind=tcp://127.0.0.1:*", "--port_file=" + (dir / "port").string(),
+       "--model=tiny", "--fragments=2", "--progress_interval=1000s"},
+      (dir / "shard.log").string());
   auto ep = WaitForLine(dir / "port", absl::Seconds(20));
   ASSERT_TRUE(ep.has_value());
   auto [rc, out] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " stats --server=", *ep));
@@ -38,8 +38,8 @@ TEST(CtlTest, StatsOfARunningShard) {
   shard.Signal(SIGTERM);
   EXPECT_EQ(shard.Wait(absl::Seconds(10)), std::optional<int>(0));
   // A shard that is not there: a clear error, not a hang.
-  auto [rc2, out2] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " stats --server=", *ep,
-                                      " --timeout_ms=300"));
+  auto [rc2, out2] =
+      Shell(absl::StrCat(DILOCO_CTL_BINARY, " stats --server=", *ep, " --timeout_ms=300"));
   EXPECT_EQ(rc2, 1);
   EXPECT_NE(out2.find("no answer"), std::string::npos) << out2;
 }
@@ -63,8 +63,8 @@ TEST(CtlTest, GenDataThenEvaluateAModel) {
       std::fill_n(params.begin() + t.offset, t.numel(), 1.0f);
   const std::string model = (dir / "model.safetensors").string();
   ASSERT_TRUE(model::WriteSafetensors(model, *manifest, params).ok());
-  auto [rc2, out2] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", model,
-                                      " --data=", bin));
+  auto [rc2, out2] = Shell(
+      absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", model, " --data=", bin));
   ASSERT_EQ(rc2, 0) << out2;
   double loss = 0;
   const auto at = out2.find("loss ");
@@ -73,8 +73,8 @@ TEST(CtlTest, GenDataThenEvaluateAModel) {
   EXPECT_NEAR(loss, std::log(256.0), 0.3);
 
   // The wrong model for the file: refused with a message, not a crash.
-  auto [rc3, out3] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval --model=small --params=", model,
-                                      " --data=", bin));
+  auto [rc3, out3] = Shell(
+      absl::StrCat(DILOCO_CTL_BINARY, " eval --model=small --params=", model, " --data=", bin));
   EXPECT_EQ(rc3, 1) << out3;
   EXPECT_NE(out3.find("diloco-ctl:"), std::string::npos) << out3;
 }

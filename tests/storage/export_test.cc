@@ -14,11 +14,11 @@
 #include "absl/strings/str_split.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
+#include "common/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/checkpoint_store.h"
 #include "storage/model_export.h"
-#include "common/safetensors.h"
 #include "tests/storage/test_util.h"
 
 namespace diloco::storage {
