@@ -10,6 +10,8 @@
 namespace diloco {
 
 uint64_t Checksum64(const void* data, size_t size);
+// The same value from the library's baseline build (tests compare the two paths).
+uint64_t Checksum64Portable(const void* data, size_t size);
 
 // Streaming hash for fingerprints over several fields.
 class Hasher {

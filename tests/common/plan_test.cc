@@ -6,6 +6,7 @@
 
 #include <numeric>
 
+#include "common/checksum.h"
 #include "common/model_spec.h"
 
 namespace diloco {
@@ -69,6 +70,21 @@ TEST(PlanTest, BadInputIsRefused) {
   EXPECT_FALSE(ParseGptConfig("bogus").ok());
   EXPECT_FALSE(Manifest::Create({{"a", {2}}, {"a", {3}}}).ok());  // duplicate name
   EXPECT_FALSE(Manifest::Create({{"a", {0}}}).ok());
+}
+
+}  // namespace
+}  // namespace diloco
+
+namespace diloco {
+namespace {
+
+TEST(ChecksumTest, DispatchedHashEqualsTheLibrarysForEverySize) {
+  std::vector<uint8_t> b(1 << 20);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 131 + (i >> 9));
+  for (size_t n : {0ul, 1ul, 3ul, 16ul, 17ul, 128ul, 129ul, 240ul, 241ul, 1000ul, 4096ul,
+                   65537ul, size_t{1} << 20})
+    EXPECT_EQ(Checksum64(b.data(), n), Checksum64Portable(b.data(), n)) << n;
+  EXPECT_NE(Checksum64(b.data(), 100), Checksum64(b.data() + 1, 100));
 }
 
 }  // namespace
