@@ -10,6 +10,7 @@
 #include <sstream>
 #include <zmq.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "schema/transport.h"
 
@@ -119,6 +120,45 @@ std::optional<double> JsonNumber(const std::string& json, const std::string& key
   if (std::regex_search(scope, m, std::regex("\"" + leaf + "\":(-?[0-9.eE+-]+)")))
     return std::stod(m[1]);
   return std::nullopt;
+}
+
+std::unique_ptr<Process> LocalShards::StartShard(int i, int n, const std::string& bind,
+                                                 const std::vector<std::string>& extra) {
+  std::filesystem::remove(dir / absl::StrCat("port", i));
+  std::vector<std::string> argv = {
+      ServerBinary(),
+      "--bind=" + bind,
+      absl::StrCat("--port_file=", (dir / absl::StrCat("port", i)).string()),
+      absl::StrCat("--shard=", i),
+      absl::StrCat("--shards=", n),
+      "--fragments=4",
+      "--model=" + model,
+      absl::StrCat("--store=", (dir / absl::StrCat("store", i)).string()),
+      "--grace_cap=1s",
+      "--worker_timeout=2s",
+      "--progress_interval=1000s"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::make_unique<Process>(argv, (dir / absl::StrCat("shard", i, ".log")).string());
+}
+
+void LocalShards::StartShards(int n, const std::vector<std::string>& extra,
+                              std::vector<std::string> binds) {
+  if (binds.empty()) binds.assign(n, "tcp://127.0.0.1:*");
+  for (int i = 0; i < n; ++i) shards.push_back(StartShard(i, n, binds[i], extra));
+  endpoints.clear();
+  for (int i = 0; i < n; ++i) {
+    auto ep = WaitForLine(dir / absl::StrCat("port", i), absl::Seconds(20));
+    ASSERT_TRUE(ep.has_value()) << "shard " << i << " did not start";
+    endpoints.push_back(*ep);
+  }
+}
+
+double LocalShards::Stat(int shard, const std::string& key) {
+  auto s = ShardStats(endpoints[shard], absl::Seconds(5));
+  EXPECT_TRUE(s.has_value()) << "shard " << shard << " did not answer Stats";
+  if (!s) return -1;
+  auto v = JsonNumber(*s, key);
+  return v ? *v : -1;
 }
 
 std::string ServerBinary() { return DILOCO_SERVER_BINARY; }

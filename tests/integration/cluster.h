@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,5 +54,23 @@ std::optional<double> JsonNumber(const std::string& json, const std::string& key
 
 std::string ServerBinary();
 std::string WorkerBinary();
+
+// The shards of one test: diloco-server processes on 127.0.0.1 with the settings the
+// multi-process tests share (4 fragments, grace cap 1 s, liveness timeout 2 s, a store each);
+// `extra` flags come last and so win.
+struct LocalShards {
+  std::filesystem::path dir;
+  std::string model = "tiny";
+  std::vector<std::unique_ptr<Process>> shards;
+  std::vector<std::string> endpoints;
+
+  std::unique_ptr<Process> StartShard(int i, int n, const std::string& bind,
+                                      const std::vector<std::string>& extra = {});
+  // Starts n shards and waits for their endpoints; with `binds` empty each picks a free port.
+  void StartShards(int n, const std::vector<std::string>& extra = {},
+                   std::vector<std::string> binds = {});
+  // A number from a shard's Stats ("rounds", "versions.3"), -1 when it does not answer.
+  double Stat(int shard, const std::string& key);
+};
 
 }  // namespace diloco::testing

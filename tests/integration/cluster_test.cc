@@ -12,40 +12,8 @@ namespace {
 
 constexpr char kModel[] = "tiny";
 
-struct Cluster {
-  std::filesystem::path dir;
-  std::vector<std::unique_ptr<Process>> shards, workers;
-  std::vector<std::string> endpoints;
-
-  std::unique_ptr<Process> StartShard(int i, int n, const std::string& bind,
-                                      std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {
-        ServerBinary(),
-        "--bind=" + bind,
-        absl::StrCat("--port_file=", (dir / absl::StrCat("port", i)).string()),
-        absl::StrCat("--shard=", i),
-        absl::StrCat("--shards=", n),
-        "--fragments=4",
-        absl::StrCat("--model=", kModel),
-        absl::StrCat("--store=", (dir / absl::StrCat("store", i)).string()),
-        "--grace_cap=1s",
-        "--worker_timeout=2s",
-        "--progress_interval=1000s"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return std::make_unique<Process>(argv, (dir / absl::StrCat("shard", i, ".log")).string());
-  }
-
-  void StartShards(int n, std::vector<std::string> extra = {}) {
-    for (int i = 0; i < n; ++i) {
-      std::filesystem::remove(dir / absl::StrCat("port", i));
-      shards.push_back(StartShard(i, n, "tcp://127.0.0.1:*", extra));
-    }
-    for (int i = 0; i < n; ++i) {
-      auto ep = WaitForLine(dir / absl::StrCat("port", i), absl::Seconds(20));
-      ASSERT_TRUE(ep.has_value()) << "shard " << i << " did not start";
-      endpoints.push_back(*ep);
-    }
-  }
+struct Cluster : LocalShards {
+  std::vector<std::unique_ptr<Process>> workers;
 
   std::filesystem::path Jsonl(int w) const { return dir / absl::StrCat("worker", w, ".jsonl"); }
 
@@ -66,14 +34,6 @@ struct Cluster {
                                      "--progress_interval=0.2s",
                                      "--metrics_jsonl=" + Jsonl(w).string()};
     return std::make_unique<Process>(argv, (dir / absl::StrCat("worker", w, ".log")).string());
-  }
-
-  double Stat(int shard, const std::string& key) {
-    auto s = ShardStats(endpoints[shard], absl::Seconds(5));
-    EXPECT_TRUE(s.has_value()) << "shard " << shard << " did not answer Stats";
-    if (!s) return -1;
-    auto v = JsonNumber(*s, key);
-    return v ? *v : -1;
   }
 };
 

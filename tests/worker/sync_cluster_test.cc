@@ -67,42 +67,9 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
-struct Fleet {
-  std::filesystem::path dir = TestDir();
-  std::vector<std::unique_ptr<Process>> shards, workers;
-  std::vector<std::string> endpoints;
-
-  std::unique_ptr<Process> StartShard(int i, int n, const std::string& bind,
-                                      const std::vector<std::string>& extra = {}) {
-    std::filesystem::remove(dir / absl::StrCat("port", i));
-    std::vector<std::string> argv = {
-        ServerBinary(),
-        "--bind=" + bind,
-        absl::StrCat("--port_file=", (dir / absl::StrCat("port", i)).string()),
-        absl::StrCat("--shard=", i),
-        absl::StrCat("--shards=", n),
-        "--fragments=4",
-        absl::StrCat("--model=", kModel),
-        absl::StrCat("--store=", (dir / absl::StrCat("store", i)).string()),
-        "--grace_cap=1s",
-        "--worker_timeout=2s",
-        "--progress_interval=1000s"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return std::make_unique<Process>(argv, (dir / absl::StrCat("shard", i, ".log")).string());
-  }
-
-  // Starts n shards; with `binds` empty each picks a free port.
-  void StartShards(int n, const std::vector<std::string>& extra = {},
-                   std::vector<std::string> binds = {}) {
-    if (binds.empty()) binds.assign(n, "tcp://127.0.0.1:*");
-    for (int i = 0; i < n; ++i) shards.push_back(StartShard(i, n, binds[i], extra));
-    endpoints.clear();
-    for (int i = 0; i < n; ++i) {
-      auto ep = WaitForLine(dir / absl::StrCat("port", i), absl::Seconds(20));
-      ASSERT_TRUE(ep.has_value()) << "shard " << i << " did not start";
-      endpoints.push_back(*ep);
-    }
-  }
+struct Fleet : LocalShards {
+  Fleet() { dir = TestDir(); }
+  std::vector<std::unique_ptr<Process>> workers;
 
   std::filesystem::path Jsonl(int w) const { return dir / absl::StrCat("worker", w, ".jsonl"); }
 
