@@ -118,6 +118,7 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   if (!h.versions.empty()) b.add_versions(vv);
   b.add_step_time_us(h.step_time_us);
   b.add_fleet_step_time_us(h.fleet_step_time_us);
+  b.add_channel(h.channel);
   fbb.Finish(b.Finish());
   return zmq::message_t(fbb.GetBufferPointer(), fbb.GetSize());
 }
@@ -169,6 +170,8 @@ absl::StatusOr<const Header*> VerifyHeaderFrame(zmq::message_t& frame, const Lim
   if (h->error_code() > ErrorCode::MAX)
     return WireError(ErrorCode::Malformed,
                      absl::StrCat("error code ", static_cast<int>(h->error_code())));
+  if (h->channel() > Channel::MAX)
+    return WireError(ErrorCode::Malformed, absl::StrCat("channel ", static_cast<int>(h->channel())));
   return h;
 }
 

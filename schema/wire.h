@@ -9,7 +9,7 @@
 //      receive buffer) is copied, since FlatBuffers reads scalars in place
 //   4. FlatBuffers verifier with tight depth and table limits
 //   5. protocol version (field 0 of the root table forever, so any version can be read), then
-//      enum ranges (type, ack, error_code): a peer of another version is told so, not BadLength
+//      enum ranges (type, ack, error_code, channel): a peer of another version is told so, not BadLength
 //   6. declared vs actual frame lengths, 7. XXH3-64 checksums (the only O(bytes) step)
 // Plan, model and identity checks belong to the receiver, which knows what to expect.
 #pragma once
@@ -67,6 +67,7 @@ struct HeaderFields {
   std::vector<FragmentVersion> versions;
   uint64_t step_time_us = 0;
   uint64_t fleet_step_time_us = 0;
+  Channel channel = Channel::Data;
 };
 
 // A refusal: an absl::Status whose payload carries the wire ErrorCode.

@@ -71,7 +71,8 @@ struct Shard::FragmentState {
 struct Shard::WorkerInfo {
   uint32_t id = 0;
   uint64_t generation = 0;
-  std::string rid;
+  std::string rid;          // data connection: pushes, pulls, fragments
+  std::string control_rid;  // control connection: heartbeats only (may be empty)
   absl::Time last_seen;
   double step_time_us = 0;
   absl::flat_hash_map<uint32_t, uint64_t> applied_seq;  // fragment -> last applied seq
@@ -214,7 +215,7 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
   }
 }
 
-absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h, bool need_identity) {
+absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h, Via via) {
   if (h.plan_fingerprint() != plan_.fingerprint())
     return WireError(ErrorCode::WrongPlan,
                      absl::StrFormat("plan %016x, this shard serves plan %016x (check --model, "
@@ -222,21 +223,25 @@ absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h, b
                                      h.plan_fingerprint(), plan_.fingerprint()));
   if (h.model_fingerprint() != model_fingerprint_)
     return WireError(ErrorCode::WrongModel, "model fingerprint differs from the shard's model");
-  if (need_identity) {
+  if (via != Via::kAnyConnection) {
     auto it = bound_.find(rid);
     if (it == bound_.end())
       return WireError(ErrorCode::BadIdentity, "no Hello on this connection: send Hello first");
-    if (it->second != h.worker_id())
+    if (it->second.worker != h.worker_id())
       return WireError(ErrorCode::BadIdentity,
-                       absl::StrCat("connection belongs to worker ", it->second,
+                       absl::StrCat("connection belongs to worker ", it->second.worker,
                                     ", message claims worker ", h.worker_id()));
+    if (it->second.control && via != Via::kDataOrControl)
+      return WireError(ErrorCode::BadIdentity,
+                       absl::StrCat("a control connection carries heartbeats only, not ",
+                                    MsgTypeName(h.type())));
     const auto& w = workers_.at(h.worker_id());
     if (w->generation != h.generation())
       return WireError(ErrorCode::BadIdentity,
                        absl::StrCat("worker ", h.worker_id(), " generation ", h.generation(),
                                     " superseded by ", w->generation));
     w->last_seen = clock_->Now();
-    w->rid = rid;
+    if (!it->second.control) w->rid = rid;
   }
   return absl::OkStatus();
 }
@@ -252,9 +257,36 @@ Shard::FragmentState* Shard::OwnedFragment(const std::string& rid, const wire::H
   return nullptr;
 }
 
+void Shard::Unbind(const std::string& rid) {
+  auto b = bound_.find(rid);
+  if (b == bound_.end()) return;
+  if (auto w = workers_.find(b->second.worker); w != workers_.end()) {
+    if (w->second->rid == rid) w->second->rid.clear();
+    if (w->second->control_rid == rid) w->second->control_rid.clear();
+  }
+  bound_.erase(b);
+}
+
 void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
   const auto& h = m.header();
-  if (auto s = CheckCommon(rid, h, false); !s.ok()) return Refuse(rid, s, &h, out);
+  if (auto s = CheckCommon(rid, h, Via::kAnyConnection); !s.ok()) return Refuse(rid, s, &h, out);
+  const bool control = h.channel() == wire::Channel::Control;
+  if (control) {
+    // The heartbeat connection joins a worker already bound on its data connection, in the
+    // same generation; it carries nothing that changes state.
+    auto it = workers_.find(h.worker_id());
+    if (it == workers_.end() || it->second->rid.empty() ||
+        it->second->generation != h.generation())
+      return Refuse(rid,
+                    WireError(ErrorCode::BadIdentity,
+                              absl::StrCat("worker ", h.worker_id(), " generation ",
+                                           h.generation(),
+                                           " has no data connection here: Hello on it first")),
+                    &h, out);
+    if (auto b = bound_.find(rid); b != bound_.end() && !b->second.control)
+      return Refuse(rid, WireError(ErrorCode::BadIdentity, "this is a data connection"), &h,
+                    out);
+  }
   auto& w = workers_[h.worker_id()];
   if (!w) {
     w = std::make_unique<WorkerInfo>();
@@ -266,19 +298,33 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
                             absl::StrCat("worker ", h.worker_id(), " generation ", h.generation(),
                                          " is older than ", w->generation)),
                   &h, out);
-  if (h.generation() > w->generation) {  // a restarted worker: a fresh sequence
-    w->generation = h.generation();
-    w->applied_seq.clear();
-    dirty_ = true;
+  if (control) {
+    if (w->control_rid != rid) {
+      Unbind(w->control_rid);
+      Unbind(rid);
+    }
+    bound_[rid] = {w->id, true};
+    w->control_rid = rid;
+  } else {
+    if (h.generation() > w->generation) {  // a restarted worker: a fresh sequence
+      w->generation = h.generation();
+      w->applied_seq.clear();
+      dirty_ = true;
+      Unbind(w->control_rid);  // the old process's
+    }
+    // A worker id lives on one data connection at a time, a connection serves one worker.
+    if (w->rid != rid) {
+      Unbind(w->rid);
+      Unbind(rid);
+    }
+    bound_[rid] = {w->id, false};
+    w->rid = rid;
   }
-  // A worker id lives on one connection at a time.
-  if (!w->rid.empty() && w->rid != rid) bound_.erase(w->rid);
-  bound_[rid] = w->id;
-  w->rid = rid;
   w->last_seen = clock_->Now();
   Outgoing o{rid, Reply(MsgType::Welcome), {}};
   o.header.worker_id = w->id;
   o.header.generation = w->generation;
+  o.header.channel = h.channel();
   for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);
   o.header.fleet_step_time_us = static_cast<uint64_t>(FleetStepTimeUs());
   out->push_back(std::move(o));
@@ -286,7 +332,7 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
 
 void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
   const auto& h = m.header();
-  if (auto s = CheckCommon(rid, h, true); !s.ok()) return Refuse(rid, s, &h, out);
+  if (auto s = CheckCommon(rid, h, Via::kData); !s.ok()) return Refuse(rid, s, &h, out);
   FragmentState* fp = OwnedFragment(rid, h, out);
   if (!fp) return;
   FragmentState& f = *fp;
@@ -328,7 +374,7 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
 
 void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing>* out) {
   const auto& h = m.header();
-  if (auto s = CheckCommon(rid, h, true); !s.ok()) {
+  if (auto s = CheckCommon(rid, h, Via::kData); !s.ok()) {
     ++counters_.pushes_refused;
     return Refuse(rid, s, &h, out);
   }
@@ -430,7 +476,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
 
 void Shard::OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
   const auto& h = m.header();
-  if (auto s = CheckCommon(rid, h, true); !s.ok()) return Refuse(rid, s, &h, out);
+  if (auto s = CheckCommon(rid, h, Via::kData); !s.ok()) return Refuse(rid, s, &h, out);
   const FragmentState* fp = OwnedFragment(rid, h, out);
   if (!fp) return;
   const FragmentState& f = *fp;
@@ -446,7 +492,7 @@ void Shard::OnPull(const std::string& rid, const wire::Message& m, std::vector<O
 void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
                         std::vector<Outgoing>* out) {
   const auto& h = m.header();
-  if (auto s = CheckCommon(rid, h, true); !s.ok()) return Refuse(rid, s, &h, out);
+  if (auto s = CheckCommon(rid, h, Via::kDataOrControl); !s.ok()) return Refuse(rid, s, &h, out);
   WorkerInfo& w = *workers_.at(h.worker_id());
   if (h.step_time_us() > 0) w.step_time_us = Ema(w.step_time_us, h.step_time_us());
   Outgoing o{rid, Reply(MsgType::Heartbeat), {}};

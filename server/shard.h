@@ -119,10 +119,15 @@ class Shard {
   absl::Status Recover();
   void Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
               std::vector<Outgoing>* out);
-  absl::Status CheckCommon(const std::string& rid, const wire::Header& h, bool need_identity);
+  // Which connections a message may arrive on: any (Hello), a worker's bound data connection
+  // (pushes, pulls, uploads), or either of its bound connections (heartbeats).
+  enum class Via { kAnyConnection, kData, kDataOrControl };
+  absl::Status CheckCommon(const std::string& rid, const wire::Header& h, Via via);
   // The owned fragment `h` names, or nullptr after answering UnknownFragment.
   FragmentState* OwnedFragment(const std::string& rid, const wire::Header& h,
                                std::vector<Outgoing>* out);
+  // Drops a connection's binding and the bound worker's reference to it.
+  void Unbind(const std::string& rid);
   void OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing>* out);
@@ -145,7 +150,11 @@ class Shard {
   std::vector<uint32_t> owned_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<FragmentState>> fragments_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<WorkerInfo>> workers_;  // by worker id
-  absl::flat_hash_map<std::string, uint32_t> bound_;                    // routing id -> worker
+  struct Binding {
+    uint32_t worker = 0;
+    bool control = false;  // the worker's heartbeat-only connection
+  };
+  absl::flat_hash_map<std::string, Binding> bound_;  // routing id -> worker; two per worker at most
   std::unique_ptr<storage::CheckpointStore> store_;
   std::unique_ptr<ApplyPool> apply_;  // declared after fragments_: joined before they go
   uint64_t checkpoint_id_ = 0;

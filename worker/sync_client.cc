@@ -75,11 +75,15 @@ struct Arrival {
 struct ShardLink {
   uint32_t index = 0;
   std::string endpoint;
-  std::unique_ptr<zmq::socket_t> socket;
+  std::unique_ptr<zmq::socket_t> socket;   // data: pushes, pulls, uploads, fragments
+  std::unique_ptr<zmq::socket_t> control;  // heartbeats only, so they never queue behind a
+                                           // payload; null with SyncOptions::control_channel off
   bool welcomed = false;
+  bool control_welcomed = false;
   uint64_t incarnation = 0;
   uint64_t fleet_step_time_us = 0;  // this shard's latest view; 0 = unknown
   absl::Time last_heard, last_hello = absl::InfinitePast(), last_heartbeat = absl::InfinitePast();
+  absl::Time last_control_hello = absl::InfinitePast();
   absl::Duration backoff = absl::Milliseconds(100);
   // At most one per fragment of this shard (the outstanding rule), so bounded by construction.
   std::map<std::pair<uint32_t, uint64_t>, PushJob> unacked;  // (fragment, seq)
@@ -139,8 +143,11 @@ struct SyncClient::Impl {
   // I/O thread.
   void IoLoop();
   void Connect(ShardLink& l);
+  std::unique_ptr<zmq::socket_t> NewSocket(const std::string& endpoint);
   void SendHello(ShardLink& l);
-  void OnMessage(ShardLink& l, wire::Message m);
+  void SendControlHello(ShardLink& l);
+  void SendHeartbeat(ShardLink& l);
+  void OnMessage(ShardLink& l, wire::Message m, bool via_control);
   void OnWelcome(ShardLink& l, const wire::Header& h);
   void OnPushAck(ShardLink& l, const wire::Header& h);
   void OnError(ShardLink& l, const wire::Header& h);
@@ -417,24 +424,47 @@ wire::HeaderFields SyncClient::Impl::Header(MsgType t) const {
   return h;
 }
 
-void SyncClient::Impl::Connect(ShardLink& l) {
-  l.socket = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
-  wire::ConfigureSocket(*l.socket);
+std::unique_ptr<zmq::socket_t> SyncClient::Impl::NewSocket(const std::string& endpoint) {
+  auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+  wire::ConfigureSocket(*s);
   if (!opt.curve_server_key.empty())  // keys checked by the caller; a bad one is refused there
-    (void)wire::MakeCurveClient(*l.socket, opt.curve_server_key, opt.curve_public_key,
+    (void)wire::MakeCurveClient(*s, opt.curve_server_key, opt.curve_public_key,
                                 opt.curve_secret_key);
-  l.socket->set(zmq::sockopt::linger, 0);
-  l.socket->set(zmq::sockopt::reconnect_ivl, 100);
-  l.socket->set(zmq::sockopt::reconnect_ivl_max, 2000);
-  l.socket->connect(l.endpoint);
-  l.welcomed = false;
+  s->set(zmq::sockopt::linger, 0);
+  s->set(zmq::sockopt::reconnect_ivl, 100);
+  s->set(zmq::sockopt::reconnect_ivl_max, 2000);
+  s->connect(endpoint);
+  return s;
+}
+
+// Two connections per shard, each its own TCP stream: a heartbeat on the control one is not
+// held behind a fragment that takes longer than the liveness timeout to cross a slow link.
+void SyncClient::Impl::Connect(ShardLink& l) {
+  l.socket = NewSocket(l.endpoint);
+  if (opt.control_channel) l.control = NewSocket(l.endpoint);
+  l.welcomed = l.control_welcomed = false;
   l.last_heard = absl::Now();
-  l.last_hello = absl::InfinitePast();
+  l.last_hello = l.last_control_hello = absl::InfinitePast();
 }
 
 void SyncClient::Impl::SendHello(ShardLink& l) {
   (void)wire::Send(*l.socket, Header(MsgType::Hello), {});
   l.last_hello = absl::Now();
+}
+
+// After the data connection's Welcome: the shard binds a control connection only to a worker
+// it already knows in this generation.
+void SyncClient::Impl::SendControlHello(ShardLink& l) {
+  auto h = Header(MsgType::Hello);
+  h.channel = wire::Channel::Control;
+  (void)wire::Send(*l.control, h, {});
+  l.last_control_hello = absl::Now();
+}
+
+void SyncClient::Impl::SendHeartbeat(ShardLink& l) {
+  zmq::socket_t& s = l.control_welcomed ? *l.control : *l.socket;
+  (void)wire::Send(s, Header(MsgType::Heartbeat), {});
+  l.last_heartbeat = absl::Now();
 }
 
 void SyncClient::Impl::SendPull(ShardLink& l, uint32_t fragment) {
@@ -576,6 +606,7 @@ void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
   ReadVersions(l, h);
   if (!fresh) return;
   if (restarted) {
+    l.control_welcomed = false;  // the new process has no binding for it
     std::lock_guard<std::mutex> g(mu);
     ++stats.shard_restarts;
     Event({SyncEvent::kShardRestart, l.index, 0, 0, 0, 0, ""});
@@ -681,12 +712,22 @@ void SyncClient::Impl::OnError(ShardLink& l, const wire::Header& h) {
   }
 }
 
-void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m) {
+void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control) {
   const auto& h = m.header();
   l.last_heard = absl::Now();
   {
     std::lock_guard<std::mutex> g(mu);
     stats.bytes_received += m.payload_bytes();
+  }
+  if (via_control) {  // Welcome, Heartbeat or a refusal of either; nothing else is expected
+    if (h.type() == MsgType::Error && h.error_code() == ErrorCode::BadIdentity)
+      l.control_welcomed = false;  // e.g. the shard restarted: Hello again after the data Hello
+    if (h.plan_fingerprint() != plan.fingerprint()) return;
+    if (h.type() == MsgType::Welcome && h.channel() == wire::Channel::Control &&
+        h.incarnation() == l.incarnation)
+      l.control_welcomed = true;
+    if (h.type() == MsgType::Welcome || h.type() == MsgType::Heartbeat) ReadVersions(l, h);
+    return;
   }
   if (h.type() == MsgType::Error) return OnError(l, h);  // may name the shard's own plan
   if (h.plan_fingerprint() != plan.fingerprint()) {
@@ -741,26 +782,31 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m) {
 
 void SyncClient::Impl::IoLoop() {
   for (auto& l : links) Connect(l);
-  std::vector<zmq::pollitem_t> items(links.size());
+  std::vector<zmq::pollitem_t> items;
   while (!stop) {
-    for (size_t i = 0; i < links.size(); ++i)
-      items[i] = {static_cast<void*>(*links[i].socket), 0, ZMQ_POLLIN, 0};
+    items.clear();
+    for (const auto& l : links) {
+      items.push_back({static_cast<void*>(*l.socket), 0, ZMQ_POLLIN, 0});
+      if (l.control) items.push_back({static_cast<void*>(*l.control), 0, ZMQ_POLLIN, 0});
+    }
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(5));
     } catch (const zmq::error_t&) {
       continue;
     }
-    for (size_t i = 0; i < links.size(); ++i) {
-      for (int budget = 0; budget < 64; ++budget) {
-        auto frames = wire::TryRecvMultipart(*links[i].socket);
-        if (!frames) break;
-        auto m = wire::ParseMessage(std::move(*frames));
-        if (!m.ok()) {
-          std::lock_guard<std::mutex> g(mu);
-          ++stats.errors;
-          continue;
+    for (auto& l : links) {
+      for (zmq::socket_t* s : {l.control.get(), l.socket.get()}) {
+        for (int budget = 0; s && budget < 64; ++budget) {
+          auto frames = wire::TryRecvMultipart(*s);
+          if (!frames) break;
+          auto m = wire::ParseMessage(std::move(*frames));
+          if (!m.ok()) {
+            std::lock_guard<std::mutex> g(mu);
+            ++stats.errors;
+            continue;
+          }
+          OnMessage(l, std::move(*m), /*via_control=*/s == l.control.get());
         }
-        OnMessage(links[i], std::move(*m));
       }
     }
     // New pushes and theta(0) uploads from the training thread.
@@ -798,10 +844,10 @@ void SyncClient::Impl::IoLoop() {
       }
       if (!l.welcomed && now - l.last_hello > l.backoff) SendHello(l);
       if (l.welcomed && opt.dylu && now - l.last_hello > opt.fleet_refresh) SendHello(l);
-      if (l.welcomed && now - l.last_heartbeat > opt.heartbeat) {
-        (void)wire::Send(*l.socket, Header(MsgType::Heartbeat), {});
-        l.last_heartbeat = now;
-      }
+      if (l.welcomed && l.control && !l.control_welcomed &&
+          now - l.last_control_hello > l.backoff)
+        SendControlHello(l);
+      if (l.welcomed && now - l.last_heartbeat > opt.heartbeat) SendHeartbeat(l);
       if (l.welcomed) {
         for (auto& [_, job] : l.unacked) {
           if (now - job.sent > opt.resend_after) {

@@ -5,7 +5,8 @@
 // out, adopted fragment in, a theta(0) snapshot when a shard asks for one) and queues work. An
 // I/O thread owns one DEALER socket per shard, runs error feedback + quantisation, sends pushes,
 // keeps each push until the shard acks it (resending with the same sequence number after a
-// reconnect or a shard restart), sends heartbeats, and hands arrived fragments back.
+// reconnect or a shard restart), sends heartbeats on a separate control connection per shard,
+// and hands arrived fragments back.
 //
 // Per fragment, at most one push is outstanding: the next delta is taken only after the
 // previous push has been answered (Applied, Duplicate, Stale or refused), so no delta is ever
@@ -42,6 +43,10 @@ struct SyncOptions {
   bool dylu = false;   // Dynamic Local Updates: H_w = H * v_w / v_fleet_max
   bool stream = true;  // stagger fragments' pushes over the H steps
   absl::Duration heartbeat = absl::Milliseconds(500);
+  // Heartbeats on a second connection per shard, so that on a slow link they never wait
+  // behind a fragment (which would read as a dead shard and restart the transfer). Off only to
+  // show that failure (tests/worker).
+  bool control_channel = true;
   absl::Duration shard_timeout = absl::Seconds(3);  // silence before reconnecting
   absl::Duration resend_after = absl::Seconds(5);   // no ack: send the push again
   absl::Duration backoff_max = absl::Seconds(4);

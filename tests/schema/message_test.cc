@@ -118,6 +118,13 @@ TEST(MessageTest, EnumsOutOfRange) {
   h = Sample();
   h.error_code = static_cast<ErrorCode>(999);
   EXPECT_EQ(ErrorCodeOf(ParseMessage(Frames(h, {})).status()), ErrorCode::Malformed);
+  h = Sample();
+  h.channel = static_cast<Channel>(2);
+  EXPECT_EQ(ErrorCodeOf(ParseMessage(Frames(h, {})).status()), ErrorCode::Malformed);
+  h.channel = Channel::Control;
+  auto m = ParseMessage(Frames(h, {}));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->header().channel(), Channel::Control);
 }
 
 TEST(MessageTest, OversizedPayloadFrame) {
