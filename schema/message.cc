@@ -52,6 +52,9 @@ absl::Status WireError(ErrorCode code, absl::string_view what) {
     case ErrorCode::Internal:
       sc = absl::StatusCode::kInternal;
       break;
+    case ErrorCode::NoCredit:
+      sc = absl::StatusCode::kResourceExhausted;
+      break;
     default:
       break;
   }
@@ -119,6 +122,7 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   b.add_step_time_us(h.step_time_us);
   b.add_fleet_step_time_us(h.fleet_step_time_us);
   b.add_channel(h.channel);
+  b.add_credit_bytes(h.credit_bytes);
   fbb.Finish(b.Finish());
   return zmq::message_t(fbb.GetBufferPointer(), fbb.GetSize());
 }

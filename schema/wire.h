@@ -68,6 +68,7 @@ struct HeaderFields {
   uint64_t step_time_us = 0;
   uint64_t fleet_step_time_us = 0;
   Channel channel = Channel::Data;
+  uint64_t credit_bytes = 0;
 };
 
 // A refusal: an absl::Status whose payload carries the wire ErrorCode.

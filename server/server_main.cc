@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, merge, "mean", "merge rule of a round: mean (weighted) or
 ABSL_FLAG(int, apply_threads, 2,
           "threads that decode and merge pushes, pinned by fragment (0: on the I/O thread)");
 ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
+ABSL_FLAG(uint64_t, worker_credit_mib, 1024,
+          "flow control: push MiB one worker may have held in open rounds at once (one push is "
+          "always allowed); 0 = no byte limit beyond one push per fragment");
 ABSL_FLAG(double, outer_lr, 0.7, "outer Nesterov learning rate");
 ABSL_FLAG(double, outer_momentum, 0.9, "outer Nesterov momentum");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
@@ -146,6 +149,7 @@ int main(int argc, char** argv) {
   else
     return Fail(absl::InvalidArgumentError("--merge must be mean or rda"));
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
+  o.worker_credit_bytes = absl::GetFlag(FLAGS_worker_credit_mib) << 20;
   o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
   o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);

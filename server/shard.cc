@@ -54,6 +54,7 @@ struct Shard::FragmentState {
     std::string rid;
     uint32_t worker = 0;
     uint64_t generation = 0, seq = 0;
+    uint64_t bytes = 0;  // payload bytes of the push
   };
   std::vector<Contribution> contributors;       // in the open round
   std::vector<Contribution> unacked;            // applied, Applied ack held until published
@@ -325,6 +326,7 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
   o.header.worker_id = w->id;
   o.header.generation = w->generation;
   o.header.channel = h.channel();
+  o.header.credit_bytes = opt_.worker_credit_bytes;
   for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);
   o.header.fleet_step_time_us = static_cast<uint64_t>(FleetStepTimeUs());
   out->push_back(std::move(o));
@@ -408,6 +410,18 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
                     WireError(ErrorCode::Malformed,
                               "a second push for a fragment whose previous push is not applied"),
                     &h, out);
+  // Credit: bytes in flight per worker stay bounded however many fragments it pushes.
+  const uint64_t held = HeldBytes(w.id, w.generation);
+  if (opt_.worker_credit_bytes > 0 && held > 0 &&
+      held + m.payload_bytes() > opt_.worker_credit_bytes) {
+    ++counters_.pushes_no_credit;
+    return Refuse(rid,
+                  WireError(ErrorCode::NoCredit,
+                            absl::StrCat("worker ", w.id, " has ", held, " bytes held here; ",
+                                         m.payload_bytes(), " more exceed its credit of ",
+                                         opt_.worker_credit_bytes, ": resend after an answer")),
+                  &h, out);
+  }
   // Staleness against the applied version; a base from the future (a shard that lost
   // unsynced versions) is as useless as a too-old one: both re-pull.
   if (h.base_version() > f.version || f.version - h.base_version() > opt_.max_staleness) {
@@ -463,7 +477,9 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
     timings_.time_to_quorum_s =
         Ema(timings_.time_to_quorum_s, absl::ToDoubleSeconds(now - f.round.opened));
   }
-  f.contributors.push_back({rid, w.id, w.generation, h.seq()});
+  const uint64_t bytes = msg->payload_bytes();
+  f.contributors.push_back({rid, w.id, w.generation, h.seq(), bytes});
+  counters_.max_held_bytes = std::max(counters_.max_held_bytes, held + bytes);
   timings_.inner_steps = Ema(timings_.inner_steps, h.steps());
   if (h.step_time_us() > 0) w.step_time_us = Ema(w.step_time_us, h.step_time_us());
   ++counters_.pushes_queued;
@@ -538,6 +554,14 @@ uint32_t Shard::live_workers() const {
 
 // The fastest live worker's moving-average step time (DyLU's v_max), 0 when unknown. A dead
 // worker does not count: its last figure would hold everyone's H_w down forever.
+uint64_t Shard::HeldBytes(uint32_t worker, uint64_t generation) const {
+  uint64_t n = 0;
+  for (const auto& [_, f] : fragments_)
+    for (const auto& c : f->contributors)
+      if (c.worker == worker && c.generation == generation) n += c.bytes;
+  return n;
+}
+
 double Shard::FleetStepTimeUs() const {
   const absl::Time now = clock_->Now();
   double fleet = 0;
@@ -718,7 +742,8 @@ std::string Shard::StatsJson() const {
       "{\"shard\":", opt_.shard, ",\"incarnation\":", incarnation_, ",\"rounds\":", c.rounds,
       ",\"versions\":{", versions, "},\"pushes\":{\"queued\":", c.pushes_queued,
       ",\"duplicate\":", c.pushes_duplicate, ",\"stale\":", c.pushes_stale,
-      ",\"refused\":", c.pushes_refused, "},\"bad_messages\":", c.messages_bad,
+      ",\"refused\":", c.pushes_refused, ",\"no_credit\":", c.pushes_no_credit,
+      "},\"max_held_bytes\":", c.max_held_bytes, ",\"bad_messages\":", c.messages_bad,
       ",\"bytes_in\":", c.bytes_in, ",\"bytes_out\":", c.bytes_out,
       ",\"checkpoints\":", c.checkpoints, ",\"checkpoint_failures\":", c.checkpoint_failures,
       ",\"workers\":", workers_.size(), "}");

@@ -52,6 +52,10 @@ struct ShardOptions {
   MergeRule merge = MergeRule::kWeightedMean;
   int apply_threads = 0;  // decode/merge threads pinned by fragment; 0 = on the caller's thread
   uint64_t max_staleness = 16;
+  // Flow control: the most push payload bytes one worker may have held in this shard's open
+  // rounds at once (a push is always allowed when none is held); 0 = no byte limit beyond
+  // the protocol's one push per (worker, fragment). Announced in Welcome.
+  uint64_t worker_credit_bytes = 0;
   kernels::NesterovParams outer;
   absl::Duration worker_timeout = absl::Seconds(10);
   std::string store_path;  // empty: no persistence (tests only)
@@ -73,6 +77,8 @@ struct Outgoing {
 struct ShardCounters {
   uint64_t rounds = 0;
   uint64_t pushes_queued = 0, pushes_duplicate = 0, pushes_stale = 0, pushes_refused = 0;
+  uint64_t pushes_no_credit = 0;  // refused as over the worker's credit (NoCredit)
+  uint64_t max_held_bytes = 0;    // the most push bytes one worker ever had held at once
   uint64_t messages_bad = 0;
   uint64_t bytes_in = 0, bytes_out = 0;
   uint64_t checkpoints = 0, checkpoint_failures = 0;
@@ -138,6 +144,8 @@ class Shard {
   absl::Status WriteCheckpoint(bool sync);
   void FillUpdate(const FragmentState& f, Outgoing* o) const;
   uint32_t LiveMissing(const FragmentState& f) const;
+  // Payload bytes of `worker`'s pushes (this generation) waiting in open rounds.
+  uint64_t HeldBytes(uint32_t worker, uint64_t generation) const;
   absl::Duration Grace() const;
   double FleetStepTimeUs() const;
   wire::HeaderFields Reply(wire::MsgType type) const;

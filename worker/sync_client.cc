@@ -55,7 +55,9 @@ struct PushJob {
   std::shared_ptr<const wire::Bytes> encoded;  // set by the I/O thread
   std::vector<uint64_t> checksums;             // per chunk frame, hashed while still in cache
   bool poisoned = false;                       // a non-finite delta was zeroed: nothing to undo
+  bool in_flight = false;  // sent on this connection and counted against the shard's credit
   absl::Time sent = absl::InfinitePast();
+  absl::Time not_before = absl::InfinitePast();  // after a NoCredit refusal
 };
 
 // What the I/O thread hands back to the training thread.
@@ -82,6 +84,7 @@ struct ShardLink {
   bool control_welcomed = false;
   uint64_t incarnation = 0;
   uint64_t fleet_step_time_us = 0;  // this shard's latest view; 0 = unknown
+  uint64_t credit_bytes = 0;        // from Welcome: push bytes in flight at once; 0 = no limit
   absl::Time last_heard, last_hello = absl::InfinitePast(), last_heartbeat = absl::InfinitePast();
   absl::Time last_control_hello = absl::InfinitePast();
   absl::Duration backoff = absl::Milliseconds(100);
@@ -152,6 +155,8 @@ struct SyncClient::Impl {
   void OnPushAck(ShardLink& l, const wire::Header& h);
   void OnError(ShardLink& l, const wire::Header& h);
   void SendPush(ShardLink& l, PushJob& job);
+  // Sends kept pushes not yet in flight, oldest fragment first, as far as the credit allows.
+  void PumpPushes(ShardLink& l);
   void SendPull(ShardLink& l, uint32_t fragment);
   void SendInit(ShardLink& l, uint32_t fragment, std::shared_ptr<const wire::Bytes> values);
   void AskJoin(ShardLink& l, uint32_t fragment);
@@ -581,6 +586,22 @@ void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
   job.sent = absl::Now();
 }
 
+void SyncClient::Impl::PumpPushes(ShardLink& l) {
+  uint64_t in_flight = 0;
+  for (const auto& [_, job] : l.unacked)
+    if (job.in_flight) in_flight += job.encoded->size();
+  const absl::Time now = absl::Now();
+  for (auto& [_, job] : l.unacked) {
+    if (job.in_flight || now < job.not_before) continue;
+    const uint64_t bytes = job.encoded->size();
+    // One push is always allowed, so a fragment larger than the credit still goes.
+    if (l.credit_bytes > 0 && in_flight > 0 && in_flight + bytes > l.credit_bytes) return;
+    SendPush(l, job);
+    job.in_flight = true;
+    in_flight += bytes;
+  }
+}
+
 void SyncClient::Impl::ReadVersions(ShardLink& l, const wire::Header& h) {
   if (h.versions())
     for (const auto* fv : *h.versions())
@@ -602,6 +623,7 @@ void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
   const bool fresh = !l.welcomed || restarted;
   l.incarnation = h.incarnation();
   l.welcomed = true;
+  l.credit_bytes = h.credit_bytes();
   l.backoff = absl::Milliseconds(100);
   ReadVersions(l, h);
   if (!fresh) return;
@@ -619,13 +641,14 @@ void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
       const uint32_t fragment = it->first.first;
       Finish(l, it, /*applied=*/false);
       Deliver({Arrival::kDone, fragment, 0, true, std::nullopt});
-    } else {
-      SendPush(l, it->second);
+    } else if (it->second.in_flight) {
+      it->second.in_flight = false;  // counted afresh against the (new) credit
       std::lock_guard<std::mutex> g(mu);
       ++stats.resends;
     }
     it = next;
   }
+  PumpPushes(l);
   for (uint32_t id : l.fragments) {
     if (!joined_io[id]) {
       AskJoin(l, id);
@@ -692,6 +715,13 @@ void SyncClient::Impl::OnError(ShardLink& l, const wire::Header& h) {
     return;
   }
   if (code == ErrorCode::Unavailable) return;  // retried: resend timer, join retry
+  if (code == ErrorCode::NoCredit) {  // back in line; sent again once an answer frees credit
+    if (auto it = l.unacked.find({h.fragment_id(), h.seq()}); it != l.unacked.end()) {
+      it->second.in_flight = false;
+      it->second.not_before = absl::Now() + absl::Milliseconds(200);
+    }
+    return;
+  }
   if (code == ErrorCode::NotInitialized) l.shard_version[h.fragment_id()] = 0;
   // Any other refusal of a push is final for that push: release the fragment, undo its error
   // feedback, and pull (a shard that lost the fragment gets our values first).
@@ -825,7 +855,6 @@ void SyncClient::Impl::IoLoop() {
       ShardLink& l = links[plan.fragment(job.fragment).shard];
       EncodePush(job);
       auto& kept = l.unacked[{job.fragment, job.seq}] = std::move(job);
-      if (l.welcomed) SendPush(l, kept);
       std::lock_guard<std::mutex> g(mu);
       ++stats.pushes;
       Event({SyncEvent::kPush, l.index, kept.fragment, kept.seq, kept.base_version, 0, ""});
@@ -849,8 +878,9 @@ void SyncClient::Impl::IoLoop() {
         SendControlHello(l);
       if (l.welcomed && now - l.last_heartbeat > opt.heartbeat) SendHeartbeat(l);
       if (l.welcomed) {
+        PumpPushes(l);
         for (auto& [_, job] : l.unacked) {
-          if (now - job.sent > opt.resend_after) {
+          if (job.in_flight && now - job.sent > opt.resend_after) {
             SendPush(l, job);
             std::lock_guard<std::mutex> g(mu);
             ++stats.resends;

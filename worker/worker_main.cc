@@ -56,6 +56,12 @@ ABSL_FLAG(bool, train_unjoined, true,
 ABSL_FLAG(bool, log_sync_events, false,
           "also write one JSON line per sync event (joined, push, applied, duplicate, stale, "
           "refused, shard_restart) to --metrics_jsonl");
+ABSL_FLAG(absl::Duration, heartbeat, absl::Milliseconds(500), "heartbeat period per shard");
+ABSL_FLAG(absl::Duration, shard_timeout, absl::Seconds(3),
+          "a shard silent this long is reconnected (with exponential backoff)");
+ABSL_FLAG(bool, control_channel, true,
+          "heartbeats on a second connection per shard, never behind a payload (off only to "
+          "diagnose: on a slow link a long transfer then reads as a dead shard)");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(3),
           "on a clean stop, wait this long for in-flight pushes to be answered");
 ABSL_FLAG(std::string, curve_server_key, "",
@@ -185,6 +191,12 @@ int main(int argc, char** argv) {
     so.dylu = absl::GetFlag(FLAGS_dylu);
     so.stream = absl::GetFlag(FLAGS_stream);
     so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
+    so.heartbeat = absl::GetFlag(FLAGS_heartbeat);
+    so.shard_timeout = absl::GetFlag(FLAGS_shard_timeout);
+    so.control_channel = absl::GetFlag(FLAGS_control_channel);
+    if (so.heartbeat <= absl::ZeroDuration() || so.shard_timeout <= so.heartbeat)
+      return Fail(absl::InvalidArgumentError(
+          "--heartbeat must be positive and shorter than --shard_timeout"));
     if (auto st = SetCurveKeys(&so); !st.ok()) return Fail(st);
     auto s = worker::SyncClient::Create(so, tr.manifest());
     if (!s.ok()) return Fail(s.status());
@@ -308,6 +320,7 @@ int main(int argc, char** argv) {
     const auto st = sync->stats();
     done.Add("pushes", st.pushes).Add("applied", st.applied).Add("stale", st.stale);
     done.Add("resends", st.resends).Add("joined", uint64_t{st.joined});
+    done.Add("reconnects", st.reconnects).Add("errors", st.errors).Add("refused", st.refused);
     done.Add("after_step_us", st.after_step_us).Add("step_time_us", st.step_time_us);
     auto g = model::EvaluateParams(to, sync->global_params());
     if (g.ok()) {
