@@ -58,6 +58,7 @@ struct PushJob {
   bool in_flight = false;  // sent on this connection and counted against the shard's credit
   absl::Time sent = absl::InfinitePast();
   absl::Time not_before = absl::InfinitePast();  // after a NoCredit refusal
+  absl::Duration resend_interval;                // doubles with each resend (retry_max)
 };
 
 // What the I/O thread hands back to the training thread.
@@ -133,6 +134,7 @@ struct SyncClient::Impl {
   // I/O thread only.
   std::vector<bool> joined_io;  // a FragmentUpdate for it has arrived
   std::vector<absl::Time> join_asked;
+  std::vector<absl::Duration> join_interval;  // doubles with each re-ask (retry_max)
 
   std::atomic<bool> stop{false};
   std::thread io;
@@ -205,6 +207,7 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
   impl->stats.versions.assign(o.num_fragments, 0);
   impl->joined_io.assign(o.num_fragments, false);
   impl->join_asked.assign(o.num_fragments, absl::InfinitePast());
+  impl->join_interval.assign(o.num_fragments, o.join_retry);
   for (uint32_t i = 0; i < o.num_fragments; ++i) {
     auto& f = impl->frags[i];
     f.spec = &impl->plan.fragment(i);
@@ -643,6 +646,7 @@ void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
       Deliver({Arrival::kDone, fragment, 0, true, std::nullopt});
     } else if (it->second.in_flight) {
       it->second.in_flight = false;  // counted afresh against the (new) credit
+      it->second.resend_interval = opt.resend_after;
       std::lock_guard<std::mutex> g(mu);
       ++stats.resends;
     }
@@ -651,6 +655,7 @@ void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
   PumpPushes(l);
   for (uint32_t id : l.fragments) {
     if (!joined_io[id]) {
+      join_interval[id] = opt.join_retry;
       AskJoin(l, id);
     } else if (restarted) {
       // The shard may have gone back to an older checkpoint (periodic durability), or lost
@@ -675,6 +680,7 @@ void SyncClient::Impl::OnPushAck(ShardLink& l, const wire::Header& h) {
     case AckStatus::AlreadyInitialized:
       l.shard_version[h.fragment_id()] = std::max<uint64_t>(h.version(), 1);
       SendPull(l, h.fragment_id());
+      if (h.fragment_id() < join_asked.size()) join_asked[h.fragment_id()] = absl::Now();
       return;
     case AckStatus::Duplicate:
     case AckStatus::Stale: {
@@ -854,6 +860,7 @@ void SyncClient::Impl::IoLoop() {
     for (PushJob& job : pushes) {
       ShardLink& l = links[plan.fragment(job.fragment).shard];
       EncodePush(job);
+      job.resend_interval = opt.resend_after;
       auto& kept = l.unacked[{job.fragment, job.seq}] = std::move(job);
       std::lock_guard<std::mutex> g(mu);
       ++stats.pushes;
@@ -880,14 +887,19 @@ void SyncClient::Impl::IoLoop() {
       if (l.welcomed) {
         PumpPushes(l);
         for (auto& [_, job] : l.unacked) {
-          if (job.in_flight && now - job.sent > opt.resend_after) {
+          if (job.in_flight && now - job.sent > job.resend_interval) {
             SendPush(l, job);
+            job.resend_interval = std::min(job.resend_interval * 2, opt.retry_max);
             std::lock_guard<std::mutex> g(mu);
             ++stats.resends;
           }
         }
-        for (uint32_t id : l.fragments)
-          if (!joined_io[id] && now - join_asked[id] > opt.join_retry) AskJoin(l, id);
+        for (uint32_t id : l.fragments) {
+          if (!joined_io[id] && now - join_asked[id] > join_interval[id]) {
+            AskJoin(l, id);
+            join_interval[id] = std::min(join_interval[id] * 2, opt.retry_max);
+          }
+        }
       }
       unacked += static_cast<uint32_t>(l.unacked.size());
     }

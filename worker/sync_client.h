@@ -48,12 +48,17 @@ struct SyncOptions {
   // show that failure (tests/worker).
   bool control_channel = true;
   absl::Duration shard_timeout = absl::Seconds(3);  // silence before reconnecting
+  // Retries on a live connection are a safety net only (a reconnect re-sends everything at
+  // once): each unanswered push or join is re-sent after resend_after / join_retry, then at
+  // doubling intervals up to retry_max, so that on a slow link where a fragment takes longer
+  // than the first interval to cross, retries do not pile copies of it onto the link.
   absl::Duration resend_after = absl::Seconds(5);   // no ack: send the push again
   absl::Duration backoff_max = absl::Seconds(4);
   // CURVE, all three or none (Z85 text, see schema/curve.h): the shards' public key and this
   // worker's key pair, whose public half the shards list for this worker_id.
   std::string curve_server_key, curve_public_key, curve_secret_key;
   absl::Duration join_retry = absl::Seconds(1);  // re-ask for an unjoined fragment
+  absl::Duration retry_max = absl::Seconds(60);
   // DyLU needs the fleet's step time, which the shards send in Welcome (and, once they do, in
   // Heartbeat replies); with dylu on, a Hello is repeated this often to refresh it.
   absl::Duration fleet_refresh = absl::Seconds(1);
