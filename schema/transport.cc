@@ -1,5 +1,9 @@
 #include "schema/transport.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -87,6 +91,15 @@ void ConfigureSocket(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::rcvhwm, 10000);
   // libzmq drops a connection that sends a bigger frame before allocating for it.
   socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(Limits{}.max_frame_bytes));
+}
+
+void TuneAllocatorForFrames() {
+#if defined(__GLIBC__)
+  // Frames up to 32 MiB (glibc's own adaptive ceiling) come from the heap, and up to 256 MiB
+  // of freed frames stay mapped for reuse rather than being trimmed after every message.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
 }
 
 uint64_t ChunkElements(uint32_t block) {

@@ -47,6 +47,14 @@ std::optional<std::vector<zmq::message_t>> TryRecvMultipart(zmq::socket_t& socke
 // larger than Limits::max_frame_bytes (libzmq drops such a peer before allocating the frame).
 void ConfigureSocket(zmq::socket_t& socket);
 
+// Process-wide malloc settings for receiving large frames; call once at startup. libzmq
+// mallocs every received frame of a few MiB, and glibc's adaptive thresholds hand such buffers
+// back to the kernel as soon as two or three are free together (a receiver a message or two
+// behind), so the next frames page-fault and have their pages zeroed again (bench_transport,
+// 4 MiB frames: ~150 faults a frame, the push path at ~75% of raw instead of ~90%). Fixed
+// thresholds keep up to 256 MiB of freed heap mapped for reuse. No-op outside glibc.
+void TuneAllocatorForFrames();
+
 // Encoded payload chunking: payload frame i holds elements [i*chunk, (i+1)*chunk), each chunk
 // encoded on its own. A chunk is a whole number of codec blocks of about 1 Mi elements, so that
 // frames stay a few MiB (large zmq frames are slow to receive, see TOOLCHAIN.md).

@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   using namespace diloco;
   using namespace diloco::server;
+  wire::TuneAllocatorForFrames();
 
   ShardOptions o;
   o.shard = absl::GetFlag(FLAGS_shard);

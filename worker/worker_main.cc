@@ -17,6 +17,7 @@
 #include "common/event_log.h"
 #include "common/model_spec.h"
 #include "schema/curve.h"
+#include "schema/transport.h"
 #include "worker/model/cpu_trainer.h"
 #include "worker/model/evaluate.h"
 #include "worker/sync_client.h"
@@ -151,6 +152,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("diloco-worker --servers=tcp://h:p,... --worker_id=N [flags]");
   absl::ParseCommandLine(argc, argv);
   using namespace diloco;
+  wire::TuneAllocatorForFrames();
 
   auto cfg = ParseGptConfig(absl::GetFlag(FLAGS_model));
   if (!cfg.ok()) return Fail(cfg.status());

@@ -153,6 +153,7 @@ double Best(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Byte
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  wire::TuneAllocatorForFrames();  // as the server and the worker do
   std::vector<uint64_t> sizes;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
     uint64_t v = 0;
