@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -123,6 +124,8 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   b.add_fleet_step_time_us(h.fleet_step_time_us);
   b.add_channel(h.channel);
   b.add_credit_bytes(h.credit_bytes);
+  b.add_num_chunks(h.num_chunks);
+  b.add_chunk_index(h.chunk_index);
   fbb.Finish(b.Finish());
   return zmq::message_t(fbb.GetBufferPointer(), fbb.GetSize());
 }
@@ -176,6 +179,10 @@ absl::StatusOr<const Header*> VerifyHeaderFrame(zmq::message_t& frame, const Lim
                      absl::StrCat("error code ", static_cast<int>(h->error_code())));
   if (h->channel() > Channel::MAX)
     return WireError(ErrorCode::Malformed, absl::StrCat("channel ", static_cast<int>(h->channel())));
+  if (h->num_chunks() > limits.max_payload_frames ||
+      h->chunk_index() >= std::max<uint32_t>(h->num_chunks(), 1))
+    return WireError(ErrorCode::Malformed, absl::StrCat("chunk ", h->chunk_index(), " of ",
+                                                        h->num_chunks()));
   return h;
 }
 
@@ -187,6 +194,9 @@ absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames, const L
   if (!verified.ok()) return verified.status();
   const Header* h = *verified;
   const size_t np = frames.size() - 1;
+  if (h->num_chunks() > 1 && np != 1)
+    return WireError(ErrorCode::Malformed,
+                     absl::StrCat("a train chunk carries one payload frame, not ", np));
   const auto* lens = h->frame_lengths();
   const auto* sums = h->frame_checksums();
   const size_t nl = lens ? lens->size() : 0, ns = sums ? sums->size() : 0;

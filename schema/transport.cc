@@ -50,13 +50,37 @@ absl::Status SendFrames(zmq::socket_t& socket, zmq::message_t header,
   return absl::OkStatus();
 }
 
+// Several payload frames go as a train (schema/train.h): one message per frame, each with the
+// header plus its chunk's place, length and checksum. Nothing else is sent on the socket in
+// between, so the receiver sees the train's messages back to back.
+absl::Status SendTrain(zmq::socket_t& socket, const HeaderFields& h,
+                       std::vector<zmq::message_t> payloads, std::span<const uint64_t> checksums,
+                       const std::string* routing_id, bool dontwait) {
+  HeaderFields hk = h;
+  hk.num_chunks = static_cast<uint32_t>(payloads.size());
+  for (size_t k = 0; k < payloads.size(); ++k) {
+    hk.chunk_index = static_cast<uint32_t>(k);
+    const uint64_t len = payloads[k].size();
+    std::vector<zmq::message_t> one;
+    one.push_back(std::move(payloads[k]));
+    // A chunk that does not fit the queue cuts the train; the receiver drops what came of it.
+    if (auto s = SendFrames(socket, BuildHeader(hk, {&len, 1}, checksums.subspan(k, 1)),
+                            std::move(one), routing_id, dontwait);
+        !s.ok())
+      return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
                   std::vector<zmq::message_t> payloads, const std::string* routing_id,
                   bool dontwait) {
-  zmq::message_t header = BuildHeader(h, payloads);
-  return SendFrames(socket, std::move(header), std::move(payloads), routing_id, dontwait);
+  std::vector<uint64_t> sums;
+  sums.reserve(payloads.size());
+  for (const auto& p : payloads) sums.push_back(FrameChecksum(p));
+  return SendWithChecksums(socket, h, std::move(payloads), sums, routing_id, dontwait);
 }
 
 absl::Status SendWithChecksums(zmq::socket_t& socket, const HeaderFields& h,
@@ -65,10 +89,10 @@ absl::Status SendWithChecksums(zmq::socket_t& socket, const HeaderFields& h,
                                bool dontwait) {
   if (checksums.size() != payloads.size())
     return absl::InvalidArgumentError("one checksum per payload frame");
-  std::vector<uint64_t> lengths;
-  lengths.reserve(payloads.size());
-  for (const auto& p : payloads) lengths.push_back(p.size());
-  zmq::message_t header = BuildHeader(h, lengths, checksums);
+  if (payloads.size() > 1)
+    return SendTrain(socket, h, std::move(payloads), checksums, routing_id, dontwait);
+  const uint64_t len = payloads.empty() ? 0 : payloads[0].size();
+  zmq::message_t header = BuildHeader(h, {&len, payloads.size()}, checksums);
   return SendFrames(socket, std::move(header), std::move(payloads), routing_id, dontwait);
 }
 
@@ -83,6 +107,21 @@ std::optional<std::vector<zmq::message_t>> TryRecvMultipart(zmq::socket_t& socke
     parts.push_back(std::move(next));
   }
   return parts;
+}
+
+absl::StatusOr<std::optional<Message>> TryRecvMessage(zmq::socket_t& socket,
+                                                      TrainAssembler& trains) {
+  for (;;) {  // the chunks of a train that are already here, in one call
+    auto frames = TryRecvMultipart(socket);
+    if (!frames) return std::optional<Message>();
+    auto m = ParseMessage(std::move(*frames));
+    if (!m.ok()) {
+      trains.Drop("");
+      return m.status();
+    }
+    auto whole = trains.Add("", *std::move(m), absl::Now());
+    if (!whole.ok() || whole->has_value()) return whole;
+  }
 }
 
 void ConfigureSocket(zmq::socket_t& socket) {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/codec_kind.h"
+#include "schema/train.h"
 #include "schema/wire.h"
 
 namespace diloco::wire {
@@ -26,9 +27,11 @@ zmq::message_t SharedFrame(std::shared_ptr<const Bytes> buffer, size_t offset, s
 // A frame over [data, data+len) of a buffer the caller keeps alive and unchanged until sent.
 zmq::message_t BorrowedFrame(const void* data, size_t len);
 
-// Sends [routing_id,] header, payloads... Payload frames are moved in and sent zero-copy.
-// With `dontwait`, a full queue gives Unavailable instead of blocking. ROUTER_MANDATORY makes
-// an unknown routing id an Unavailable too.
+// Sends [routing_id,] header, payload as one message, or, with several payload frames, as a
+// train of one message per frame (schema/train.h; receivers join it with a TrainAssembler).
+// Payload frames are moved in and sent zero-copy. With `dontwait`, a full queue gives
+// Unavailable instead of blocking. ROUTER_MANDATORY makes an unknown routing id an Unavailable
+// too.
 absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
                   std::vector<zmq::message_t> payloads, const std::string* routing_id = nullptr,
                   bool dontwait = true);
@@ -42,6 +45,13 @@ absl::Status SendWithChecksums(zmq::socket_t& socket, const HeaderFields& h,
 // Receives one whole multipart message if one is ready (non-blocking). Returns nullopt when
 // none is waiting.
 std::optional<std::vector<zmq::message_t>> TryRecvMultipart(zmq::socket_t& socket);
+
+// TryRecvMultipart + ParseMessage + `trains`.Add for a socket with one peer (a DEALER): the
+// next whole message if one is complete (reading as many chunks of a train as are waiting);
+// nullopt when nothing, or only part of a train, is waiting; the refusal of a message or
+// chunk that does not validate.
+absl::StatusOr<std::optional<Message>> TryRecvMessage(zmq::socket_t& socket,
+                                                      TrainAssembler& trains);
 
 // Common socket settings: linger bounded, message HWM as a backstop only, and no received frame
 // larger than Limits::max_frame_bytes (libzmq drops such a peer before allocating the frame).

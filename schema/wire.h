@@ -10,6 +10,7 @@
 //   4. FlatBuffers verifier with tight depth and table limits
 //   5. protocol version (field 0 of the root table forever, so any version can be read), then
 //      enum ranges (type, ack, error_code, channel): a peer of another version is told so, not BadLength
+//      and a train chunk's place (chunk_index < num_chunks, one payload frame)
 //   6. declared vs actual frame lengths, 7. XXH3-64 checksums (the only O(bytes) step)
 // Plan, model and identity checks belong to the receiver, which knows what to expect.
 #pragma once
@@ -69,6 +70,8 @@ struct HeaderFields {
   uint64_t fleet_step_time_us = 0;
   Channel channel = Channel::Data;
   uint64_t credit_bytes = 0;
+  uint32_t num_chunks = 0;  // set by Send for a payload train (schema/train.h)
+  uint32_t chunk_index = 0;
 };
 
 // A refusal: an absl::Status whose payload carries the wire ErrorCode.
@@ -94,12 +97,17 @@ class Message {
     return {static_cast<const uint8_t*>(f.data()), f.size()};
   }
   uint64_t payload_bytes() const;
+  // One message of a payload train, still to be joined (TrainAssembler); a joined train or a
+  // message sent whole is not.
+  bool is_chunk() const { return header_->num_chunks() > 1 && !joined_; }
 
  private:
   friend absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames,
                                               const Limits& limits);
+  friend class TrainAssembler;
   std::vector<zmq::message_t> frames_;
   const Header* header_ = nullptr;
+  bool joined_ = false;
 };
 
 // Validates `frames` (header first, payloads after; no routing frames), steps 1 to 7 above.

@@ -189,8 +189,24 @@ void Shard::Refuse(const std::string& rid, const absl::Status& s, const wire::He
 void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
                    std::vector<Outgoing>* out) {
   for (const auto& f : frames) counters_.bytes_in += f.size();
-  auto m = wire::ParseMessage(std::move(frames));
-  if (!m.ok()) return Refuse(rid, m.status(), nullptr, out);
+  auto parsed = wire::ParseMessage(std::move(frames));
+  if (!parsed.ok()) {
+    trains_.Drop(rid);  // a refused chunk ends its train
+    return Refuse(rid, parsed.status(), nullptr, out);
+  }
+  // The refusal of a chunk that does not continue its train names the push it claims.
+  const uint32_t worker = parsed->header().worker_id(), fragment = parsed->header().fragment_id();
+  const uint64_t seq = parsed->header().seq();
+  auto whole = trains_.Add(rid, *std::move(parsed), clock_->Now());
+  if (!whole.ok()) {
+    Refuse(rid, whole.status(), nullptr, out);
+    out->back().header.worker_id = worker;
+    out->back().header.fragment_id = fragment;
+    out->back().header.seq = seq;
+    return;
+  }
+  if (!whole->has_value()) return;  // more chunks to come
+  wire::Message* m = &**whole;
   switch (m->type()) {
     case MsgType::Hello:
       return OnHello(rid, *m, out);
@@ -637,6 +653,7 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
 
 void Shard::Tick(std::vector<Outgoing>* out) {
   const absl::Time now = clock_->Now();
+  trains_.DropIdleSince(now - kTrainIdle);
   const absl::Duration grace = Grace();
   std::vector<FragmentState*> closed;
   for (uint32_t id : owned_) {
@@ -743,7 +760,8 @@ std::string Shard::StatsJson() const {
       ",\"versions\":{", versions, "},\"pushes\":{\"queued\":", c.pushes_queued,
       ",\"duplicate\":", c.pushes_duplicate, ",\"stale\":", c.pushes_stale,
       ",\"refused\":", c.pushes_refused, ",\"no_credit\":", c.pushes_no_credit,
-      "},\"max_held_bytes\":", c.max_held_bytes, ",\"bad_messages\":", c.messages_bad,
+      "},\"max_held_bytes\":", c.max_held_bytes, ",\"trains_cut\":", trains_.trains_cut(),
+      ",\"partial_trains\":", trains_.partial_trains(), ",\"bad_messages\":", c.messages_bad,
       ",\"bytes_in\":", c.bytes_in, ",\"bytes_out\":", c.bytes_out,
       ",\"checkpoints\":", c.checkpoints, ",\"checkpoint_failures\":", c.checkpoint_failures,
       ",\"workers\":", workers_.size(), "}");

@@ -20,6 +20,7 @@
 #include "common/model_spec.h"
 #include "common/plan.h"
 #include "kernels/optim.h"
+#include "schema/train.h"
 #include "schema/transport.h"
 #include "server/apply_pool.h"
 #include "server/clock.h"
@@ -150,6 +151,8 @@ class Shard {
   double FleetStepTimeUs() const;
   wire::HeaderFields Reply(wire::MsgType type) const;
 
+  // A payload train that received nothing for this long lost its sender: dropped.
+  static constexpr absl::Duration kTrainIdle = absl::Minutes(5);
   ShardOptions opt_;
   const Clock* clock_;
   Plan plan_;
@@ -163,6 +166,7 @@ class Shard {
     bool control = false;  // the worker's heartbeat-only connection
   };
   absl::flat_hash_map<std::string, Binding> bound_;  // routing id -> worker; two per worker at most
+  wire::TrainAssembler trains_;  // chunks of payload trains, per connection
   std::unique_ptr<storage::CheckpointStore> store_;
   std::unique_ptr<ApplyPool> apply_;  // declared after fragments_: joined before they go
   uint64_t checkpoint_id_ = 0;

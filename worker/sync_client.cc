@@ -15,6 +15,7 @@
 #include "common/checksum.h"
 #include "kernels/optim.h"
 #include "schema/curve.h"
+#include "schema/train.h"
 #include "schema/transport.h"
 
 namespace diloco::worker {
@@ -81,6 +82,8 @@ struct ShardLink {
   std::unique_ptr<zmq::socket_t> socket;   // data: pushes, pulls, uploads, fragments
   std::unique_ptr<zmq::socket_t> control;  // heartbeats only, so they never queue behind a
                                            // payload; null with SyncOptions::control_channel off
+  wire::TrainAssembler trains;  // FragmentUpdates of several chunks, on the data connection
+  wire::TrainAssembler control_trains;  // none expected; kept apart all the same
   bool welcomed = false;
   bool control_welcomed = false;
   uint64_t incarnation = 0;
@@ -449,6 +452,8 @@ std::unique_ptr<zmq::socket_t> SyncClient::Impl::NewSocket(const std::string& en
 // held behind a fragment that takes longer than the liveness timeout to cross a slow link.
 void SyncClient::Impl::Connect(ShardLink& l) {
   l.socket = NewSocket(l.endpoint);
+  l.trains.Drop("");  // a train half-received on the old socket never completes
+  l.control_trains.Drop("");
   if (opt.control_channel) l.control = NewSocket(l.endpoint);
   l.welcomed = l.control_welcomed = false;
   l.last_heard = absl::Now();
@@ -831,17 +836,18 @@ void SyncClient::Impl::IoLoop() {
       continue;
     }
     for (auto& l : links) {
-      for (zmq::socket_t* s : {l.control.get(), l.socket.get()}) {
+      for (const bool via_control : {true, false}) {
+        zmq::socket_t* s = via_control ? l.control.get() : l.socket.get();
+        wire::TrainAssembler& trains = via_control ? l.control_trains : l.trains;
         for (int budget = 0; s && budget < 64; ++budget) {
-          auto frames = wire::TryRecvMultipart(*s);
-          if (!frames) break;
-          auto m = wire::ParseMessage(std::move(*frames));
+          auto m = wire::TryRecvMessage(*s, trains);
           if (!m.ok()) {
             std::lock_guard<std::mutex> g(mu);
             ++stats.errors;
             continue;
           }
-          OnMessage(l, std::move(*m), /*via_control=*/s == l.control.get());
+          if (!m->has_value()) break;
+          OnMessage(l, **std::move(m), via_control);
         }
       }
     }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -134,14 +135,13 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
               socks.back()->connect(ep);
               (void)wire::Send(*socks.back(), header(wire::MsgType::Hello, w), {}, nullptr, false);
             }
+            std::map<zmq::socket_t*, wire::TrainAssembler> trains;  // FragmentUpdate trains
             auto recv_until = [&](zmq::socket_t& s, auto pred) {
               while (!stop) {
                 zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
                 zmq::poll(&item, 1, std::chrono::milliseconds(20));
-                if (auto f = wire::TryRecvMultipart(s)) {
-                  auto m = wire::ParseMessage(std::move(*f));
-                  if (m.ok() && pred(*m)) return std::optional<wire::Message>(std::move(*m));
-                }
+                auto m = wire::TryRecvMessage(s, trains[&s]);
+                if (m.ok() && m->has_value() && pred(**m)) return std::move(*m);
               }
               return std::optional<wire::Message>();
             };

@@ -61,10 +61,8 @@ class ScriptedWorker {
     while (absl::Now() < end) {
       zmq::pollitem_t item{static_cast<void*>(*sock_), 0, ZMQ_POLLIN, 0};
       zmq::poll(&item, 1, std::chrono::milliseconds(10));
-      if (auto f = wire::TryRecvMultipart(*sock_)) {
-        auto m = wire::ParseMessage(std::move(*f));
-        if (m.ok()) return std::move(*m);
-      }
+      auto m = wire::TryRecvMessage(*sock_, trains_);
+      if (m.ok() && m->has_value()) return std::move(*m);
     }
     return std::nullopt;
   }
@@ -162,6 +160,7 @@ class ScriptedWorker {
   std::string endpoint_;
   zmq::context_t ctx_{1};
   std::unique_ptr<zmq::socket_t> sock_;
+  wire::TrainAssembler trains_;
   std::unique_ptr<Plan> plan_;
   uint64_t manifest_fp_ = 0;
 };
