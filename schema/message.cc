@@ -178,11 +178,12 @@ absl::StatusOr<const Header*> VerifyHeaderFrame(zmq::message_t& frame, const Lim
     return WireError(ErrorCode::Malformed,
                      absl::StrCat("error code ", static_cast<int>(h->error_code())));
   if (h->channel() > Channel::MAX)
-    return WireError(ErrorCode::Malformed, absl::StrCat("channel ", static_cast<int>(h->channel())));
+    return WireError(ErrorCode::Malformed,
+                     absl::StrCat("channel ", static_cast<int>(h->channel())));
   if (h->num_chunks() > limits.max_payload_frames ||
       h->chunk_index() >= std::max<uint32_t>(h->num_chunks(), 1))
-    return WireError(ErrorCode::Malformed, absl::StrCat("chunk ", h->chunk_index(), " of ",
-                                                        h->num_chunks()));
+    return WireError(ErrorCode::Malformed,
+                     absl::StrCat("chunk ", h->chunk_index(), " of ", h->num_chunks()));
   return h;
 }
 

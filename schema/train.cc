@@ -13,15 +13,15 @@ bool SamePayload(const Header& a, const Header& b) {
          a.incarnation() == b.incarnation() && a.fragment_id() == b.fragment_id() &&
          a.base_version() == b.base_version() && a.version() == b.version() &&
          a.round() == b.round() && a.tokens() == b.tokens() && a.steps() == b.steps() &&
-         a.codec() == b.codec() && a.block() == b.block() &&
-         a.num_elements() == b.num_elements() && a.chunk_elements() == b.chunk_elements() &&
-         a.ack() == b.ack() && a.num_chunks() == b.num_chunks();
+         a.codec() == b.codec() && a.block() == b.block() && a.num_elements() == b.num_elements() &&
+         a.chunk_elements() == b.chunk_elements() && a.ack() == b.ack() &&
+         a.num_chunks() == b.num_chunks();
 }
 
 }  // namespace
 
-absl::StatusOr<std::optional<Message>> TrainAssembler::Add(const std::string& connection,
-                                                           Message m, absl::Time now) {
+absl::StatusOr<std::optional<Message>> TrainAssembler::Add(const std::string& connection, Message m,
+                                                           absl::Time now) {
   if (!m.is_chunk()) return std::optional<Message>(std::move(m));
   const Header& h = m.header();
   auto it = partial_.find(connection);
@@ -65,7 +65,8 @@ void TrainAssembler::Drop(const std::string& connection) {
 }
 
 size_t TrainAssembler::DropIdleSince(absl::Time cutoff) {
-  const size_t n = absl::erase_if(partial_, [&](const auto& kv) { return kv.second.last < cutoff; });
+  const size_t n =
+      absl::erase_if(partial_, [&](const auto& kv) { return kv.second.last < cutoff; });
   trains_cut_ += n;
   return n;
 }

@@ -9,8 +9,8 @@
 //      receive buffer) is copied, since FlatBuffers reads scalars in place
 //   4. FlatBuffers verifier with tight depth and table limits
 //   5. protocol version (field 0 of the root table forever, so any version can be read), then
-//      enum ranges (type, ack, error_code, channel): a peer of another version is told so, not BadLength
-//      and a train chunk's place (chunk_index < num_chunks, one payload frame)
+//      enum ranges (type, ack, error_code, channel): a peer of another version is told so, not
+//      BadLength and a train chunk's place (chunk_index < num_chunks, one payload frame)
 //   6. declared vs actual frame lengths, 7. XXH3-64 checksums (the only O(bytes) step)
 // Plan, model and identity checks belong to the receiver, which knows what to expect.
 #pragma once

@@ -292,17 +292,14 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
     // The heartbeat connection joins a worker already bound on its data connection, in the
     // same generation; it carries nothing that changes state.
     auto it = workers_.find(h.worker_id());
-    if (it == workers_.end() || it->second->rid.empty() ||
-        it->second->generation != h.generation())
+    if (it == workers_.end() || it->second->rid.empty() || it->second->generation != h.generation())
       return Refuse(rid,
                     WireError(ErrorCode::BadIdentity,
-                              absl::StrCat("worker ", h.worker_id(), " generation ",
-                                           h.generation(),
+                              absl::StrCat("worker ", h.worker_id(), " generation ", h.generation(),
                                            " has no data connection here: Hello on it first")),
                     &h, out);
     if (auto b = bound_.find(rid); b != bound_.end() && !b->second.control)
-      return Refuse(rid, WireError(ErrorCode::BadIdentity, "this is a data connection"), &h,
-                    out);
+      return Refuse(rid, WireError(ErrorCode::BadIdentity, "this is a data connection"), &h, out);
   }
   auto& w = workers_[h.worker_id()];
   if (!w) {

@@ -166,7 +166,7 @@ class Shard {
     bool control = false;  // the worker's heartbeat-only connection
   };
   absl::flat_hash_map<std::string, Binding> bound_;  // routing id -> worker; two per worker at most
-  wire::TrainAssembler trains_;  // chunks of payload trains, per connection
+  wire::TrainAssembler trains_;                      // chunks of payload trains, per connection
   std::unique_ptr<storage::CheckpointStore> store_;
   std::unique_ptr<ApplyPool> apply_;  // declared after fragments_: joined before they go
   uint64_t checkpoint_id_ = 0;

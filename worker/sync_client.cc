@@ -82,7 +82,7 @@ struct ShardLink {
   std::unique_ptr<zmq::socket_t> socket;   // data: pushes, pulls, uploads, fragments
   std::unique_ptr<zmq::socket_t> control;  // heartbeats only, so they never queue behind a
                                            // payload; null with SyncOptions::control_channel off
-  wire::TrainAssembler trains;  // FragmentUpdates of several chunks, on the data connection
+  wire::TrainAssembler trains;          // FragmentUpdates of several chunks, on the data connection
   wire::TrainAssembler control_trains;  // none expected; kept apart all the same
   bool welcomed = false;
   bool control_welcomed = false;
@@ -886,8 +886,7 @@ void SyncClient::Impl::IoLoop() {
       }
       if (!l.welcomed && now - l.last_hello > l.backoff) SendHello(l);
       if (l.welcomed && opt.dylu && now - l.last_hello > opt.fleet_refresh) SendHello(l);
-      if (l.welcomed && l.control && !l.control_welcomed &&
-          now - l.last_control_hello > l.backoff)
+      if (l.welcomed && l.control && !l.control_welcomed && now - l.last_control_hello > l.backoff)
         SendControlHello(l);
       if (l.welcomed && now - l.last_heartbeat > opt.heartbeat) SendHeartbeat(l);
       if (l.welcomed) {

@@ -52,7 +52,7 @@ struct SyncOptions {
   // once): each unanswered push or join is re-sent after resend_after / join_retry, then at
   // doubling intervals up to retry_max, so that on a slow link where a fragment takes longer
   // than the first interval to cross, retries do not pile copies of it onto the link.
-  absl::Duration resend_after = absl::Seconds(5);   // no ack: send the push again
+  absl::Duration resend_after = absl::Seconds(5);  // no ack: send the push again
   absl::Duration backoff_max = absl::Seconds(4);
   // CURVE, all three or none (Z85 text, see schema/curve.h): the shards' public key and this
   // worker's key pair, whose public half the shards list for this worker_id.

@@ -2,12 +2,13 @@
 // per chunk, TrainAssembler joins them back without copying, and everything that does not
 // continue a train in order with the same header is refused and leaves nothing behind. The
 // shard takes a pushed train like a whole message and refuses a broken one without a change.
+#include "schema/train.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <numeric>
 
-#include "schema/train.h"
 #include "schema/transport.h"
 #include "tests/server/shard_harness.h"
 
@@ -206,8 +207,7 @@ class ShardTrainTest : public ::testing::Test {
     n_ = h_.fragment(0).numel;
     ASSERT_GT(n_, wire::ChunkElements(256));
     h_.Hello("a", 1);
-    ASSERT_EQ(Only(h_.Init("a", 1, 0, std::vector<float>(n_, 1.0f)), MsgType::PushAck)
-                  ->header.ack,
+    ASSERT_EQ(Only(h_.Init("a", 1, 0, std::vector<float>(n_, 1.0f)), MsgType::PushAck)->header.ack,
               AckStatus::Initialized);
   }
   // The two messages of a push of `delta` (fp32), as wire::Send would cut them.
@@ -221,8 +221,8 @@ class ShardTrainTest : public ::testing::Test {
     hf.block = 256;
     hf.num_elements = n_;
     hf.chunk_elements = wire::ChunkElements(256);
-    auto chunks = ShardHarness::Encode({kernels::CodecKind::kFp32, 256},
-                                       std::vector<float>(n_, delta));
+    auto chunks =
+        ShardHarness::Encode({kernels::CodecKind::kFp32, 256}, std::vector<float>(n_, delta));
     std::vector<std::vector<zmq::message_t>> out;
     hf.num_chunks = static_cast<uint32_t>(chunks.size());
     for (uint32_t k = 0; k < chunks.size(); ++k) {

@@ -21,9 +21,9 @@ class ShardControlTest : public ::testing::Test {
     h_ = std::make_unique<ShardHarness>(std::move(o));
     n0_ = h_->fragment(0).numel;
     h_->Hello("a", 1);
-    ASSERT_EQ(Only(h_->Init("a", 1, 0, std::vector<float>(n0_, 1.0f)), MsgType::PushAck)
-                  ->header.ack,
-              AckStatus::Initialized);
+    ASSERT_EQ(
+        Only(h_->Init("a", 1, 0, std::vector<float>(n0_, 1.0f)), MsgType::PushAck)->header.ack,
+        AckStatus::Initialized);
   }
   std::vector<Outgoing> ControlHello(const std::string& rid, uint32_t worker, uint64_t gen = 1) {
     auto hf = h_->Base(MsgType::Hello, worker, gen);
@@ -106,7 +106,7 @@ TEST_F(ShardControlTest, HeartbeatsOnTheControlConnectionKeepAWorkerLive) {
     Heartbeat("b-ctl", 2);
   }
   h_->Push("a", 1, 0, 1, 1, std::vector<float>(n0_, 0.5f));
-  EXPECT_TRUE(h_->Tick().empty());  // worker 2 is live: the round waits for it
+  EXPECT_TRUE(h_->Tick().empty());        // worker 2 is live: the round waits for it
   h_->clock().Advance(absl::Seconds(3));  // its heartbeats stop: dead after 2 s
   EXPECT_EQ(h_->Tick().size(), 1u);
 }

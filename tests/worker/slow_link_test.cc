@@ -1,9 +1,9 @@
 // A worker behind a slow link (tests/util ThrottleProxy: 500 KB/s shared by its connections)
-// to a shard whose one fragment takes ~2 s to cross, twice the worker's 1 s shard timeout. With the control connection, heartbeats cross beside the transfer: the worker joins,
-// pushes and adopts without a single reconnect. Without it (--control_channel=false), the
-// heartbeat replies queue behind the fragment, the worker judges the shard dead, reconnects and
-// restarts the transfer it was waiting for, and never joins: the failure the control
-// connection exists to prevent.
+// to a shard whose one fragment takes ~2 s to cross, twice the worker's 1 s shard timeout. With the
+// control connection, heartbeats cross beside the transfer: the worker joins, pushes and adopts
+// without a single reconnect. Without it (--control_channel=false), the heartbeat replies queue
+// behind the fragment, the worker judges the shard dead, reconnects and restarts the transfer it
+// was waiting for, and never joins: the failure the control connection exists to prevent.
 #include <gtest/gtest.h>
 
 #include "absl/strings/numbers.h"
@@ -45,13 +45,12 @@ class SlowLinkTest : public ::testing::Test {
   Event RunWorker(bool control_channel, const std::string& join_timeout,
                   const std::string& duration) {
     const auto jsonl = shards_.dir / absl::StrCat("worker-", control_channel, ".jsonl");
-    Process w({WorkerBinary(), "--worker_id=0", "--fragments=1",
-               absl::StrCat("--model=", kModel), "--codec=int8", "--inner_steps=10", "--batch=2",
-               "--threads=1", "--eval_batches=1", "--servers=" + proxy_->endpoint(),
-               "--heartbeat=200ms", "--shard_timeout=1s",
+    Process w({WorkerBinary(), "--worker_id=0", "--fragments=1", absl::StrCat("--model=", kModel),
+               "--codec=int8", "--inner_steps=10", "--batch=2", "--threads=1", "--eval_batches=1",
+               "--servers=" + proxy_->endpoint(), "--heartbeat=200ms", "--shard_timeout=1s",
                absl::StrCat("--control_channel=", control_channel ? "true" : "false"),
-               "--join_timeout=" + join_timeout, "--duration=" + duration,
-               "--drain_timeout=8s", "--log_sync_events", "--metrics_jsonl=" + jsonl.string()},
+               "--join_timeout=" + join_timeout, "--duration=" + duration, "--drain_timeout=8s",
+               "--log_sync_events", "--metrics_jsonl=" + jsonl.string()},
               (shards_.dir / absl::StrCat("worker-", control_channel, ".log")).string());
     EXPECT_EQ(w.Wait(absl::Seconds(90)), std::optional<int>(0));
     joined_ = !ReadEvents(jsonl, "joined").empty();

@@ -273,6 +273,31 @@ TEST(WorkerSyncTest, WithoutDyluAHeterogeneousFleetPushesAtVeryDifferentCadences
   EXPECT_GT(r[0] / r[2], 3.0) << "pushes/s " << r[0] << " " << r[1] << " " << r[2];
 }
 
+// A fragment of ~2M parameters is two chunks: theta(0), every push and every FragmentUpdate
+// cross as trains of two messages (schema/train.h), joined on both sides with nothing refused.
+TEST(WorkerSyncTest, MultiChunkFragmentsTravelAsTrains) {
+  Fleet f;
+  const std::string model = "L=1,H=4,C=384,T=64,V=256";  // ~1.9M parameters, one fragment
+  f.model = model;
+  f.StartShards(1, {"--fragments=1"});
+  f.workers.push_back(f.StartWorker(0, {"--fragments=1", "--model=" + model, "--codec=int8",
+                                        "--steps=60", "--batch=2", "--seq_len=32"}));
+  EXPECT_EQ(f.workers[0]->Wait(absl::Seconds(90)), std::optional<int>(0));
+  const auto events = ReadTyped(f.Jsonl(0));
+  const auto done = Named(events, "done");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(Named(events, "joined").size(), 1u);
+  EXPECT_GE(done[0].num.at("applied"), 3);
+  EXPECT_EQ(done[0].num.at("errors"), 0);
+  EXPECT_EQ(done[0].num.at("refused"), 0);
+  EXPECT_LT(done[0].num.at("eval_global"), done[0].num.at("eval_initial"));
+  EXPECT_EQ(f.Stat(0, "bad_messages"), 0);
+  EXPECT_EQ(f.Stat(0, "trains_cut"), 0);
+  EXPECT_EQ(f.Stat(0, "partial_trains"), 0);
+  EXPECT_GE(f.Stat(0, "versions.0"), 4);
+  f.StopAll();
+}
+
 // Final held-out losses (local, global) of a 1-worker, 1-shard run pushing with `codec`.
 std::pair<double, double> FinalLoss(const std::string& codec) {
   Fleet f;
