@@ -7,18 +7,12 @@
 
 #include "schema/transport.h"
 #include "schema/wire.h"
+#include "tests/schema/frames.h"
 
 namespace diloco::wire {
 namespace {
 
-std::vector<zmq::message_t> Frames(const HeaderFields& h, std::vector<std::string> payloads) {
-  std::vector<zmq::message_t> p;
-  for (const auto& s : payloads) p.emplace_back(s.data(), s.size());
-  std::vector<zmq::message_t> f;
-  f.push_back(BuildHeader(h, p));
-  for (auto& m : p) f.push_back(std::move(m));
-  return f;
-}
+using testing::Frames;
 
 HeaderFields Sample() {
   HeaderFields h;

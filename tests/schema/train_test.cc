@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "schema/transport.h"
+#include "tests/schema/frames.h"
 #include "tests/server/shard_harness.h"
 
 namespace diloco::wire {
@@ -28,14 +29,7 @@ HeaderFields PushFields(uint32_t chunks = 0, uint32_t index = 0) {
   return h;
 }
 
-std::vector<zmq::message_t> Frames(const HeaderFields& h, std::vector<std::string> payloads) {
-  std::vector<zmq::message_t> p;
-  for (const auto& s : payloads) p.emplace_back(s.data(), s.size());
-  std::vector<zmq::message_t> f;
-  f.push_back(BuildHeader(h, p));
-  for (auto& m : p) f.push_back(std::move(m));
-  return f;
-}
+using testing::Frames;
 
 Message Parsed(const HeaderFields& h, std::vector<std::string> payloads) {
   auto m = ParseMessage(Frames(h, std::move(payloads)));
