@@ -22,9 +22,15 @@ bool SamePayload(const Header& a, const Header& b) {
 
 absl::StatusOr<std::optional<Message>> TrainAssembler::Add(const std::string& connection, Message m,
                                                            absl::Time now) {
-  if (!m.is_chunk()) return std::optional<Message>(std::move(m));
-  const Header& h = m.header();
   auto it = partial_.find(connection);
+  if (!m.is_chunk()) {
+    if (it != partial_.end()) {  // nothing interleaves a train: this one was cut short
+      ++trains_cut_;
+      partial_.erase(it);
+    }
+    return std::optional<Message>(std::move(m));
+  }
+  const Header& h = m.header();
   if (h.chunk_index() == 0) {
     if (it != partial_.end()) {  // the previous train was cut short
       ++trains_cut_;

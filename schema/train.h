@@ -28,10 +28,10 @@ namespace diloco::wire {
 class TrainAssembler {
  public:
   // Adds a validated message received on `connection` at `now`. A message sent whole comes
-  // back at once; a chunk is kept until its train is complete, which then comes back as one
-  // Message. A chunk that does not continue the connection's train (another payload, a gap, a
-  // repeat, a header field that differs) drops the partial train and is refused (Malformed),
-  // unless it is the first chunk of a new train.
+  // back at once (and ends a partial train there: it was cut short); a chunk is kept until its
+  // train is complete, which then comes back as one Message. A chunk that does not continue the
+  // connection's train (another payload, a gap, a repeat, a header field that differs) drops the
+  // partial train and is refused (Malformed), unless it is the first chunk of a new train.
   absl::StatusOr<std::optional<Message>> Add(const std::string& connection, Message m,
                                              absl::Time now);
   // Forgets a connection's partial train (the connection is gone or was reset).

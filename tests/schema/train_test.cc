@@ -77,11 +77,17 @@ TEST(TrainTest, ChunksInOrderJoinIntoOneMessageWithoutCopies) {
   EXPECT_EQ(t.trains_cut(), 0u);
 }
 
-TEST(TrainTest, AWholeMessagePassesStraightThrough) {
+TEST(TrainTest, AWholeMessagePassesStraightThroughAndEndsACutTrain) {
   TrainAssembler t;
+  ASSERT_TRUE(t.Add("conn", Parsed(PushFields(3, 0), {"a"}), absl::Now()).ok());
   auto r = t.Add("conn", Parsed(PushFields(), {"x", "yz"}), absl::Now());
   ASSERT_TRUE(r.ok() && r->has_value());
   EXPECT_EQ((*r)->num_payloads(), 2u);
+  EXPECT_EQ(t.partial_trains(), 0u);
+  EXPECT_EQ(t.trains_cut(), 1u);
+  // The cut train's next chunk is refused, not joined.
+  EXPECT_EQ(ErrorCodeOf(t.Add("conn", Parsed(PushFields(3, 1), {"b"}), absl::Now()).status()),
+            ErrorCode::Malformed);
 }
 
 TEST(TrainTest, AGapAnotherPushOrADifferentFieldIsRefusedAndDropsThePartialTrain) {
