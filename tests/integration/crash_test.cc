@@ -256,8 +256,11 @@ void RunCrashLoop(bool per_round) {
       if (it != seen[g].end()) {
         ASSERT_EQ(sum, it->second) << "fragment " << g << " version " << v << " differs";
       } else {
-        // Only a version synced but never sent may be new to the worker.
-        ASSERT_TRUE(per_round && v == newest + 1) << "version " << v << " was never seen";
+        // Only the push sent right before the kill can have made a version the worker never
+        // saw: its round was checkpointed (per-round: synced before publishing; periodic: a
+        // checkpoint taken as the round closed) and its Applied answer died with the process.
+        ASSERT_TRUE(unanswered && unanswered_fragment == g && v == newest + 1)
+            << "version " << v << " of fragment " << g << " was never seen";
       }
       // Dedup agrees with the version: one worker, each push its own round, so version
       // = 1 + pushes applied, and the unanswered push is applied iff v - 1 >= its seq.
