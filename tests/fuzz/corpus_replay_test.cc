@@ -10,6 +10,7 @@
 
 #include "schema/wire.h"
 #include "tests/fuzz/frame_split.h"
+#include "tests/fuzz/train_feed.h"
 
 namespace diloco::fuzz {
 namespace {
@@ -47,7 +48,24 @@ TEST(CorpusReplayTest, EveryPrefixOfEverySeedIsSafe) {
     for (size_t n = 0; n <= bytes.size(); ++n) {
       auto m = wire::ParseMessage(SplitFrames(reinterpret_cast<const uint8_t*>(bytes.data()), n));
       if (m.ok()) (void)Touch(*m);
+      (void)FeedTrains(reinterpret_cast<const uint8_t*>(bytes.data()), n);
     }
+  }
+}
+
+// The train seed, read as a sequence of messages, joins into exactly one push of three chunks;
+// without its last chunk, into none; every single-message seed reads the same both ways.
+TEST(CorpusReplayTest, TrainSeedJoinsAndSingleSeedsPassThrough) {
+  const std::string train = Read(std::filesystem::path(DILOCO_FUZZ_CORPUS_DIR) / "train_push");
+  ASSERT_FALSE(train.empty());
+  const auto* p = reinterpret_cast<const uint8_t*>(train.data());
+  EXPECT_EQ(FeedTrains(p, train.size()), 1);
+  EXPECT_EQ(FeedTrains(p, train.size() - 1), 0);  // last chunk one byte short: refused
+  for (const auto& e : std::filesystem::directory_iterator(DILOCO_FUZZ_CORPUS_DIR)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("valid_", 0) != 0) continue;
+    const std::string bytes = Read(e.path());
+    EXPECT_EQ(FeedTrains(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), 1) << name;
   }
 }
 

@@ -25,6 +25,22 @@ inline std::vector<zmq::message_t> SplitFrames(const uint8_t* data, size_t size)
   return frames;
 }
 
+// The second reading of an input, for payload trains: its frames cut at empty frames into a
+// sequence of messages (an empty frame is never a valid header, so seeds of one message read the
+// same both ways).
+inline std::vector<std::vector<zmq::message_t>> SplitMessages(const uint8_t* data, size_t size) {
+  std::vector<std::vector<zmq::message_t>> messages(1);
+  for (auto& f : SplitFrames(data, size)) {
+    if (f.size() == 0) {
+      if (!messages.back().empty()) messages.emplace_back();
+      continue;
+    }
+    messages.back().push_back(std::move(f));
+  }
+  if (messages.back().empty()) messages.pop_back();
+  return messages;
+}
+
 inline std::string JoinFrames(const std::vector<zmq::message_t>& frames) {
   std::string out;
   for (const auto& f : frames) {
@@ -43,7 +59,8 @@ inline uint64_t Touch(const wire::Message& m) {
                h.generation() + h.seq() + h.shard() + h.incarnation() + h.fragment_id() +
                h.base_version() + h.version() + h.round() + h.tokens() + h.steps() + h.codec() +
                h.block() + h.num_elements() + h.chunk_elements() + h.step_time_us() +
-               h.fleet_step_time_us();
+               h.fleet_step_time_us() + h.credit_bytes() + h.num_chunks() + h.chunk_index() +
+               static_cast<uint64_t>(h.channel());
   x += std::string(wire::MsgTypeName(m.type())).size();
   x += std::string(wire::EnumNameAckStatus(h.ack())).size();
   x += std::string(wire::EnumNameErrorCode(h.error_code())).size();

@@ -79,6 +79,29 @@ int main(int argc, char** argv) {
   h.type = MsgType::Stats;
   write("valid_stats", fuzz::Message(h, {}));
 
+  // A push as a train of three chunk messages, cut apart by empty frames (train_feed.h). Not a
+  // single message, so named neither valid_ nor bad_; the replay test joins it.
+  h = base;
+  h.type = MsgType::Push;
+  h.fragment_id = 2;
+  h.seq = 9;
+  h.base_version = 3;
+  h.tokens = 512;
+  h.steps = 4;
+  h.codec = 3;
+  h.block = 64;
+  h.num_elements = 192;
+  h.chunk_elements = 64;
+  h.num_chunks = 3;
+  std::vector<zmq::message_t> train;
+  for (uint32_t k = 0; k < 3; ++k) {
+    h.chunk_index = k;
+    if (k > 0) train.emplace_back();
+    for (auto& f : fuzz::Message(h, {std::string(68, static_cast<char>('x' + k))}))
+      train.push_back(std::move(f));
+  }
+  write("train_push", train);
+
   // Refused: a payload frame one byte short, and a header with its root offset cut.
   auto bad = fuzz::Message(base, {"abcd"});
   bad[0].data<char>()[0] = 0;
