@@ -298,6 +298,29 @@ TEST(WorkerSyncTest, MultiChunkFragmentsTravelAsTrains) {
   f.StopAll();
 }
 
+// A credit of 1 MiB against int8 pushes of ~0.5 MB, four fragments due at the same step: the
+// worker sends at most two at a time, so the shard never holds more than the credit of it and
+// never has to refuse a push (NoCredit), and every push is still applied.
+TEST(WorkerSyncTest, PushesKeepWithinTheShardsCredit) {
+  Fleet f;
+  const std::string model = "L=1,H=4,C=384,T=64,V=256";  // ~1.9M parameters, 4 fragments
+  f.model = model;
+  f.StartShards(1, {"--worker_credit_mib=1"});
+  f.workers.push_back(f.StartWorker(0, {"--model=" + model, "--codec=int8", "--stream=false",
+                                        "--steps=60", "--batch=2", "--seq_len=32"}));
+  EXPECT_EQ(f.workers[0]->Wait(absl::Seconds(90)), std::optional<int>(0));
+  const auto done = Named(ReadTyped(f.Jsonl(0)), "done");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_GE(done[0].num.at("applied"), 8);  // H=10: every fragment pushed several times
+  EXPECT_EQ(done[0].num.at("applied"), done[0].num.at("pushes"));
+  EXPECT_EQ(done[0].num.at("errors"), 0);
+  EXPECT_EQ(f.Stat(0, "pushes.no_credit"), 0);
+  const double held = f.Stat(0, "max_held_bytes");
+  EXPECT_GT(held, 0);
+  EXPECT_LE(held, 1 << 20);
+  f.StopAll();
+}
+
 // Final held-out losses (local, global) of a 1-worker, 1-shard run pushing with `codec`.
 std::pair<double, double> FinalLoss(const std::string& codec) {
   Fleet f;
