@@ -1,5 +1,7 @@
 #include "schema/transport.h"
 
+#include <algorithm>
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -144,6 +146,27 @@ void TuneAllocatorForFrames() {
 uint64_t ChunkElements(uint32_t block) {
   const uint64_t b = block == 0 ? 1 : block;
   return ((uint64_t{1} << 20) + b - 1) / b * b;
+}
+
+void SetPayloadLayout(HeaderFields& h, kernels::Codec codec, uint64_t numel) {
+  h.codec = static_cast<uint8_t>(codec.kind);
+  h.block = codec.block;
+  h.num_elements = numel;
+  h.chunk_elements = ChunkElements(codec.block);
+}
+
+std::vector<zmq::message_t> PayloadFrames(std::shared_ptr<const Bytes> buffer, kernels::Codec codec,
+                                          uint64_t numel) {
+  const uint64_t chunk = ChunkElements(codec.block);
+  std::vector<zmq::message_t> frames;
+  frames.reserve((numel + chunk - 1) / chunk);
+  size_t pos = 0;
+  for (uint64_t off = 0; off < numel; off += chunk) {
+    const size_t size = kernels::EncodedBytes(codec, std::min(chunk, numel - off));
+    frames.push_back(SharedFrame(buffer, pos, size));
+    pos += size;
+  }
+  return frames;
 }
 
 absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Duration timeout) {

@@ -74,6 +74,13 @@ uint64_t ChunkElements(uint32_t block);
 // this layout: workers adopt exactly the shard's values.
 inline constexpr kernels::Codec kFragmentCodec{kernels::CodecKind::kFp32, 256};
 
+// The layout fields of a payload of `numel` values encoded with `codec`: codec, block,
+// num_elements, and chunk_elements (ChunkElements of the block).
+void SetPayloadLayout(HeaderFields& h, kernels::Codec codec, uint64_t numel);
+// That payload's chunk frames, zero-copy over `buffer`, which holds the chunks back to back.
+std::vector<zmq::message_t> PayloadFrames(std::shared_ptr<const Bytes> buffer, kernels::Codec codec,
+                                          uint64_t numel);
+
 // Asks the shard at `endpoint` for its live statistics (a Stats message) over a fresh DEALER
 // and returns the JSON it answers with; DeadlineExceeded if none comes in `timeout`.
 absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Duration timeout);

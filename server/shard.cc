@@ -174,15 +174,18 @@ HeaderFields Shard::Reply(MsgType type) const {
 
 void Shard::Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
                    std::vector<Outgoing>* out) {
+  Refuse(rid, s, h ? RefusedIds{h->worker_id(), h->fragment_id(), h->seq()} : RefusedIds{}, out);
+}
+
+void Shard::Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids,
+                   std::vector<Outgoing>* out) {
   ++counters_.messages_bad;
   Outgoing o{rid, Reply(MsgType::Error), {}};
   o.header.error_code = wire::ErrorCodeOf(s);
   o.header.message = std::string(s.message());
-  if (h) {
-    o.header.worker_id = h->worker_id();
-    o.header.fragment_id = h->fragment_id();
-    o.header.seq = h->seq();
-  }
+  o.header.worker_id = ids.worker;
+  o.header.fragment_id = ids.fragment;
+  o.header.seq = ids.seq;
   out->push_back(std::move(o));
 }
 
@@ -195,16 +198,10 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
     return Refuse(rid, parsed.status(), nullptr, out);
   }
   // The refusal of a chunk that does not continue its train names the push it claims.
-  const uint32_t worker = parsed->header().worker_id(), fragment = parsed->header().fragment_id();
-  const uint64_t seq = parsed->header().seq();
+  const wire::Header& h = parsed->header();
+  const RefusedIds ids{h.worker_id(), h.fragment_id(), h.seq()};
   auto whole = trains_.Add(rid, *std::move(parsed), clock_->Now());
-  if (!whole.ok()) {
-    Refuse(rid, whole.status(), nullptr, out);
-    out->back().header.worker_id = worker;
-    out->back().header.fragment_id = fragment;
-    out->back().header.seq = seq;
-    return;
-  }
+  if (!whole.ok()) return Refuse(rid, whole.status(), ids, out);
   if (!whole->has_value()) return;  // more chunks to come
   wire::Message* m = &**whole;
   switch (m->type()) {
@@ -534,15 +531,8 @@ void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
 void Shard::FillUpdate(const FragmentState& f, Outgoing* o) const {
   o->header.fragment_id = f.spec->id;
   o->header.version = f.published;
-  o->header.codec = static_cast<uint8_t>(wire::kFragmentCodec.kind);
-  o->header.block = wire::kFragmentCodec.block;
-  o->header.num_elements = f.spec->numel;
-  const uint64_t chunk = wire::ChunkElements(wire::kFragmentCodec.block);
-  o->header.chunk_elements = chunk;
-  for (uint64_t off = 0; off < f.spec->numel; off += chunk) {
-    const uint64_t n = std::min(chunk, f.spec->numel - off);
-    o->payloads.push_back(wire::SharedFrame(f.snapshot, off * 4, n * 4));
-  }
+  wire::SetPayloadLayout(o->header, wire::kFragmentCodec, f.spec->numel);
+  o->payloads = wire::PayloadFrames(f.snapshot, wire::kFragmentCodec, f.spec->numel);
   o->checksums = f.snapshot_sums;
 }
 

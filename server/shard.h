@@ -124,7 +124,14 @@ class Shard {
   Shard(const ShardOptions& o, const Clock* clock, Plan plan);
 
   absl::Status Recover();
+  // An Error reply naming the refused message's worker, fragment and seq (from `h` if known).
+  struct RefusedIds {
+    uint32_t worker = 0, fragment = 0;
+    uint64_t seq = 0;
+  };
   void Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
+              std::vector<Outgoing>* out);
+  void Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids,
               std::vector<Outgoing>* out);
   // Which connections a message may arrive on: any (Hello), a worker's bound data connection
   // (pushes, pulls, uploads), or either of its bound connections (heartbeats).

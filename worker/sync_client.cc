@@ -491,15 +491,8 @@ void SyncClient::Impl::SendInit(ShardLink& l, uint32_t fragment,
   const Fragment& f = plan.fragment(fragment);
   auto h = Header(MsgType::InitFragment);
   h.fragment_id = fragment;
-  h.codec = static_cast<uint8_t>(wire::kFragmentCodec.kind);
-  h.block = wire::kFragmentCodec.block;
-  h.num_elements = f.numel;
-  h.chunk_elements = wire::ChunkElements(wire::kFragmentCodec.block);
-  std::vector<zmq::message_t> frames;
-  for (uint64_t off = 0; off < f.numel; off += h.chunk_elements)
-    frames.push_back(
-        wire::SharedFrame(values, off * 4, std::min(h.chunk_elements, f.numel - off) * 4));
-  (void)wire::Send(*l.socket, h, std::move(frames));
+  wire::SetPayloadLayout(h, wire::kFragmentCodec, f.numel);
+  (void)wire::Send(*l.socket, h, wire::PayloadFrames(values, wire::kFragmentCodec, f.numel));
 }
 
 // An unjoined fragment: the shard's values if it has some, else ask the training thread for
@@ -576,20 +569,12 @@ void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
   h.base_version = job.base_version;
   h.tokens = job.tokens;
   h.steps = job.steps;
-  h.codec = static_cast<uint8_t>(opt.codec.kind);
-  h.block = opt.codec.block;
-  h.num_elements = f.numel;
-  h.chunk_elements = wire::ChunkElements(opt.codec.block);
-  std::vector<zmq::message_t> frames;
-  size_t pos = 0;
-  for (uint64_t off = 0; off < f.numel; off += h.chunk_elements) {
-    const size_t sz = kernels::EncodedSize(opt.codec, std::min(h.chunk_elements, f.numel - off));
-    frames.push_back(wire::SharedFrame(job.encoded, pos, sz));
-    pos += sz;
-  }
-  if (wire::SendWithChecksums(*l.socket, h, std::move(frames), job.checksums).ok()) {
+  wire::SetPayloadLayout(h, opt.codec, f.numel);
+  if (wire::SendWithChecksums(*l.socket, h, wire::PayloadFrames(job.encoded, opt.codec, f.numel),
+                              job.checksums)
+          .ok()) {
     std::lock_guard<std::mutex> g(mu);
-    stats.bytes_sent += pos;
+    stats.bytes_sent += job.encoded->size();
   }
   job.sent = absl::Now();
 }

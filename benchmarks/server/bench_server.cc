@@ -124,12 +124,8 @@ void InProcess(const Setup& s, double memcpy_gbps) {
       for (const auto& f : plan.fragments()) {
         auto h = base(wire::MsgType::InitFragment, 0);
         h.fragment_id = f.id;
-        h.codec = 0;
-        h.block = 256;
-        h.num_elements = f.numel;
-        h.chunk_elements = wire::ChunkElements(256);
-        send("w0", h,
-             EncodeChunks({kernels::CodecKind::kFp32, 256}, std::vector<float>(f.numel, 0.1f)));
+        wire::SetPayloadLayout(h, wire::kFragmentCodec, f.numel);
+        send("w0", h, EncodeChunks(wire::kFragmentCodec, std::vector<float>(f.numel, 0.1f)));
         numel_total += f.numel;
         for (uint32_t w = 0; w < workers; ++w)
           payload[w].push_back(EncodeChunks(codec, RandomDelta(f.numel, w * 100 + f.id)));
@@ -152,10 +148,7 @@ void InProcess(const Setup& s, double memcpy_gbps) {
             h.base_version = shard->published_version(f.id);
             h.tokens = 1000;
             h.steps = 10;
-            h.codec = static_cast<uint8_t>(codec.kind);
-            h.block = codec.block;
-            h.num_elements = f.numel;
-            h.chunk_elements = wire::ChunkElements(codec.block);
+            wire::SetPayloadLayout(h, codec, f.numel);
             send(absl::StrCat("w", w), h, payload[w][f.id]);
             ++pushes;
             params += f.numel;

@@ -112,18 +112,6 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
           h.generation = 1;
           return h;
         };
-        auto frames = [&](const std::shared_ptr<const wire::Bytes>& b, const Fragment& f,
-                          kernels::Codec c) {
-          std::vector<zmq::message_t> out;
-          const uint64_t chunk = wire::ChunkElements(c.block);
-          size_t pos = 0;
-          for (uint64_t off = 0; off < f.numel; off += chunk) {
-            const size_t sz = kernels::EncodedSize(c, std::min<uint64_t>(chunk, f.numel - off));
-            out.push_back(wire::SharedFrame(b, pos, sz));
-            pos += sz;
-          }
-          return out;
-        };
         zmq::context_t ctx(2);
         std::vector<std::thread> threads;
         for (uint32_t w = 0; w < workers; ++w) {
@@ -154,11 +142,9 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
                 auto b = std::make_shared<wire::Bytes>(f.numel * 4, 0);
                 auto h = header(wire::MsgType::InitFragment, w);
                 h.fragment_id = f.id;
-                h.codec = 0;
-                h.block = 256;
-                h.num_elements = f.numel;
-                h.chunk_elements = wire::ChunkElements(256);
-                (void)wire::Send(*socks[f.shard], h, frames(b, f, fp32), nullptr, false);
+                wire::SetPayloadLayout(h, fp32, f.numel);
+                (void)wire::Send(*socks[f.shard], h, wire::PayloadFrames(b, fp32, f.numel), nullptr,
+                                 false);
                 recv_until(*socks[f.shard], [](const wire::Message& m) {
                   return m.type() == wire::MsgType::PushAck;
                 });
@@ -177,11 +163,9 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
                 h.base_version = base[f.id];
                 h.tokens = 1000;
                 h.steps = 10;
-                h.codec = static_cast<uint8_t>(codec.kind);
-                h.block = codec.block;
-                h.num_elements = f.numel;
-                h.chunk_elements = wire::ChunkElements(codec.block);
-                (void)wire::Send(*socks[f.shard], h, frames(enc[f.id], f, codec), nullptr, false);
+                wire::SetPayloadLayout(h, codec, f.numel);
+                (void)wire::Send(*socks[f.shard], h, wire::PayloadFrames(enc[f.id], codec, f.numel),
+                                 nullptr, false);
               }
               for (const auto& f : plan.fragments()) {
                 auto m = recv_until(*socks[f.shard], [&](const wire::Message& m) {

@@ -42,6 +42,9 @@ ABSL_FLAG(bool, skip_push, false, "profiling: skip the push path runs");
 ABSL_FLAG(bool, sender_checksums, false,
           "ablation: hash every frame on every send (the real path hashes once per payload)");
 ABSL_FLAG(bool, receiver_parse, true, "ablation: false drops push messages unparsed");
+ABSL_FLAG(bool, tune_allocator, true,
+          "ablation: false keeps glibc's adaptive malloc thresholds (wire::TuneAllocatorForFrames "
+          "off, as server and worker ran before it)");
 
 namespace {
 
@@ -160,7 +163,7 @@ double Best(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Byte
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  wire::TuneAllocatorForFrames();  // as the server and the worker do
+  if (absl::GetFlag(FLAGS_tune_allocator)) wire::TuneAllocatorForFrames();  // as server, worker
   std::vector<uint64_t> sizes;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
     uint64_t v = 0;

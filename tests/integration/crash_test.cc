@@ -93,10 +93,7 @@ class ScriptedWorker {
   wire::HeaderFields Payload(MsgType t, uint32_t f) const {
     auto h = Header(t);
     h.fragment_id = f;
-    h.codec = 0;  // fp32
-    h.block = 256;
-    h.num_elements = numel(f);
-    h.chunk_elements = wire::ChunkElements(256);
+    wire::SetPayloadLayout(h, wire::kFragmentCodec, numel(f));
     return h;
   }
 

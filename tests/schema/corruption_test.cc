@@ -51,17 +51,7 @@ class CorruptionTest : public ::testing::Test {
   }
 
   wire::HeaderFields PushHeader(uint64_t seq = 1) const {
-    auto hf = h_.Base(MsgType::Push, 1);
-    hf.fragment_id = 0;
-    hf.seq = seq;
-    hf.base_version = 1;
-    hf.tokens = 100;
-    hf.steps = 10;
-    hf.codec = static_cast<uint8_t>(kernels::CodecKind::kFp32);
-    hf.block = 256;
-    hf.num_elements = h_.fragment(0).numel;
-    hf.chunk_elements = wire::ChunkElements(256);
-    return hf;
+    return h_.PushFields(1, 0, seq, 1, h_.fragment(0).numel);
   }
   std::vector<zmq::message_t> Push(const wire::HeaderFields& hf) const {
     return ShardHarness::Frames(

@@ -146,6 +146,27 @@ TEST(TrainTest, IdlePartialTrainsAreDropped) {
             ErrorCode::Malformed);
 }
 
+// A payload's chunk frames point into its buffer (no copy), sized as the codec encodes each
+// chunk; the layout fields say the same.
+TEST(TrainTest, PayloadFramesCutABufferAsTheLayoutSays) {
+  const kernels::Codec int8{kernels::CodecKind::kInt8, 256};
+  const uint64_t chunk = ChunkElements(int8.block), numel = 2 * chunk + 1000;
+  const size_t total = 2 * kernels::EncodedBytes(int8, chunk) + kernels::EncodedBytes(int8, 1000);
+  auto buf = std::make_shared<wire::Bytes>(total);
+  const auto frames = PayloadFrames(buf, int8, numel);
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(frames[0].data(), buf->data());
+  EXPECT_EQ(frames[1].data(), buf->data() + frames[0].size());
+  EXPECT_EQ(frames[2].size(), kernels::EncodedBytes(int8, 1000));
+  EXPECT_EQ(frames[0].size() + frames[1].size() + frames[2].size(), total);
+  HeaderFields h;
+  SetPayloadLayout(h, int8, numel);
+  EXPECT_EQ(h.codec, static_cast<uint8_t>(kernels::CodecKind::kInt8));
+  EXPECT_EQ(h.block, 256u);
+  EXPECT_EQ(h.num_elements, numel);
+  EXPECT_EQ(h.chunk_elements, chunk);
+}
+
 // Over a real socket pair: Send puts one message per payload frame on the wire, each verifiable
 // alone, and the receiver's assembler gives back the payload as sent.
 TEST(TrainTest, SendCutsSeveralFramesIntoATrainThatJoinsBack) {
@@ -212,17 +233,8 @@ class ShardTrainTest : public ::testing::Test {
   }
   // The two messages of a push of `delta` (fp32), as wire::Send would cut them.
   std::vector<std::vector<zmq::message_t>> PushTrain(float delta) {
-    auto hf = h_.Base(MsgType::Push, 1);
-    hf.fragment_id = 0;
-    hf.seq = 1;
-    hf.base_version = 1;
-    hf.tokens = 100;
-    hf.steps = 10;
-    hf.block = 256;
-    hf.num_elements = n_;
-    hf.chunk_elements = wire::ChunkElements(256);
-    auto chunks =
-        ShardHarness::Encode({kernels::CodecKind::kFp32, 256}, std::vector<float>(n_, delta));
+    auto hf = h_.PushFields(1, 0, 1, 1, n_);
+    auto chunks = ShardHarness::Encode(wire::kFragmentCodec, std::vector<float>(n_, delta));
     std::vector<std::vector<zmq::message_t>> out;
     hf.num_chunks = static_cast<uint32_t>(chunks.size());
     for (uint32_t k = 0; k < chunks.size(); ++k) {

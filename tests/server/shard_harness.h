@@ -97,30 +97,30 @@ class ShardHarness {
   std::vector<Outgoing> Init(const std::string& rid, uint32_t worker, uint32_t frag,
                              const std::vector<float>& values) {
     auto h = Base(wire::MsgType::InitFragment, worker);
-    kernels::Codec c{kernels::CodecKind::kFp32, 256};
     h.fragment_id = frag;
-    h.codec = static_cast<uint8_t>(c.kind);
-    h.block = c.block;
-    h.num_elements = values.size();
-    h.chunk_elements = wire::ChunkElements(c.block);
-    return Send(rid, h, Encode(c, values));
+    wire::SetPayloadLayout(h, wire::kFragmentCodec, values.size());
+    return Send(rid, h, Encode(wire::kFragmentCodec, values));
   }
 
-  std::vector<Outgoing> Push(const std::string& rid, uint32_t worker, uint32_t frag, uint64_t seq,
-                             uint64_t base, const std::vector<float>& delta, uint64_t tokens = 100,
-                             uint32_t steps = 10,
-                             kernels::Codec c = {kernels::CodecKind::kFp32, 256}) {
+  // The header of worker's push `seq` of `numel` values of fragment `frag` on version `base`.
+  wire::HeaderFields PushFields(uint32_t worker, uint32_t frag, uint64_t seq, uint64_t base,
+                                uint64_t numel, uint64_t tokens = 100, uint32_t steps = 10,
+                                kernels::Codec c = wire::kFragmentCodec) const {
     auto h = Base(wire::MsgType::Push, worker);
     h.fragment_id = frag;
     h.seq = seq;
     h.base_version = base;
     h.tokens = tokens;
     h.steps = steps;
-    h.codec = static_cast<uint8_t>(c.kind);
-    h.block = c.block;
-    h.num_elements = delta.size();
-    h.chunk_elements = wire::ChunkElements(c.block);
-    return Send(rid, h, Encode(c, delta));
+    wire::SetPayloadLayout(h, c, numel);
+    return h;
+  }
+
+  std::vector<Outgoing> Push(const std::string& rid, uint32_t worker, uint32_t frag, uint64_t seq,
+                             uint64_t base, const std::vector<float>& delta, uint64_t tokens = 100,
+                             uint32_t steps = 10, kernels::Codec c = wire::kFragmentCodec) {
+    return Send(rid, PushFields(worker, frag, seq, base, delta.size(), tokens, steps, c),
+                Encode(c, delta));
   }
 
  private:

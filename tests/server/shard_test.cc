@@ -197,16 +197,7 @@ TEST_F(ShardTest, RefusalsChangeNoState) {
   nan[3] = std::numeric_limits<float>::quiet_NaN();
   std::vector<uint8_t> raw(nan.size() * 4);
   std::memcpy(raw.data(), nan.data(), raw.size());
-  auto ph = h_->Base(MsgType::Push, 1);
-  ph.fragment_id = 0;
-  ph.seq = 1;
-  ph.base_version = 1;
-  ph.tokens = 1;
-  ph.steps = 1;
-  ph.codec = 0;
-  ph.block = 256;
-  ph.num_elements = n0_;
-  ph.chunk_elements = wire::ChunkElements(256);
+  auto ph = h_->PushFields(1, 0, 1, 1, n0_, 1, 1);
   r = h_->Send("a", ph, {raw});
   EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::BadCodec);
   // Garbage header; checksum mismatch.
