@@ -140,6 +140,10 @@ void TuneAllocatorForFrames() {
   // of freed frames stay mapped for reuse rather than being trimmed after every message.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // A thread's arena grows in heaps of at most 64 MiB, and glibc unmaps a heap as soon as it
+  // empties, whatever the trim threshold, unless the top pad is a whole heap: a payload held
+  // whole until verified (64 MiB and more) would otherwise fault its frames in again each time.
+  mallopt(M_TOP_PAD, 64 << 20);
 #endif
 }
 

@@ -62,7 +62,9 @@ void ConfigureSocket(zmq::socket_t& socket);
 // back to the kernel as soon as two or three are free together (a receiver a message or two
 // behind), so the next frames page-fault and have their pages zeroed again (bench_transport,
 // 4 MiB frames: ~150 faults a frame, the push path at ~75% of raw instead of ~90%). Fixed
-// thresholds keep up to 256 MiB of freed heap mapped for reuse. No-op outside glibc.
+// thresholds and a top pad of one arena heap keep freed frames mapped for reuse: the process
+// keeps the peak of its frame heap resident (plus up to 256 MiB in the main arena) instead of
+// faulting it in again. No-op outside glibc.
 void TuneAllocatorForFrames();
 
 // Encoded payload chunking: payload frame i holds elements [i*chunk, (i+1)*chunk), each chunk
