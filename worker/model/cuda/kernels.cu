@@ -7,24 +7,35 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float WarpSum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+struct SumOp {
+  static constexpr float kIdentity = 0.f;
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  static constexpr float kIdentity = -FLT_MAX;
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Reduction over a warp; every lane gets the result.
+template <typename Op>
+__device__ __forceinline__ float WarpReduce(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = Op()(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
-__device__ __forceinline__ float WarpMax(float x) {
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-// Sum over a block of kThreads; every thread gets the result.
-__device__ float BlockSum(float x) {
+__device__ __forceinline__ float WarpSum(float x) { return WarpReduce<SumOp>(x); }
+__device__ __forceinline__ float WarpMax(float x) { return WarpReduce<MaxOp>(x); }
+
+// Reduction over a block of kThreads; every thread gets the result.
+template <typename Op>
+__device__ float BlockReduce(float x) {
   __shared__ float part[kThreads / 32];
   __shared__ float total;
-  x = WarpSum(x);
+  x = WarpReduce<Op>(x);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
   __syncthreads();
   if (threadIdx.x < 32) {
-    float y = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : 0.f;
-    y = WarpSum(y);
+    float y = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : Op::kIdentity;
+    y = WarpReduce<Op>(y);
     if (threadIdx.x == 0) total = y;
   }
   __syncthreads();
@@ -32,22 +43,8 @@ __device__ float BlockSum(float x) {
   __syncthreads();
   return r;
 }
-__device__ float BlockMax(float x) {
-  __shared__ float part[kThreads / 32];
-  __shared__ float total;
-  x = WarpMax(x);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float y = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : -FLT_MAX;
-    y = WarpMax(y);
-    if (threadIdx.x == 0) total = y;
-  }
-  __syncthreads();
-  const float r = total;
-  __syncthreads();
-  return r;
-}
+__device__ float BlockSum(float x) { return BlockReduce<SumOp>(x); }
+__device__ float BlockMax(float x) { return BlockReduce<MaxOp>(x); }
 
 int Blocks(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
 
