@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds everything the GPU machine runs into one folder that the device tool can carry
+# (TOOLCHAIN.md: that machine has CUDA, cuBLAS, NCCL and PyTorch, but no ZeroMQ, RocksDB,
+# FlatBuffers, Abseil or OpenBLAS, and no network). Run here, then on the GPU machine:
+#   benchmarks/gpu/run.sh BUNDLE "$OUT"        (carry: BUNDLE)
+# Usage: benchmarks/gpu/prepare.sh [BUNDLE]     (default build-gpu-bundle, ignored by git)
+# The bundle mirrors the build tree for the four GPU programs, so the per-part scripts
+# (benchmarks/kernels/gpu_check.sh, benchmarks/model/gpu_check.sh) run on it unchanged, plus
+# lib/ with every shared library they load that is neither glibc's, the compiler's nor CUDA's.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bundle=${1:-build-gpu-bundle}
+build=${DILOCO_GPU_BUILD:-build-gpu}
+programs=(tests/kernels/kernels_cuda_test benchmarks/kernels/diloco-bench-kernels-gpu
+          tests/model/model_cuda_test benchmarks/model/model_gpu_bench)
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+ninja -C "$build" $(for p in "${programs[@]}"; do basename "$p"; done)
+
+rm -rf "$bundle"
+mkdir -p "$bundle/lib"
+for p in "${programs[@]}"; do
+  mkdir -p "$bundle/$(dirname "$p")"
+  strip -o "$bundle/$p" "$build/$p"
+done
+# What the GPU machine has of its own: glibc, the compiler runtime (gcc 13 there, newer than
+# ours) and the CUDA libraries of the same major version (13). Everything else travels.
+system='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libcuda|libcublas|libcublasLt|libnccl)\.'
+for p in "${programs[@]}"; do
+  ldd "$build/$p" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  if [[ ! $name =~ $system ]]; then cp -L "$path" "$bundle/lib/$name"; fi
+done
+# Check: run from the bundle, every library outside that list resolves into the bundle.
+stray=$(for p in "${programs[@]}"; do
+  LD_LIBRARY_PATH="$bundle/lib" ldd "$bundle/$p" | awk '$2 == "=>" {print $1, $3}'
+done | sort -u | awk -v sys="$system" -v lib="$bundle/lib/" '$1 !~ sys && index($2, lib) != 1')
+if [[ -n $stray ]]; then
+  echo "prepare: libraries not resolved from $bundle/lib:" >&2
+  echo "$stray" >&2
+  exit 1
+fi
+size=$(du -sm "$bundle" | cut -f1)
+echo "bundle $bundle: ${size} MiB ($(ls "$bundle/lib" | wc -l) libraries)"
+if ((size > 60)); then
+  echo "prepare: bundle over 60 MiB; the device tool carries 64 MiB in all" >&2
+  exit 1
+fi
