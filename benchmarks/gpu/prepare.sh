@@ -16,7 +16,9 @@ programs=(tests/kernels/kernels_cuda_test benchmarks/kernels/diloco-bench-kernel
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-ninja -C "$build" $(for p in "${programs[@]}"; do basename "$p"; done)
+targets=()
+for p in "${programs[@]}"; do targets+=("$(basename "$p")"); done
+ninja -C "$build" "${targets[@]}"
 
 rm -rf "$bundle"
 mkdir -p "$bundle/lib"
@@ -42,7 +44,7 @@ if [[ -n $stray ]]; then
   exit 1
 fi
 size=$(du -sm "$bundle" | cut -f1)
-echo "bundle $bundle: ${size} MiB ($(ls "$bundle/lib" | wc -l) libraries)"
+echo "bundle $bundle: ${size} MiB ($(find "$bundle/lib" -type f | wc -l) libraries)"
 if ((size > 60)); then
   echo "prepare: bundle over 60 MiB; the device tool carries 64 MiB in all" >&2
   exit 1

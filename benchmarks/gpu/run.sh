@@ -7,7 +7,7 @@
 # the whole call stays within one device command (600 s). Logs under OUT/kernels and
 # OUT/model, one line per part in OUT/summary.txt; exits non-zero if any part failed.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 bundle=$(cd "${1:?usage: run.sh BUNDLE OUT}" && pwd)
 out=${2:?usage: run.sh BUNDLE OUT}
 mkdir -p "$out"
