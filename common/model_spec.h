@@ -22,8 +22,9 @@ struct GptConfig {
   int width = 64;
 };
 
-// Named presets: "tiny" (CI-sized), "small" (the README's default job), "gpt2-124m",
-// "gpt2-350m". Or a spec "L=4,H=4,C=128,T=128,V=256" overriding the tiny preset.
+// Named presets: "tiny" (CI-sized; the README's local cluster), "small" (the binaries' default
+// and the single-process built-in job), "gpt2-124m", "gpt2-350m". Or a spec
+// "L=4,H=4,C=128,T=128,V=256" overriding the tiny preset.
 absl::StatusOr<GptConfig> ParseGptConfig(const std::string& spec);
 std::string GptConfigString(const GptConfig& c);
 absl::StatusOr<Manifest> GptManifest(const GptConfig& c);

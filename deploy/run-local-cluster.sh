@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, and runs a local cluster on 127.0.0.1 -
-# 2 server shards and 3 workers training the built-in default model (GPT "small" on synthetic
+# 2 server shards and 3 workers training the built-in default model (the "tiny" GPT on synthetic
 # Markov text with a known entropy) on CPU for about a minute. Progress lines show worker loss,
 # pushes and adopted versions, and each shard's rounds and fragment versions. Stops cleanly
 # (SIGTERM -> final checkpoints) and exports the global model to safetensors.
