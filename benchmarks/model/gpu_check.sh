@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU checks of the worker's model, for the GPU machine. Usage:
-#   benchmarks/model/gpu_check.sh BUILD_DIR OUT_DIR
+#   benchmarks/model/gpu_check.sh BUILD_DIR OUT_DIR [batch=N] [steps=N]
 # Runs the CUDA model tests (CUDA vs CPU reference, CUDA trainer), the GPU benchmark
 # (GPT-2 124M and 350M, TF32) and the same model in PyTorch eager, and prints our/PyTorch
 # tokens/s ratios. Logs go to OUT_DIR. The binaries need the Abseil/OpenBLAS .so files of the
@@ -15,9 +15,18 @@ nvidia-smi > "$out/nvidia-smi.log" 2>&1
 status=0
 "$build/tests/model/model_cuda_test" > "$out/model_cuda_test.log" 2>&1 || status=1
 tail -5 "$out/model_cuda_test.log"
-"$build/benchmarks/model/model_gpu_bench" "$@" > "$out/model_gpu_bench.log" 2>&1 || status=1
+# Only the arguments after BUILD_DIR and OUT_DIR belong to the benchmark (batch=, steps=).
+"$build/benchmarks/model/model_gpu_bench" "${@:3}" > "$out/model_gpu_bench.log" 2>&1 || status=1
 cat "$out/model_gpu_bench.log"
-python3 "$here/torch_gpt2.py" > "$out/torch_gpt2.log" 2>&1 || status=1
+# PyTorch gets the same batch and step count.
+torch_args=()
+for a in "${@:3}"; do
+  case $a in
+    batch=*) torch_args+=(--batch "${a#batch=}") ;;
+    steps=*) torch_args+=(--steps "${a#steps=}") ;;
+  esac
+done
+python3 "$here/torch_gpt2.py" "${torch_args[@]}" > "$out/torch_gpt2.log" 2>&1 || status=1
 cat "$out/torch_gpt2.log"
 python3 - "$out/model_gpu_bench.log" "$out/torch_gpt2.log" <<'PY' | tee "$out/ratio.log"
 import sys
