@@ -195,11 +195,6 @@ int main(int argc, char** argv) {
         absl::StrCat("cannot bind ", absl::GetFlag(FLAGS_bind), ": ", e.what())));
   }
   const std::string endpoint = sock.get(zmq::sockopt::last_endpoint);
-  if (const auto pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
-    const std::string tmp = pf + ".tmp";
-    { std::ofstream(tmp) << endpoint << "\n"; }
-    std::rename(tmp.c_str(), pf.c_str());
-  }
   auto log = EventLog::Open(absl::GetFlag(FLAGS_metrics_jsonl));
   if (!log.ok()) return Fail(log.status());
   std::unique_ptr<MetricsHttpServer> http;
@@ -209,8 +204,15 @@ int main(int argc, char** argv) {
     http = std::move(*h);
     std::fprintf(stderr, "diloco-server: Prometheus metrics on port %d\n", http->port());
   }
+  // Handlers before the port file: whoever waits for the port file may signal at once (Slurm's
+  // srun forwards SIGINT; an unhandled one would kill the shard without its final checkpoint).
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  if (const auto pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
+    const std::string tmp = pf + ".tmp";
+    { std::ofstream(tmp) << endpoint << "\n"; }
+    std::rename(tmp.c_str(), pf.c_str());
+  }
   std::fprintf(stderr, "diloco-server: shard %u/%u on %s, %zu fragments, plan %016lx%s\n", o.shard,
                o.num_shards, endpoint.c_str(), (*shard)->owned().size(),
                static_cast<unsigned long>((*shard)->plan_fingerprint()),

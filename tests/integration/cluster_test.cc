@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -163,6 +168,31 @@ TEST(ClusterTest, KilledShardRestartsFromItsStoreWithTheSameVersions) {
           c.Jsonl(0), [](const Event& e) { return e.at("adoptions") >= 8; }, absl::Seconds(60))
           .has_value());
   EXPECT_GT(c.Stat(0, "rounds"), rounds);
+}
+
+// Launchers wait for --port_file and may signal at once: Slurm's srun forwards SIGINT to a
+// shard it is asked to stop (deploy/slurm/diloco.sbatch). The shard must by then handle the
+// signal and stop with its final checkpoint, not die of it.
+TEST(ClusterTest, ShardSignalledAsSoonAsItListensStopsCleanly) {
+  LocalShards c;
+  c.dir = TestDir();
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const auto port = c.dir / "port0";
+    const auto jsonl = c.dir / absl::StrCat("shard", attempt, ".jsonl");
+    auto shard =
+        c.StartShard(0, 1, "tcp://127.0.0.1:*",
+                     {"--metrics_address=127.0.0.1:0", "--metrics_jsonl=" + jsonl.string()});
+    const absl::Time end = absl::Now() + absl::Seconds(20);
+    while (!std::filesystem::exists(port) && absl::Now() < end)
+      absl::SleepFor(absl::Microseconds(50));
+    ASSERT_TRUE(std::filesystem::exists(port)) << "shard did not start";
+    shard->Signal(SIGINT);
+    ASSERT_EQ(shard->Wait(absl::Seconds(20)), std::optional<int>(0)) << "attempt " << attempt;
+    std::ifstream in(jsonl);
+    const std::string events((std::istreambuf_iterator<char>(in)), {});
+    ASSERT_NE(events.find(R"("event":"shutdown","final_checkpoint":"written")"), std::string::npos)
+        << "attempt " << attempt << ": " << events;
+  }
 }
 
 }  // namespace
