@@ -304,14 +304,14 @@ void LaunchQuantize(Codec c, const float* x, float* err, size_t n, uint8_t* out,
   const size_t nb = NumBlocks(c, n);
   constexpr size_t kWarpsPerCta = kThreads / 32;
   if (c.block >= 256) {
-    const unsigned grid = detail::GridFor(nb, kWarpsPerCta * 1);
-    QuantizeBlocks<K, 32, EF><<<grid, kThreads, 0, s>>>(x, err, n, c.block, nb, out, nonfinite);
+    detail::LaunchWave(QuantizeBlocks<K, 32, EF>, nb, kWarpsPerCta * 1, s, x, err, n, c.block, nb,
+                       out, nonfinite);
   } else if (c.block >= 128) {
-    const unsigned grid = detail::GridFor(nb, kWarpsPerCta * 2);
-    QuantizeBlocks<K, 16, EF><<<grid, kThreads, 0, s>>>(x, err, n, c.block, nb, out, nonfinite);
+    detail::LaunchWave(QuantizeBlocks<K, 16, EF>, nb, kWarpsPerCta * 2, s, x, err, n, c.block, nb,
+                       out, nonfinite);
   } else {
-    const unsigned grid = detail::GridFor(nb, kWarpsPerCta * 4);
-    QuantizeBlocks<K, 8, EF><<<grid, kThreads, 0, s>>>(x, err, n, c.block, nb, out, nonfinite);
+    detail::LaunchWave(QuantizeBlocks<K, 8, EF>, nb, kWarpsPerCta * 4, s, x, err, n, c.block, nb,
+                       out, nonfinite);
   }
 }
 
@@ -323,13 +323,14 @@ cudaError_t EncodeImpl(Codec c, const float* x, float* err, size_t n, uint8_t* o
     return cudaErrorInvalidValue;
   }
   if (n == 0) return cudaSuccess;
-  const unsigned dense_grid = detail::GridFor((n + 7) / 8, kThreads);
   switch (c.kind) {
     case CodecKind::kFp32:
-      EncodeDense<CodecKind::kFp32, EF><<<dense_grid, kThreads, 0, s>>>(x, err, n, out, nonfinite);
+      detail::LaunchWave(EncodeDense<CodecKind::kFp32, EF>, (n + 7) / 8, kThreads, s, x, err, n,
+                         out, nonfinite);
       break;
     case CodecKind::kBf16:
-      EncodeDense<CodecKind::kBf16, EF><<<dense_grid, kThreads, 0, s>>>(x, err, n, out, nonfinite);
+      detail::LaunchWave(EncodeDense<CodecKind::kBf16, EF>, (n + 7) / 8, kThreads, s, x, err, n,
+                         out, nonfinite);
       break;
     case CodecKind::kFp8E4M3:
       LaunchQuantize<CodecKind::kFp8E4M3, EF>(c, x, err, n, out, nonfinite, s);
@@ -348,23 +349,27 @@ template <bool Acc>
 cudaError_t DecodeImpl(Codec c, const uint8_t* in, size_t n, float w, float* out, cudaStream_t s) {
   if (!Valid(c) || !detail::Aligned16(in) || !detail::Aligned16(out)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  const unsigned grid = detail::GridFor((n + 7) / 8, kThreads);
-  const size_t nb = NumBlocks(c, n);
+  const size_t nb = NumBlocks(c, n), items = (n + 7) / 8;
   switch (c.kind) {
     case CodecKind::kFp32:
-      DecodeKernel<CodecKind::kFp32, Acc><<<grid, kThreads, 0, s>>>(in, n, c.block, nb, w, out);
+      detail::LaunchWave(DecodeKernel<CodecKind::kFp32, Acc>, items, kThreads, s, in, n, c.block,
+                         nb, w, out);
       break;
     case CodecKind::kBf16:
-      DecodeKernel<CodecKind::kBf16, Acc><<<grid, kThreads, 0, s>>>(in, n, c.block, nb, w, out);
+      detail::LaunchWave(DecodeKernel<CodecKind::kBf16, Acc>, items, kThreads, s, in, n, c.block,
+                         nb, w, out);
       break;
     case CodecKind::kFp8E4M3:
-      DecodeKernel<CodecKind::kFp8E4M3, Acc><<<grid, kThreads, 0, s>>>(in, n, c.block, nb, w, out);
+      detail::LaunchWave(DecodeKernel<CodecKind::kFp8E4M3, Acc>, items, kThreads, s, in, n, c.block,
+                         nb, w, out);
       break;
     case CodecKind::kInt8:
-      DecodeKernel<CodecKind::kInt8, Acc><<<grid, kThreads, 0, s>>>(in, n, c.block, nb, w, out);
+      detail::LaunchWave(DecodeKernel<CodecKind::kInt8, Acc>, items, kThreads, s, in, n, c.block,
+                         nb, w, out);
       break;
     case CodecKind::kInt4:
-      DecodeKernel<CodecKind::kInt4, Acc><<<grid, kThreads, 0, s>>>(in, n, c.block, nb, w, out);
+      detail::LaunchWave(DecodeKernel<CodecKind::kInt4, Acc>, items, kThreads, s, in, n, c.block,
+                         nb, w, out);
       break;
   }
   return cudaGetLastError();

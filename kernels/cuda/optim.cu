@@ -122,8 +122,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-unsigned Grid(size_t n) { return detail::GridFor((n + 3) / 4, kThreads); }
-
 }  // namespace
 
 cudaError_t NesterovStep(NesterovParams p, float* theta, float* m, const float* d, size_t n,
@@ -132,7 +130,7 @@ cudaError_t NesterovStep(NesterovParams p, float* theta, float* m, const float* 
     return cudaErrorInvalidValue;
   }
   if (n == 0) return cudaSuccess;
-  NesterovKernel<<<Grid(n), kThreads, 0, stream>>>(p, theta, m, d, n);
+  detail::LaunchWave(NesterovKernel, (n + 3) / 4, kThreads, stream, p, theta, m, d, n);
   return cudaGetLastError();
 }
 
@@ -146,7 +144,7 @@ cudaError_t AdamWStep(AdamWParams p, int64_t step, float* param, const float* gr
   // Exactly the CPU's bias corrections (std::pow in float on the host).
   const float bc1 = 1.0f - std::pow(p.beta1, static_cast<float>(step));
   const float bc2 = 1.0f - std::pow(p.beta2, static_cast<float>(step));
-  AdamWKernel<<<Grid(n), kThreads, 0, stream>>>(p, bc1, bc2, param, grad, m, v, n);
+  detail::LaunchWave(AdamWKernel, (n + 3) / 4, kThreads, stream, p, bc1, bc2, param, grad, m, v, n);
   return cudaGetLastError();
 }
 
@@ -156,7 +154,7 @@ cudaError_t Delta(const float* anchor, const float* local, float* delta, size_t 
     return cudaErrorInvalidValue;
   }
   if (n == 0) return cudaSuccess;
-  DeltaKernel<<<Grid(n), kThreads, 0, stream>>>(anchor, local, delta, n);
+  detail::LaunchWave(DeltaKernel, (n + 3) / 4, kThreads, stream, anchor, local, delta, n);
   return cudaGetLastError();
 }
 
@@ -164,7 +162,7 @@ cudaError_t LerpAdopt(const float* global, float* local, float alpha, size_t n,
                       cudaStream_t stream) {
   if (!detail::Aligned16(global) || !detail::Aligned16(local)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  LerpKernel<<<Grid(n), kThreads, 0, stream>>>(global, local, alpha, n);
+  detail::LaunchWave(LerpKernel, (n + 3) / 4, kThreads, stream, global, local, alpha, n);
   return cudaGetLastError();
 }
 
