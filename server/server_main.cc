@@ -155,10 +155,6 @@ int main(int argc, char** argv) {
   o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
 
-  SystemClock clock;
-  auto shard = Shard::Create(o, &clock);
-  if (!shard.ok()) return Fail(shard.status());
-
   zmq::context_t ctx(1);
   // CURVE: the ZAP handler must answer before the socket accepts its first connection.
   std::optional<wire::AuthorizedKeys> auth;
@@ -204,6 +200,11 @@ int main(int argc, char** argv) {
     http = std::move(*h);
     std::fprintf(stderr, "diloco-server: Prometheus metrics on port %d\n", http->port());
   }
+  // The store is opened (or created) last, once every other input has been accepted: a start
+  // refused for a bad flag, key file or address leaves no store behind.
+  SystemClock clock;
+  auto shard = Shard::Create(o, &clock);
+  if (!shard.ok()) return Fail(shard.status());
   // Handlers before the port file: whoever waits for the port file may signal at once (Slurm's
   // srun forwards SIGINT; an unhandled one would kill the shard without its final checkpoint).
   std::signal(SIGTERM, OnSignal);

@@ -145,7 +145,7 @@ struct SyncClient::Impl {
   std::vector<ShardLink> links;
 
   // Training thread.
-  void Process(std::span<float> params, Arrival& a);
+  void Process(SyncClient::ParamsFn params, Arrival& a);
   void Adopt(std::span<float> params, Arrival& a);
 
   // I/O thread.
@@ -266,7 +266,7 @@ absl::Status SyncClient::Join(std::span<float> params, absl::Duration deadline) 
       im.cv.wait_for(lk, std::chrono::milliseconds(20));
       arrived.swap(im.arrivals);
     }
-    for (auto& a : arrived) im.Process(params, a);
+    for (auto& a : arrived) im.Process([params] { return params; }, a);
   }
   return absl::OkStatus();
 }
@@ -289,18 +289,18 @@ absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) 
         status = absl::DeadlineExceededError(
             absl::StrCat("sync: ", im.pending_pushes, " pushes still unanswered at exit"));
     }
-    for (auto& a : arrived) im.Process(params, a);
+    for (auto& a : arrived) im.Process([params] { return params; }, a);
     if (done) return status;
   }
 }
 
 // ---- Training thread --------------------------------------------------------------------
 
-void SyncClient::Impl::Process(std::span<float> params, Arrival& a) {
+void SyncClient::Impl::Process(SyncClient::ParamsFn params, Arrival& a) {
   FragmentSync& f = frags[a.fragment];
   switch (a.kind) {
     case Arrival::kUpdate:
-      Adopt(params, a);
+      Adopt(params(), a);
       return;
     case Arrival::kDone:
       f.outstanding = false;
@@ -312,7 +312,7 @@ void SyncClient::Impl::Process(std::span<float> params, Arrival& a) {
       // An unjoined fragment offers the local values (theta(0) during Join); a joined one the
       // last global values, so a shard that lost its state resumes from the fleet's model.
       auto bytes = std::make_shared<wire::Bytes>(f.spec->numel * sizeof(float));
-      plan.Gather(*f.spec, f.joined ? anchor.data() : params.data(),
+      plan.Gather(*f.spec, f.joined ? anchor.data() : params().data(),
                   reinterpret_cast<float*>(bytes->data()));
       std::lock_guard<std::mutex> g(mu);
       init_queue.emplace_back(a.fragment, std::move(bytes));
@@ -370,8 +370,18 @@ void SyncClient::Impl::Adopt(std::span<float> params, Arrival& a) {
 }
 
 void SyncClient::AfterStep(std::span<float> params, uint64_t tokens, absl::Duration step_time) {
+  AfterStep([params] { return params; }, tokens, step_time);
+}
+
+void SyncClient::AfterStep(ParamsFn fetch, uint64_t tokens, absl::Duration step_time) {
   const absl::Time t0 = absl::Now();
   Impl& im = *impl_;
+  std::span<float> fetched;
+  bool have = false;
+  auto params = [&] {
+    if (!have) fetched = fetch(), have = true;
+    return fetched;
+  };
   const double step_us =
       Ema(static_cast<double>(im.step_time_us.load()), absl::ToDoubleMicroseconds(step_time));
   im.step_time_us = static_cast<uint64_t>(step_us);
@@ -400,7 +410,7 @@ void SyncClient::AfterStep(std::span<float> params, uint64_t tokens, absl::Durat
     float* d = f.delta.data();
     for (const Piece& p : f.spec->pieces) {
       kernels::Delta(std::span<const float>(im.anchor.data() + p.flat_offset, p.length),
-                     std::span<const float>(params.data() + p.flat_offset, p.length),
+                     std::span<const float>(params().data() + p.flat_offset, p.length),
                      std::span<float>(d, p.length));
       d += p.length;
     }

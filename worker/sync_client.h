@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -110,6 +111,11 @@ class SyncClient {
   // After each inner step, on the training thread. Adopts fragments that have arrived and
   // queues pushes that are due. Never waits on the network.
   void AfterStep(std::span<float> params, uint64_t tokens, absl::Duration step_time);
+  // The same, with the parameters fetched only on a step that reads or writes them (an
+  // adoption, a due push, a theta(0) request), at most once: a GPU trainer copies its
+  // parameters to the host on those steps only, not on every step.
+  using ParamsFn = absl::FunctionRef<std::span<float>()>;
+  void AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step_time);
 
   // Clean stop, on the training thread: takes no new pushes, waits up to `timeout` until every
   // push is answered, and adopts what arrives meanwhile into `params`.

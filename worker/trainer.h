@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "absl/status/status.h"
 #include "common/manifest.h"
 
 namespace diloco {
@@ -24,6 +25,10 @@ class Trainer {
   virtual uint64_t tokens_per_step() const = 0;
   // Mean loss (nats per token) of the current parameters on the held-out set.
   virtual float EvalLoss() = 0;
+  // The first failure of Step(), EvalLoss() or params(), which return NaN or stale values from
+  // then on (a device error on the CUDA backend; CUDA errors are sticky). OK while nothing
+  // failed; the CPU backend cannot fail there.
+  virtual absl::Status error() const { return absl::OkStatus(); }
 };
 
 }  // namespace diloco

@@ -19,6 +19,9 @@
 #include "schema/curve.h"
 #include "schema/transport.h"
 #include "worker/model/cpu_trainer.h"
+#if defined(DILOCO_MODEL_HAVE_CUDA)
+#include "worker/model/cuda/cuda_trainer.h"
+#endif
 #include "worker/model/evaluate.h"
 #include "worker/sync_client.h"
 
@@ -44,6 +47,9 @@ ABSL_FLAG(std::string, data, "synthetic",
           "synthetic, bin:PATH (llm.c token file) or text:PATH (bytes)");
 ABSL_FLAG(int, num_workers, 0, "workers sharing the data (0: the number of --worker_id + 1)");
 ABSL_FLAG(int, threads, 1, "CPU threads for the matrix products");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, or cuda: train on this node's GPUs (cuBLAS; --gpus data-parallel with NCCL)");
+ABSL_FLAG(int, gpus, 1, "--device=cuda: GPUs of this worker (--batch sequences on each)");
 ABSL_FLAG(absl::Duration, step_delay, absl::ZeroDuration(),
           "test flag: extra time per inner step (a slower machine)");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5), "progress line period");
@@ -146,6 +152,27 @@ void WriteSyncEvents(diloco::worker::SyncClient& sync, uint32_t wid, diloco::Eve
   }
 }
 
+absl::StatusOr<std::unique_ptr<diloco::Trainer>> MakeTrainer(
+    const std::string& device, const diloco::model::TrainerOptions& to) {
+  if (device == "cpu") return diloco::model::MakeCpuTrainer(to);
+  if (device != "cuda")
+    return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": expected cpu or cuda"));
+  if (to.gpus < 1) return absl::InvalidArgumentError("--gpus must be at least 1");
+#if defined(DILOCO_MODEL_HAVE_CUDA)
+  const int found = diloco::model::CudaDeviceCount();
+  if (found < to.gpus)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=cuda --gpus=", to.gpus, ": ", found, " CUDA GPUs usable on this machine"));
+  auto t = diloco::model::MakeCudaTrainer(to);
+  if (!t.ok()) return t.status();
+  return std::unique_ptr<diloco::Trainer>(*std::move(t));
+#else
+  return absl::FailedPreconditionError(
+      "--device=cuda: this build has no CUDA backend (configure with nvcc found, "
+      "-DDILOCO_CUDA=ON)");
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -174,7 +201,8 @@ int main(int argc, char** argv) {
   to.data = *data;
   to.eval_batches = absl::GetFlag(FLAGS_eval_batches);
   to.threads = absl::GetFlag(FLAGS_threads);
-  auto trainer = model::MakeCpuTrainer(to);
+  to.gpus = absl::GetFlag(FLAGS_gpus);
+  auto trainer = MakeTrainer(absl::GetFlag(FLAGS_device), to);
   if (!trainer.ok()) return Fail(trainer.status());
   Trainer& tr = **trainer;
   auto log = EventLog::Open(absl::GetFlag(FLAGS_metrics_jsonl));
@@ -255,12 +283,14 @@ int main(int argc, char** argv) {
   for (; !g_stop && (max_steps == 0 || step < max_steps) && absl::Now() < end; ++step) {
     const absl::Time t0 = absl::Now();
     const float loss = tr.Step();
+    if (absl::Status e = tr.error(); !e.ok()) return Fail(e);
     if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
     const absl::Duration dt = absl::Now() - t0;
     tokens += tr.tokens_per_step();
     loss_ema = loss_ema == 0 ? loss : 0.9 * loss_ema + 0.1 * loss;
     if (sync) {
-      sync->AfterStep(tr.params(), tr.tokens_per_step(), dt);
+      // Parameters fetched only when AfterStep uses them (a GPU trainer copies them then).
+      sync->AfterStep([&tr] { return tr.params(); }, tr.tokens_per_step(), dt);
       WriteSyncEvents(*sync, wid, *log);
       if (!joined_logged && sync->joined()) {  // joined in the background
         joined_logged = true;

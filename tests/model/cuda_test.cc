@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/model/cuda/cublas_loader.h"
 #include "worker/model/cuda/cuda_trainer.h"
 #include "worker/model/gpt.h"
 #include "worker/model/presets.h"
@@ -16,6 +17,21 @@ namespace {
 
 #define SKIP_WITHOUT_GPU() \
   if (CudaDeviceCount() < 1) GTEST_SKIP() << "no CUDA GPU"
+
+// cuBLAS is dlopen'ed on the first CUDA trainer (worker/model/cuda/cublas_loader.h): every entry
+// point the GPT calls must resolve from the toolkit's library. Needs the library, not a GPU.
+TEST(CublasLoader, ResolvesEveryEntryPoint) {
+  std::string error;
+  const cuda::CublasApi* api = cuda::LoadCublas(&error);
+  ASSERT_NE(api, nullptr) << error;
+  EXPECT_NE(api->create, nullptr);
+  EXPECT_NE(api->destroy, nullptr);
+  EXPECT_NE(api->set_stream, nullptr);
+  EXPECT_NE(api->set_math_mode, nullptr);
+  EXPECT_NE(api->sgemm, nullptr);
+  EXPECT_NE(api->sgemm_strided_batched, nullptr);
+  EXPECT_EQ(cuda::LoadCublas(nullptr), api) << "loaded once";
+}
 
 cuda::GpuLayout ToGpu(const ParamLayout& l) {
   cuda::GpuLayout g;
@@ -83,7 +99,7 @@ TEST(ModelCuda, TrainerLearnsAndParamsRoundTrip) {
   ASSERT_TRUE(t.ok()) << t.status();
   CudaTrainer& tr = **t;
   const float initial = tr.EvalLoss();
-  for (int s = 0; s < 300; ++s) ASSERT_TRUE(std::isfinite(tr.Step())) << tr.last_error();
+  for (int s = 0; s < 300; ++s) ASSERT_TRUE(std::isfinite(tr.Step())) << tr.error();
   const float after = tr.EvalLoss();
   EXPECT_LT(after, 0.6f * initial);
   // params() mirrors the device; an edit through it reaches the device before the next eval.

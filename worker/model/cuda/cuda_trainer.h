@@ -34,8 +34,7 @@ class CudaTrainer final : public Trainer {
   absl::Status CopyParamsToHost();
   absl::Status CopyParamsToDevice();
   int gpus() const { return gpt_->gpus(); }
-  // The error of the last Step/EvalLoss, if any (they return NaN then).
-  const absl::Status& last_error() const { return error_; }
+  absl::Status error() const override { return error_; }
 
  private:
   friend absl::StatusOr<std::unique_ptr<CudaTrainer>> MakeCudaTrainer(const TrainerOptions&);

@@ -9,6 +9,7 @@
 #include <nccl.h>
 #endif
 
+#include "worker/model/cuda/cublas_loader.h"
 #include "worker/model/cuda/kernels.cuh"
 
 namespace diloco::model::cuda {
@@ -63,6 +64,7 @@ struct Replica {
 struct GptCuda::Impl {
   GpuShape shape;
   GpuLayout layout;
+  const CublasApi* blas = nullptr;  // loaded by Init, before any handle exists
   std::vector<Replica> replicas;
 #ifdef DILOCO_HAVE_NCCL
   std::vector<ncclComm_t> comms;
@@ -102,7 +104,7 @@ GptCuda::Impl::~Impl() {
     if (r.stream) cudaStreamSynchronize(r.stream);
     for (void* p : r.allocations) cudaFree(p);
     if (r.host_loss) cudaFreeHost(r.host_loss);
-    if (r.blas) cublasDestroy(r.blas);
+    if (r.blas) blas->destroy(r.blas);
     if (r.stream) cudaStreamDestroy(r.stream);
   }
 }
@@ -120,15 +122,18 @@ std::string GptCuda::Impl::Init(int gpus) {
   const GpuShape& s = shape;
   const size_t N = size_t(s.batch) * s.seq_len, C = s.width, V = s.vocab;
   const size_t att = size_t(s.batch) * s.heads * s.seq_len * s.seq_len;
+  std::string load_error;
+  blas = LoadCublas(&load_error);
+  if (blas == nullptr) return load_error;
   replicas.resize(gpus);
   for (int g = 0; g < gpus; ++g) {
     Replica& r = replicas[g];
     r.device = g;
     CUDA_TRY(cudaSetDevice(g));
     CUDA_TRY(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
-    CUBLAS_TRY(cublasCreate(&r.blas));
-    CUBLAS_TRY(cublasSetStream(r.blas, r.stream));
-    CUBLAS_TRY(cublasSetMathMode(r.blas, CUBLAS_TF32_TENSOR_OP_MATH));
+    CUBLAS_TRY(blas->create(&r.blas));
+    CUBLAS_TRY(blas->set_stream(r.blas, r.stream));
+    CUBLAS_TRY(blas->set_math_mode(r.blas, CUBLAS_TF32_TENSOR_OP_MATH));
     CUDA_TRY(cudaMallocHost(&r.host_loss, sizeof(float)));
     const size_t P = layout.total;
     TRY(Alloc(r, P, &r.params));
@@ -222,7 +227,7 @@ std::string GptCuda::Impl::Init(int gpus) {
 std::string GptCuda::Impl::Gemm(Replica& r, bool ta, bool tb, int M, int N, int K, float alpha,
                                 const float* A, int lda, const float* B, int ldb, float beta,
                                 float* C, int ldc) {
-  CUBLAS_TRY(cublasSgemm(r.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+  CUBLAS_TRY(blas->sgemm(r.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
                          M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
   return "";
 }
@@ -231,9 +236,9 @@ std::string GptCuda::Impl::GemmBatched(Replica& r, bool ta, bool tb, int M, int 
                                        float alpha, const float* A, int lda, long long sa,
                                        const float* B, int ldb, long long sb, float beta, float* C,
                                        int ldc, long long sc, int count) {
-  CUBLAS_TRY(cublasSgemmStridedBatched(r.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sb,
-                                       A, lda, sa, &beta, C, ldc, sc, count));
+  CUBLAS_TRY(blas->sgemm_strided_batched(r.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
+                                         sb, A, lda, sa, &beta, C, ldc, sc, count));
   return "";
 }
 
