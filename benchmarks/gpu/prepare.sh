@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds everything the GPU machine runs into one folder that the device tool can carry
+# Builds everything the GPU machine runs (CUDA tests, GPU benchmarks, a one-shard cluster with a
+# GPU worker) into one folder that the device tool can carry
 # (TOOLCHAIN.md: that machine has CUDA, cuBLAS, NCCL and PyTorch, but no ZeroMQ, RocksDB,
 # FlatBuffers, Abseil or OpenBLAS, and no network). Run here, then on the GPU machine:
 #   benchmarks/gpu/run.sh BUNDLE "$OUT"        (carry: BUNDLE)
 # Usage: benchmarks/gpu/prepare.sh [BUNDLE]     (default build-gpu-bundle, ignored by git)
-# The bundle mirrors the build tree for the four GPU programs, so the per-part scripts
+# The bundle mirrors the build tree for the GPU programs and the server and worker, so the per-part scripts
 # (benchmarks/kernels/gpu_check.sh, benchmarks/model/gpu_check.sh) run on it unchanged, plus
 # lib/ with every shared library they load that is neither glibc's, the compiler's nor CUDA's.
 set -euo pipefail
@@ -12,7 +13,8 @@ cd "$(dirname "$0")/../.."
 bundle=${1:-build-gpu-bundle}
 build=${DILOCO_GPU_BUILD:-build-gpu}
 programs=(tests/kernels/kernels_cuda_test benchmarks/kernels/diloco-bench-kernels-gpu
-          tests/model/model_cuda_test benchmarks/model/model_gpu_bench)
+          tests/model/model_cuda_test benchmarks/model/model_gpu_bench
+          server/diloco-server worker/diloco-worker)
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
@@ -43,9 +45,14 @@ if [[ -n $stray ]]; then
   echo "$stray" >&2
   exit 1
 fi
-size=$(du -sm "$bundle" | cut -f1)
-echo "bundle $bundle: ${size} MiB ($(find "$bundle/lib" -type f | wc -l) libraries)"
+carry="build-gpu-carry"
+rm -rf "$carry"
+mkdir -p "$carry"
+tar -czf "$carry/bundle.tgz" -C "$(dirname "$bundle")" "$(basename "$bundle")"
+size=$(du -sm "$carry" | cut -f1)
+echo "bundle $bundle: $(du -sm "$bundle" | cut -f1) MiB ($(find "$bundle/lib" -type f | wc -l)" \
+  "libraries), packed into $carry/bundle.tgz: ${size} MiB"
 if ((size > 60)); then
-  echo "prepare: bundle over 60 MiB; the device tool carries 64 MiB in all" >&2
+  echo "prepare: $carry over 60 MiB; the device tool carries 64 MiB in all" >&2
   exit 1
 fi

@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark in one call, for the GPU machine (device tool):
-#   benchmarks/gpu/run.sh BUNDLE OUT
-# BUNDLE comes from benchmarks/gpu/prepare.sh (carried); OUT is the device tool's $OUT. Runs the
-# CUDA kernel tests and kernel benchmark (issue 4), then the CUDA model tests, the GPT-2
-# benchmark and PyTorch eager on the same model (issue 7), each under its own time limit so that
-# the whole call stays within one device command (600 s). Logs under OUT/kernels and
-# OUT/model, one line per part in OUT/summary.txt; exits non-zero if any part failed.
+#   benchmarks/gpu/run.sh BUNDLE OUT [PART...]
+# BUNDLE comes from benchmarks/gpu/prepare.sh: its folder, or the packed build-gpu-carry/
+# bundle.tgz that the device tool carries; OUT is the device tool's $OUT. Parts, in order
+# (default all): kernels (CUDA kernel tests and benchmark), model (CUDA model tests, the GPT-2
+# benchmark and PyTorch eager on the same model), cluster (a one-shard cluster with a
+# --device=cuda worker). Each runs under its own time limit, 540 s in all, so that the call
+# fits one device command (600 s). Logs under OUT/<part>, one line per part in
+# OUT/summary.txt; exits non-zero if any part failed.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-bundle=$(cd "${1:?usage: run.sh BUNDLE OUT}" && pwd)
-out=${2:?usage: run.sh BUNDLE OUT}
+bundle=${1:?usage: run.sh BUNDLE OUT [PART...]}
+out=${2:?usage: run.sh BUNDLE OUT [PART...]}
+shift 2
+parts=("$@")
+((${#parts[@]} > 0)) || parts=(kernels model cluster)
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+if [[ -f $bundle ]]; then  # the packed bundle: unpack it beside itself
+  dest=$(dirname "$bundle")
+  tar -xzf "$bundle" -C "$dest" || exit 2
+  bundle=$dest/build-gpu-bundle
+fi
+bundle=$(cd "$bundle" && pwd) || exit 2
 export LD_LIBRARY_PATH="$bundle/lib:${LD_LIBRARY_PATH:-}"
 {
   date -u
@@ -29,6 +41,12 @@ part() {  # part NAME LIMIT_S COMMAND...
   echo "$name: exit $rc in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
   ((rc == 0)) || status=1
 }
-part kernels 240 benchmarks/kernels/gpu_check.sh "$bundle" "$out/kernels"
-part model 300 benchmarks/model/gpu_check.sh "$bundle" "$out/model"
+for p in "${parts[@]}"; do
+  case $p in
+    kernels) part kernels 180 benchmarks/kernels/gpu_check.sh "$bundle" "$out/kernels" ;;
+    model) part model 270 benchmarks/model/gpu_check.sh "$bundle" "$out/model" ;;
+    cluster) part cluster 90 benchmarks/gpu/cluster_check.sh "$bundle" "$out/cluster" ;;
+    *) echo "unknown part $p (kernels, model, cluster)" | tee -a "$out/summary.txt"; status=1 ;;
+  esac
+done
 exit $status
