@@ -11,8 +11,11 @@
 //         ParseMessage (verifier, lengths, XXH3 of every frame) and a TrainAssembler on every
 //         message, and checks the joined payload's size.
 // Each mode also runs over CURVE. Throughput is payload bytes / (first send .. last receipt),
-// the best of --reps runs. Ratios are taken within this run (TOOLCHAIN.md: never compare
-// absolute figures across machines).
+// the best of --reps runs. rx = CPU seconds per GiB of the receiving application thread in that
+// run (getrusage RUSAGE_THREAD): what validation costs the receiver, beside the I/O threads. Ratios
+// are taken within this run (TOOLCHAIN.md: never compare absolute figures across machines).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -62,9 +65,20 @@ struct Keys {
 
 void NoFree(void*, void*) {}
 
-// Seconds to move `n` messages of `bytes` payload, or a negative number on a failure.
-double RunOnce(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Bytes> buf,
-               uint64_t bytes, uint64_t frame_bytes, int n) {
+double ThreadCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+struct Run {
+  double seconds = -1;  // to move every message; negative on a failure
+  double rx_cpu_s = 0;  // CPU time of the receiving application thread
+};
+
+// Moves `n` messages of `bytes` payload.
+Run RunOnce(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Bytes> buf,
+            uint64_t bytes, uint64_t frame_bytes, int n) {
   zmq::context_t rctx(1), sctx(1);
   zmq::socket_t router(rctx, zmq::socket_type::router), dealer(sctx, zmq::socket_type::dealer);
   for (auto* s : {&router, &dealer}) wire::ConfigureSocket(*s);
@@ -73,7 +87,7 @@ double RunOnce(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::B
         !wire::MakeCurveClient(dealer, keys.server.public_key, keys.client.public_key,
                                keys.client.secret_key)
              .ok())
-      return -1;
+      return {};
   }
   router.bind("tcp://127.0.0.1:*");
   dealer.connect(router.get(zmq::sockopt::last_endpoint));
@@ -89,7 +103,9 @@ double RunOnce(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::B
   // Messages on the wire: one per frame for a train or a split raw payload.
   const int messages = mode.split || (mode.push && per_payload > 1) ? n * per_payload : n;
   const bool parse = mode.push && absl::GetFlag(FLAGS_receiver_parse);
+  double rx_cpu = 0;
   std::thread receiver([&] {
+    const double cpu0 = ThreadCpuSeconds();
     wire::TrainAssembler trains;
     for (int i = 0; i < messages; ++i) {
       std::vector<zmq::message_t> frames;
@@ -107,6 +123,7 @@ double RunOnce(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::B
       }
     }
     done = absl::Now();
+    rx_cpu = ThreadCpuSeconds() - cpu0;
   });
 
   std::vector<uint64_t> sums;  // hashed once, as the worker does when it encodes a push
@@ -145,16 +162,24 @@ double RunOnce(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::B
   if (getenv("BENCH_DEBUG"))
     std::fprintf(stderr, "send %.3f s, receive %.3f s\n", absl::ToDoubleSeconds(sent - start),
                  absl::ToDoubleSeconds(done - start));
-  return ok ? absl::ToDoubleSeconds(done - start) : -1;
+  if (!ok) return {};
+  return {absl::ToDoubleSeconds(done - start), rx_cpu};
 }
 
-double Best(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Bytes> buf,
-            uint64_t bytes, uint64_t frame_bytes, int n, int reps) {
-  double best = 0;
+struct Cell {
+  double gbps = -1;     // best of the reps
+  double rx_s_gib = 0;  // receiver CPU seconds per GiB in that rep
+};
+
+Cell Best(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Bytes> buf,
+          uint64_t bytes, uint64_t frame_bytes, int n, int reps) {
+  Cell best;
+  const double total = static_cast<double>(bytes) * n;
   for (int r = 0; r < reps; ++r) {
-    const double s = RunOnce(mode, keys, buf, bytes, frame_bytes, n);
-    if (s <= 0) return -1;
-    best = std::max(best, static_cast<double>(bytes) * n / s / 1e9);
+    const Run run = RunOnce(mode, keys, buf, bytes, frame_bytes, n);
+    if (run.seconds <= 0) return {};
+    const double gbps = total / run.seconds / 1e9;
+    if (gbps > best.gbps) best = {gbps, run.rx_cpu_s / (total / (1u << 30))};
   }
   return best;
 }
@@ -186,31 +211,35 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "diloco-bench-transport: loopback DEALER->ROUTER, frames of %lu KiB, best of %d, "
-      "GB/s; ratio = push / max(raw1, rawN)\n",
+      "GB/s; ratio = push / max(raw1, rawN); rx = receiving thread CPU s/GiB (raw: the faster)\n",
       static_cast<unsigned long>(frame >> 10), reps);
-  std::printf("%8s %6s %5s | %6s %6s %6s %6s | %6s %6s %6s %6s %6s\n", "payload", "frames", "msgs",
-              "raw1", "rawN", "push", "ratio", "raw1C", "rawNC", "pushC", "/rawC", "/raw");
+  std::printf("%8s %6s %5s | %6s %6s %6s %6s | %6s %6s | %6s %6s %6s %6s %6s\n", "payload",
+              "frames", "msgs", "raw1", "rawN", "push", "ratio", "rxraw", "rxpush", "raw1C",
+              "rawNC", "pushC", "/rawC", "/raw");
   for (uint64_t bytes : sizes) {
     const int n =
         static_cast<int>(std::max<uint64_t>(2, (absl::GetFlag(FLAGS_total_mib) << 20) / bytes));
     const uint64_t frames = (bytes + frame - 1) / frame;
     const bool do_raw = !absl::GetFlag(FLAGS_skip_raw), do_push = !absl::GetFlag(FLAGS_skip_push);
     auto cell = [&](Mode m) { return Best(m, keys, buf, bytes, frame, n, reps); };
-    const double raw1 = do_raw ? cell({false, false, false}) : 0;
-    const double rawn = do_raw && frames > 1 ? cell({false, false, true}) : raw1;
-    const double push = do_push ? cell({true, false, false}) : 0;
-    double raw1c = 0, rawnc = 0, pushc = 0;
+    const Cell raw1 = do_raw ? cell({false, false, false}) : Cell{0, 0};
+    const Cell rawn = do_raw && frames > 1 ? cell({false, false, true}) : raw1;
+    const Cell push = do_push ? cell({true, false, false}) : Cell{0, 0};
+    Cell raw1c{0, 0}, rawnc{0, 0}, pushc{0, 0};
     if (curve) {
-      raw1c = do_raw ? cell({false, true, false}) : 0;
+      raw1c = do_raw ? cell({false, true, false}) : Cell{0, 0};
       rawnc = do_raw && frames > 1 ? cell({false, true, true}) : raw1c;
-      pushc = do_push ? cell({true, true, false}) : 0;
+      pushc = do_push ? cell({true, true, false}) : Cell{0, 0};
     }
-    const double raw = std::max(raw1, rawn), rawc = std::max(raw1c, rawnc);
+    const Cell& raw = raw1.gbps >= rawn.gbps ? raw1 : rawn;
+    const double rawc = std::max(raw1c.gbps, rawnc.gbps);
     std::printf(
-        "%5lu MiB %6lu %5d | %6.2f %6.2f %6.2f %5.0f%% | %6.2f %6.2f %6.2f %5.0f%% %5.0f%%\n",
-        static_cast<unsigned long>(bytes >> 20), static_cast<unsigned long>(frames), n, raw1, rawn,
-        push, 100 * push / raw, raw1c, rawnc, pushc, curve ? 100 * pushc / rawc : 0,
-        curve ? 100 * pushc / raw : 0);
+        "%5lu MiB %6lu %5d | %6.2f %6.2f %6.2f %5.0f%% | %6.3f %6.3f | %6.2f %6.2f %6.2f %5.0f%% "
+        "%5.0f%%\n",
+        static_cast<unsigned long>(bytes >> 20), static_cast<unsigned long>(frames), n, raw1.gbps,
+        rawn.gbps, push.gbps, 100 * push.gbps / raw.gbps, raw.rx_s_gib, push.rx_s_gib, raw1c.gbps,
+        rawnc.gbps, pushc.gbps, curve ? 100 * pushc.gbps / rawc : 0,
+        curve ? 100 * pushc.gbps / raw.gbps : 0);
     std::fflush(stdout);
   }
   return 0;
