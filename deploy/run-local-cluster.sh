@@ -6,10 +6,11 @@
 # (SIGTERM -> final checkpoints) and exports the global model to safetensors.
 #
 # Usage: deploy/run-local-cluster.sh [--duration=60s] [--workers=3] [--shards=2] [--codec=int8:256]
-#                                    [--model=tiny] [--lr=3e-3] [--inner_steps=30]
+#                                    [--model=tiny] [--lr=3e-3] [--inner_steps=30] [--device=cpu]
+# --device=cuda trains every worker on this machine's GPU (they share it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-duration=60s workers=3 shards=2 codec=int8:256 model=tiny fragments=4 inner=30 lr=3e-3
+duration=60s workers=3 shards=2 codec=int8:256 model=tiny fragments=4 inner=30 lr=3e-3 device=cpu
 for a in "$@"; do
   case $a in
     --duration=*) duration=${a#*=} ;;
@@ -19,6 +20,7 @@ for a in "$@"; do
     --model=*) model=${a#*=} ;;
     --lr=*) lr=${a#*=} ;;
     --inner_steps=*) inner=${a#*=} ;;
+    --device=*) device=${a#*=} ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -51,7 +53,7 @@ wpids=()
 for ((w = 0; w < workers; w++)); do
   "$build/worker/diloco-worker" --servers="$servers" --worker_id=$w --num_workers=$workers \
     --fragments=$fragments --model=$model --codec=$codec --inner_steps=$inner \
-    --lr=$lr --duration=$duration --threads=1 --progress_interval=5s \
+    --lr=$lr --duration=$duration --threads=1 --device="$device" --progress_interval=5s \
     --metrics_jsonl="$run/worker$w.jsonl" &
   wpids+=($!)
   pids+=($!)
