@@ -1,9 +1,13 @@
 // diloco-worker: one learner. Trains the GPT locally (AdamW, H inner steps), and through the
 // SyncClient pushes quantised deltas to the shards and adopts the fragments they send back,
 // without the training loop ever waiting on the network.
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -150,6 +154,18 @@ void WriteSyncEvents(diloco::worker::SyncClient& sync, uint32_t wid, diloco::Eve
     if (!e.detail.empty()) ev.Add("detail", e.detail);
     log.Write(ev);
   }
+}
+
+// Held-out loss of `values` on the trainer's own device (a GPU worker's model is far too slow to
+// evaluate on the CPU); the trainer's parameters are put back afterwards.
+float EvalOnTrainer(diloco::Trainer& tr, std::span<const float> values) {
+  std::span<float> p = tr.params();
+  const std::vector<float> saved(p.begin(), p.end());
+  std::copy(values.begin(), values.end(), p.begin());
+  const float loss = tr.EvalLoss();
+  p = tr.params();  // fetched again: a GPU trainer's host mirror is refreshed by params()
+  std::copy(saved.begin(), saved.end(), p.begin());
+  return loss;
 }
 
 absl::StatusOr<std::unique_ptr<diloco::Trainer>> MakeTrainer(
@@ -354,10 +370,10 @@ int main(int argc, char** argv) {
     done.Add("resends", st.resends).Add("joined", uint64_t{st.joined});
     done.Add("reconnects", st.reconnects).Add("errors", st.errors).Add("refused", st.refused);
     done.Add("after_step_us", st.after_step_us).Add("step_time_us", st.step_time_us);
-    auto g = model::EvaluateParams(to, sync->global_params());
-    if (g.ok()) {
-      done.Add("eval_global", *g);
-      global_str = absl::StrFormat(", global model %.4f", *g);
+    const float g = EvalOnTrainer(tr, sync->global_params());
+    if (std::isfinite(g)) {
+      done.Add("eval_global", static_cast<double>(g));
+      global_str = absl::StrFormat(", global model %.4f", g);
     }
   }
   log->Write(done);
