@@ -14,9 +14,7 @@ Evaluator::Evaluator(const TrainerOptions& o, std::unique_ptr<Gpt<float>> gpt, d
     : o_(o),
       gpt_(std::move(gpt)),
       data_(std::move(d)),
-      heldout_(data_.heldout, o.batch_size, o.seq_len, 0) {
-  oracle_ = HeldoutOracleLoss(data_, heldout_, o_.eval_batches);
-}
+      heldout_(data_.heldout, o.batch_size, o.seq_len, 0) {}
 
 absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const TrainerOptions& options) {
   absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
@@ -52,9 +50,18 @@ absl::StatusOr<double> EvaluateParams(const TrainerOptions& options,
 absl::StatusOr<double> HeldoutOracle(const TrainerOptions& options) {
   if (options.data.kind != data::DataKind::kSynthetic)
     return absl::FailedPreconditionError("the exact entropy is known for synthetic data only");
-  absl::StatusOr<std::unique_ptr<Evaluator>> e = Evaluator::Create(options);
-  if (!e.ok()) return e.status();
-  return (*e)->OracleLoss();
+  // The held-out tokens only, no model: a GPT-2-sized CPU model would allocate gigabytes of
+  // activations to compute a number that needs none.
+  absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
+  if (!o.ok()) return o.status();
+  o->data.train_tokens = 0;
+  absl::StatusOr<data::DataStreams> d = data::LoadData(o->data, o->model.vocab);
+  if (!d.ok()) return d.status();
+  if (d->heldout.size() <= size_t(o->seq_len))
+    return absl::InvalidArgumentError(
+        absl::StrCat("held-out data has ", d->heldout.size(), " tokens, need > ", o->seq_len));
+  const data::Batcher heldout(d->heldout, o->batch_size, o->seq_len, 0);
+  return HeldoutOracleLoss(*d, heldout, o->eval_batches);
 }
 
 absl::StatusOr<double> SafetensorsLoss(const std::string& path, const std::string& bin_path,

@@ -21,8 +21,6 @@ class Evaluator {
   static absl::StatusOr<std::unique_ptr<Evaluator>> Create(const TrainerOptions& options);
   // Mean held-out loss (nats per token) of a flat parameter vector in manifest order.
   absl::StatusOr<double> Evaluate(std::span<const float> params);
-  // Synthetic data: the ideal chain-aware model's loss on the same tokens; else -1.
-  double OracleLoss() const { return oracle_; }
   const Manifest& manifest() const { return gpt_->layout().manifest; }
 
  private:
@@ -31,7 +29,6 @@ class Evaluator {
   std::unique_ptr<Gpt<float>> gpt_;
   data::DataStreams data_;
   data::Batcher heldout_;
-  double oracle_ = -1;
 };
 
 // One-shot Evaluator::Evaluate.
