@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds everything the GPU machine runs (CUDA tests, GPU benchmarks, a one-shard cluster with a
-# GPU worker) into one folder that the device tool can carry
-# (TOOLCHAIN.md: that machine has CUDA, cuBLAS, NCCL and PyTorch, but no ZeroMQ, RocksDB,
-# FlatBuffers, Abseil or OpenBLAS, and no network). Run here, then on the GPU machine:
-#   benchmarks/gpu/run.sh BUNDLE "$OUT"        (carry: BUNDLE)
+# GPU worker) into one folder, and packs it for the device tool (TOOLCHAIN.md: that machine has
+# CUDA, cuBLAS, NCCL and PyTorch, but no ZeroMQ, RocksDB, FlatBuffers, Abseil or OpenBLAS, and
+# no network). Then, on the GPU machine:
+#   benchmarks/gpu/run.sh build-gpu-carry/bundle.tgz "$OUT"      (carry: build-gpu-carry)
 # Usage: benchmarks/gpu/prepare.sh [BUNDLE]     (default build-gpu-bundle, ignored by git)
-# The bundle mirrors the build tree for the GPU programs and the server and worker, so the per-part scripts
+# The bundle mirrors the build tree for the programs below, so the per-part scripts
 # (benchmarks/kernels/gpu_check.sh, benchmarks/model/gpu_check.sh) run on it unchanged, plus
 # lib/ with every shared library they load that is neither glibc's, the compiler's nor CUDA's.
+# It is packed into build-gpu-carry/bundle.tgz (gzip: ~24 MiB of ~68), which is what travels:
+# the device tool carries 64 MiB in all.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bundle=${1:-build-gpu-bundle}

@@ -19,8 +19,9 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 if [[ -f $bundle ]]; then  # the packed bundle: unpack it beside itself
   dest=$(dirname "$bundle")
+  top=$(tar -tzf "$bundle" | head -n 1 | cut -d/ -f1)
   tar -xzf "$bundle" -C "$dest" || exit 2
-  bundle=$dest/build-gpu-bundle
+  bundle=$dest/$top
 fi
 bundle=$(cd "$bundle" && pwd) || exit 2
 export LD_LIBRARY_PATH="$bundle/lib:${LD_LIBRARY_PATH:-}"
