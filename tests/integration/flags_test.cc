@@ -1,7 +1,9 @@
 // Bad flags and unusable inputs at start: diloco-server and diloco-worker exit with status 2 and
 // a message naming the problem, before anything lasting happens (no shard store is created).
+// And the example flag files that the deploy recipes use (deploy/flags) are accepted.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -80,6 +82,23 @@ TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
     EXPECT_NE(log.find(c.message), std::string::npos) << c.flags << "\n" << log;
     EXPECT_FALSE(std::filesystem::exists(store)) << c.flags << ": a refused start left a store";
   }
+}
+
+TEST(FlagsTest, DeployFlagFilesAreAccepted) {
+  const auto dir = TestDir();
+  const std::string flags = std::string(DILOCO_SOURCE_DIR) + "/deploy/flags/";
+  Process shard({ServerBinary(), "--flagfile=" + flags + "server.flags", "--shard=0",
+                 "--bind=tcp://127.0.0.1:*", "--store=" + (dir / "store").string(),
+                 "--port_file=" + (dir / "port").string()},
+                (dir / "server.log").string());
+  const auto endpoint = WaitForLine(dir / "port", absl::Seconds(20));
+  ASSERT_TRUE(endpoint.has_value()) << "the shard did not start with server.flags";
+  // One step of the flag file's model, without sync: every flag in the file parses and fits.
+  const auto [status, log] = RunToExit(
+      WorkerBinary(), {"--flagfile=" + flags + "worker.flags", "--steps=1"}, dir / "worker.log");
+  EXPECT_EQ(status, 0) << log;
+  shard.Signal(SIGTERM);
+  EXPECT_EQ(shard.Wait(absl::Seconds(20)), std::optional<int>(0));
 }
 
 }  // namespace
