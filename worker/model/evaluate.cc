@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "worker/data/token_file.h"
@@ -16,19 +17,33 @@ Evaluator::Evaluator(const TrainerOptions& o, std::unique_ptr<Gpt<float>> gpt, d
       data_(std::move(d)),
       heldout_(data_.heldout, o.batch_size, o.seq_len, 0) {}
 
-absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const TrainerOptions& options) {
+namespace {
+
+// Options resolved and the held-out stream only (no training tokens), checked to hold at least
+// one sequence; shared by the evaluator and the oracle so both read the same tokens.
+absl::StatusOr<std::pair<TrainerOptions, data::DataStreams>> LoadHeldout(
+    const TrainerOptions& options) {
   absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
   if (!o.ok()) return o.status();
-  o->data.train_tokens = 0;  // only the held-out stream is needed
-  absl::StatusOr<std::unique_ptr<Gpt<float>>> gpt =
-      Gpt<float>::Create(o->model, o->batch_size, o->seq_len);
-  if (!gpt.ok()) return gpt.status();
+  o->data.train_tokens = 0;
   absl::StatusOr<data::DataStreams> d = data::LoadData(o->data, o->model.vocab);
   if (!d.ok()) return d.status();
   if (d->heldout.size() <= size_t(o->seq_len))
     return absl::InvalidArgumentError(
         absl::StrCat("held-out data has ", d->heldout.size(), " tokens, need > ", o->seq_len));
-  return std::unique_ptr<Evaluator>(new Evaluator(*o, *std::move(gpt), *std::move(d)));
+  return std::make_pair(*std::move(o), *std::move(d));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const TrainerOptions& options) {
+  auto loaded = LoadHeldout(options);
+  if (!loaded.ok()) return loaded.status();
+  auto& [o, d] = *loaded;
+  absl::StatusOr<std::unique_ptr<Gpt<float>>> gpt =
+      Gpt<float>::Create(o.model, o.batch_size, o.seq_len);
+  if (!gpt.ok()) return gpt.status();
+  return std::unique_ptr<Evaluator>(new Evaluator(o, *std::move(gpt), std::move(d)));
 }
 
 absl::StatusOr<double> Evaluator::Evaluate(std::span<const float> params) {
@@ -40,28 +55,16 @@ absl::StatusOr<double> Evaluator::Evaluate(std::span<const float> params) {
   return HeldoutLoss(*gpt_, heldout_, o_.eval_batches);
 }
 
-absl::StatusOr<double> EvaluateParams(const TrainerOptions& options,
-                                      std::span<const float> params) {
-  absl::StatusOr<std::unique_ptr<Evaluator>> e = Evaluator::Create(options);
-  if (!e.ok()) return e.status();
-  return (*e)->Evaluate(params);
-}
-
 absl::StatusOr<double> HeldoutOracle(const TrainerOptions& options) {
   if (options.data.kind != data::DataKind::kSynthetic)
     return absl::FailedPreconditionError("the exact entropy is known for synthetic data only");
   // The held-out tokens only, no model: a GPT-2-sized CPU model would allocate gigabytes of
   // activations to compute a number that needs none.
-  absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
-  if (!o.ok()) return o.status();
-  o->data.train_tokens = 0;
-  absl::StatusOr<data::DataStreams> d = data::LoadData(o->data, o->model.vocab);
-  if (!d.ok()) return d.status();
-  if (d->heldout.size() <= size_t(o->seq_len))
-    return absl::InvalidArgumentError(
-        absl::StrCat("held-out data has ", d->heldout.size(), " tokens, need > ", o->seq_len));
-  const data::Batcher heldout(d->heldout, o->batch_size, o->seq_len, 0);
-  return HeldoutOracleLoss(*d, heldout, o->eval_batches);
+  auto loaded = LoadHeldout(options);
+  if (!loaded.ok()) return loaded.status();
+  const auto& [o, d] = *loaded;
+  const data::Batcher heldout(d.heldout, o.batch_size, o.seq_len, 0);
+  return HeldoutOracleLoss(d, heldout, o.eval_batches);
 }
 
 absl::StatusOr<double> SafetensorsLoss(const std::string& path, const std::string& bin_path,

@@ -31,9 +31,6 @@ class Evaluator {
   data::Batcher heldout_;
 };
 
-// One-shot Evaluator::Evaluate.
-absl::StatusOr<double> EvaluateParams(const TrainerOptions& options, std::span<const float> params);
-
 // The exact entropy (nats/token) of the held-out tokens EvalLoss evaluates, for synthetic data:
 // the loss of an ideal model that knows which chain produced each token.
 absl::StatusOr<double> HeldoutOracle(const TrainerOptions& options);
