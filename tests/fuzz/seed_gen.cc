@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   h.num_elements = 96;
   h.chunk_elements = 64;
   write("valid_push", fuzz::Message(h, {std::string(68, 'a'), std::string(36, 'b')}));
+  const auto push = h;
   h.type = MsgType::PushAck;
   h.ack = wire::AckStatus::Stale;
   h.message = "base version 2, fragment is at 30: pull and push again";
@@ -81,17 +82,9 @@ int main(int argc, char** argv) {
 
   // A push as a train of three chunk messages, cut apart by empty frames (train_feed.h). Not a
   // single message, so named neither valid_ nor bad_; the replay test joins it.
-  h = base;
-  h.type = MsgType::Push;
-  h.fragment_id = 2;
+  h = push;
   h.seq = 9;
-  h.base_version = 3;
-  h.tokens = 512;
-  h.steps = 4;
-  h.codec = 3;
-  h.block = 64;
-  h.num_elements = 192;
-  h.chunk_elements = 64;
+  h.num_elements = 192;  // three chunks of 64
   h.num_chunks = 3;
   std::vector<zmq::message_t> train;
   for (uint32_t k = 0; k < 3; ++k) {

@@ -34,6 +34,16 @@ std::pair<int, std::string> RunToExit(const std::string& binary,
   return {status.value_or(-1), std::string(std::istreambuf_iterator<char>(in), {})};
 }
 
+// Runs `binary` with `defaults` then the case's flags (a flag given twice: the last wins) and
+// expects the refusal: exit status 2 and the case's message in the log.
+void ExpectRefused(const std::string& binary, std::vector<std::string> defaults, const Case& c,
+                   const std::filesystem::path& log) {
+  for (absl::string_view f : absl::StrSplit(c.flags, ' ')) defaults.emplace_back(f);
+  const auto [status, out] = RunToExit(binary, defaults, log);
+  EXPECT_EQ(status, 2) << c.flags << "\n" << out;
+  EXPECT_NE(out.find(c.message), std::string::npos) << c.flags << "\n" << out;
+}
+
 TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
   const auto dir = TestDir();
   const std::vector<Case> cases = {
@@ -47,14 +57,8 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
        "--heartbeat must be positive and shorter than --shard_timeout"},
       {"--data=bin:/nonexistent/tokens.bin", "/nonexistent/tokens.bin"},
   };
-  for (const Case& c : cases) {
-    std::vector<std::string> flags = absl::StrSplit(c.flags, ' ');
-    flags.insert(flags.begin(), {"--model=tiny", "--steps=1"});
-    if (c.flags.rfind("--model=", 0) == 0) flags.erase(flags.begin());
-    const auto [status, log] = RunToExit(WorkerBinary(), flags, dir / "worker.log");
-    EXPECT_EQ(status, 2) << c.flags << "\n" << log;
-    EXPECT_NE(log.find(c.message), std::string::npos) << c.flags << "\n" << log;
-  }
+  for (const Case& c : cases)
+    ExpectRefused(WorkerBinary(), {"--model=tiny", "--steps=1"}, c, dir / "worker.log");
 }
 
 TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
@@ -74,12 +78,9 @@ TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
   int i = 0;
   for (const Case& c : cases) {
     const auto store = dir / ("store" + std::to_string(i++));
-    std::vector<std::string> flags = absl::StrSplit(c.flags, ' ');
-    flags.insert(flags.begin(),
-                 {"--model=tiny", "--bind=tcp://127.0.0.1:*", "--store=" + store.string()});
-    const auto [status, log] = RunToExit(ServerBinary(), flags, dir / "server.log");
-    EXPECT_EQ(status, 2) << c.flags << "\n" << log;
-    EXPECT_NE(log.find(c.message), std::string::npos) << c.flags << "\n" << log;
+    ExpectRefused(ServerBinary(),
+                  {"--model=tiny", "--bind=tcp://127.0.0.1:*", "--store=" + store.string()}, c,
+                  dir / "server.log");
     EXPECT_FALSE(std::filesystem::exists(store)) << c.flags << ": a refused start left a store";
   }
 }

@@ -66,11 +66,10 @@ TEST(CrashTest, KilledWriterLeavesTheNewestSyncedCheckpoint) {
   int kills_mid_write = 0;
   constexpr int kIterations = 25;
   constexpr uint64_t kEnoughCheckpoints = 10;
-  int iterations = 0;
+  int i = 0;  // kills so far
   // On a slow machine (sanitizers, parallel tests) long runs are added until enough
   // checkpoints were written to exercise anything, up to 20 more kills.
-  for (int i = 0; i < kIterations || (synced <= kEnoughCheckpoints && i < kIterations + 20); ++i) {
-    ++iterations;
+  for (; i < kIterations || (synced <= kEnoughCheckpoints && i < kIterations + 20); ++i) {
     // Mostly short runs (kills during open, recovery or the first writes), some long ones.
     const int max_us = (i % 4 == 3 || i >= kIterations) ? 400000 : 120000;
     const auto delay =
@@ -110,7 +109,7 @@ TEST(CrashTest, KilledWriterLeavesTheNewestSyncedCheckpoint) {
   EXPECT_GT(synced, kEnoughCheckpoints) << "too few checkpoints written to exercise anything";
   RecordProperty("checkpoints", static_cast<int>(synced));
   RecordProperty("in_flight_survived", kills_mid_write);
-  std::printf("crash test: %d kills, %llu checkpoints, %d in-flight writes survived\n", iterations,
+  std::printf("crash test: %d kills, %llu checkpoints, %d in-flight writes survived\n", i,
               static_cast<unsigned long long>(synced), kills_mid_write);
 }
 
