@@ -5,17 +5,25 @@
 namespace diloco {
 
 namespace internal {
-uint64_t Checksum64Avx2(const void* data, size_t size);  // checksum_avx2.cc
+uint64_t Checksum64Avx2(const void* data, size_t size);    // checksum_avx2.cc
+uint64_t Checksum64Avx512(const void* data, size_t size);  // checksum_avx512.cc
+
+std::vector<ChecksumImpl> ChecksumImpls() {
+  __builtin_cpu_init();  // may run before libgcc's own constructor has
+  std::vector<ChecksumImpl> impls = {{"sse2", &XXH3_64bits}};
+  if (__builtin_cpu_supports("avx2")) impls.push_back({"avx2", &Checksum64Avx2});
+  if (__builtin_cpu_supports("avx512f")) impls.push_back({"avx512", &Checksum64Avx512});
+  return impls;
+}
 }  // namespace internal
 
-namespace {
-// Debian's libxxhash is built for baseline x86-64 (SSE2); every payload byte is hashed on the
-// receive path, so use AVX2 where the CPU has it (about twice the bytes per cycle).
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
-}  // namespace
-
+// Debian's libxxhash is built for baseline x86-64 (SSE2). Every payload byte is hashed on the
+// receive path, mostly from memory another core has just written (measured with
+// diloco-bench-checksum, benchmarks/RESULTS.md): use the widest vectors the CPU has. Chosen on
+// first use, so that other files' static initialisers may hash too.
 uint64_t Checksum64(const void* data, size_t size) {
-  return kHaveAvx2 ? internal::Checksum64Avx2(data, size) : XXH3_64bits(data, size);
+  static const auto impl = internal::ChecksumImpls().back().fn;
+  return impl(data, size);
 }
 
 uint64_t Checksum64Portable(const void* data, size_t size) { return XXH3_64bits(data, size); }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything the GPU machine runs (CUDA tests, GPU benchmarks, a one-shard cluster with a
-# GPU worker) into one folder, and packs it for the device tool (TOOLCHAIN.md: that machine has
-# CUDA, cuBLAS, NCCL and PyTorch, but no ZeroMQ, RocksDB, FlatBuffers, Abseil or OpenBLAS, and
-# no network). Then, on the GPU machine:
+# GPU worker, the transport benchmarks) into one folder, and packs it for the device tool
+# (TOOLCHAIN.md: that machine has CUDA, cuBLAS, NCCL and PyTorch, but no ZeroMQ, RocksDB,
+# FlatBuffers, Abseil or OpenBLAS, and no network). Then, on the GPU machine:
 #   benchmarks/gpu/run.sh build-gpu-carry/bundle.tgz "$OUT"      (carry: build-gpu-carry)
 # Usage: benchmarks/gpu/prepare.sh [BUNDLE]     (default build-gpu-bundle, ignored by git)
 # The bundle mirrors the build tree for the programs below, so the per-part scripts
@@ -16,7 +16,8 @@ bundle=${1:-build-gpu-bundle}
 build=${DILOCO_GPU_BUILD:-build-gpu}
 programs=(tests/kernels/kernels_cuda_test benchmarks/kernels/diloco-bench-kernels-gpu
           tests/model/model_cuda_test benchmarks/model/model_gpu_bench
-          server/diloco-server worker/diloco-worker)
+          server/diloco-server worker/diloco-worker
+          benchmarks/transport/diloco-bench-transport benchmarks/checksum/diloco-bench-checksum)
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null

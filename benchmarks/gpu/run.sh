@@ -3,9 +3,10 @@
 #   benchmarks/gpu/run.sh BUNDLE OUT [PART...]
 # BUNDLE comes from benchmarks/gpu/prepare.sh: its folder, or the packed build-gpu-carry/
 # bundle.tgz that the device tool carries; OUT is the device tool's $OUT. Parts, in order
-# (default all): kernels (CUDA kernel tests and benchmark), model (CUDA model tests, the GPT-2
+# (default all): transport (the transport and checksum benchmarks, on cores the development
+# machine lacks), kernels (CUDA kernel tests and benchmark), model (CUDA model tests, the GPT-2
 # benchmark and PyTorch eager on the same model), cluster (a one-shard cluster with a
-# --device=cuda worker). Each runs under its own time limit, 540 s in all, so that the call
+# --device=cuda worker). Each runs under its own time limit, 575 s in all, so that the call
 # fits one device command (600 s). Logs under OUT/<part>, one line per part in
 # OUT/summary.txt; exits non-zero if any part failed.
 set -u
@@ -14,7 +15,7 @@ bundle=${1:?usage: run.sh BUNDLE OUT [PART...]}
 out=${2:?usage: run.sh BUNDLE OUT [PART...]}
 shift 2
 parts=("$@")
-((${#parts[@]} > 0)) || parts=(kernels model cluster)
+((${#parts[@]} > 0)) || parts=(transport kernels model cluster)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 if [[ -f $bundle ]]; then  # the packed bundle: unpack it beside itself
@@ -44,10 +45,14 @@ part() {  # part NAME LIMIT_S COMMAND...
 }
 for p in "${parts[@]}"; do
   case $p in
+    transport) part transport 45 benchmarks/gpu/transport_check.sh "$bundle" "$out/transport" ;;
     kernels) part kernels 180 benchmarks/kernels/gpu_check.sh "$bundle" "$out/kernels" ;;
-    model) part model 270 benchmarks/model/gpu_check.sh "$bundle" "$out/model" ;;
+    model) part model 260 benchmarks/model/gpu_check.sh "$bundle" "$out/model" ;;
     cluster) part cluster 90 benchmarks/gpu/cluster_check.sh "$bundle" "$out/cluster" ;;
-    *) echo "unknown part $p (kernels, model, cluster)" | tee -a "$out/summary.txt"; status=1 ;;
+    *)
+      echo "unknown part $p (transport, kernels, model, cluster)" | tee -a "$out/summary.txt"
+      status=1
+      ;;
   esac
 done
 exit $status

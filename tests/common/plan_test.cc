@@ -78,12 +78,19 @@ TEST(PlanTest, BadInputIsRefused) {
 namespace diloco {
 namespace {
 
-TEST(ChecksumTest, DispatchedHashEqualsTheLibrarysForEverySize) {
-  std::vector<uint8_t> b(1 << 20);
+TEST(ChecksumTest, EveryBuildThisCpuRunsEqualsTheLibrarysForEverySize) {
+  std::vector<uint8_t> b((1 << 20) + 64);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 131 + (i >> 9));
-  for (size_t n : {0ul, 1ul, 3ul, 16ul, 17ul, 128ul, 129ul, 240ul, 241ul, 1000ul, 4096ul,
+  const auto impls = internal::ChecksumImpls();
+  ASSERT_FALSE(impls.empty());
+  for (size_t n : {0ul, 1ul, 3ul, 16ul, 17ul, 128ul, 129ul, 240ul, 241ul, 1000ul, 1024ul, 4096ul,
                    65537ul, size_t{1} << 20})
-    EXPECT_EQ(Checksum64(b.data(), n), Checksum64Portable(b.data(), n)) << n;
+    for (size_t misalign : {0ul, 1ul, 7ul, 33ul}) {
+      const uint8_t* p = b.data() + misalign;
+      const uint64_t want = Checksum64Portable(p, n);
+      EXPECT_EQ(Checksum64(p, n), want) << n << " +" << misalign;
+      for (const auto& impl : impls) EXPECT_EQ(impl.fn(p, n), want) << impl.name << " " << n;
+    }
   EXPECT_NE(Checksum64(b.data(), 100), Checksum64(b.data() + 1, 100));
 }
 
