@@ -13,11 +13,11 @@ export LD_LIBRARY_PATH="$bundle/lib:${LD_LIBRARY_PATH:-}"
 nproc >"$out/nproc.txt"
 status=0
 for i in 1 2 3; do
-  "$bundle/benchmarks/transport/diloco-bench-transport" --reps=3 --curve=false \
+  "$bundle/benchmarks/transport/diloco-bench-transport" --reps=2 --curve=false \
     --sizes_mib=4,16,64,256 >"$out/transport_$i.log" 2>&1 || status=1
   cat "$out/transport_$i.log"
 done
-"$bundle/benchmarks/checksum/diloco-bench-checksum" --reps=2 --bytes_mib=1024 \
+"$bundle/benchmarks/checksum/diloco-bench-checksum" --reps=2 --bytes_mib=512 --pool_mib=512 \
   >"$out/checksum.log" 2>&1 || status=1
 cat "$out/checksum.log"
 exit $status
