@@ -11,12 +11,15 @@
 //         ParseMessage (verifier, lengths, XXH3 of every frame) and a TrainAssembler on every
 //         message, and checks the joined payload's size.
 // Each mode also runs over CURVE. Throughput is payload bytes / (first send .. last receipt),
-// the best of --reps runs. rx = CPU seconds per GiB of the receiving application thread in that
-// run (getrusage RUSAGE_THREAD): what validation costs the receiver, beside the I/O threads. Ratios
-// are taken within this run (TOOLCHAIN.md: never compare absolute figures across machines).
+// the best of --reps runs; the modes of a payload size take turns (raw1, rawN, push, raw1, ...)
+// so that the load of other tenants on this shared machine weighs on ceiling and push alike. rx =
+// CPU seconds per GiB of the receiving application thread in that run (getrusage RUSAGE_THREAD):
+// what validation costs the receiver, beside the I/O threads. Ratios are taken within this run
+// (TOOLCHAIN.md: never compare absolute figures across machines).
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -167,20 +170,30 @@ Run RunOnce(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Byte
 }
 
 struct Cell {
-  double gbps = -1;     // best of the reps
+  double gbps = 0;      // best of the reps; -1 after a failed run
   double rx_s_gib = 0;  // receiver CPU seconds per GiB in that rep
 };
 
-Cell Best(const Mode& mode, const Keys& keys, std::shared_ptr<const wire::Bytes> buf,
-          uint64_t bytes, uint64_t frame_bytes, int n, int reps) {
-  Cell best;
+// Runs every mode once per rep, in turn (raw1, rawN, push, ...), so that a change of load on
+// this shared machine touches the ceiling and the push path alike; keeps each mode's best rep.
+std::vector<Cell> BestInTurn(const std::vector<Mode>& modes, const Keys& keys,
+                             std::shared_ptr<const wire::Bytes> buf, uint64_t bytes,
+                             uint64_t frame_bytes, int n, int reps) {
+  std::vector<Cell> best(modes.size());
+  std::vector<bool> failed(modes.size(), false);
   const double total = static_cast<double>(bytes) * n;
-  for (int r = 0; r < reps; ++r) {
-    const Run run = RunOnce(mode, keys, buf, bytes, frame_bytes, n);
-    if (run.seconds <= 0) return {};
-    const double gbps = total / run.seconds / 1e9;
-    if (gbps > best.gbps) best = {gbps, run.rx_cpu_s / (total / (1u << 30))};
-  }
+  for (int r = 0; r < reps; ++r)
+    for (size_t m = 0; m < modes.size(); ++m) {
+      if (failed[m]) continue;
+      const Run run = RunOnce(modes[m], keys, buf, bytes, frame_bytes, n);
+      if (run.seconds <= 0) {
+        failed[m] = true;
+        best[m] = {-1, 0};
+        continue;
+      }
+      const double gbps = total / run.seconds / 1e9;
+      if (gbps > best[m].gbps) best[m] = {gbps, run.rx_cpu_s / (total / (1u << 30))};
+    }
   return best;
 }
 
@@ -210,7 +223,7 @@ int main(int argc, char** argv) {
     std::memcpy(buf->data() + i, &v, 8);
   }
   std::printf(
-      "diloco-bench-transport: loopback DEALER->ROUTER, frames of %lu KiB, best of %d, "
+      "diloco-bench-transport: loopback DEALER->ROUTER, frames of %lu KiB, best of %d in turn, "
       "GB/s; ratio = push / max(raw1, rawN); rx = receiving thread CPU s/GiB (raw: the faster)\n",
       static_cast<unsigned long>(frame >> 10), reps);
   std::printf("%8s %6s %5s | %6s %6s %6s %6s | %6s %6s | %6s %6s %6s %6s %6s\n", "payload",
@@ -221,16 +234,22 @@ int main(int argc, char** argv) {
         static_cast<int>(std::max<uint64_t>(2, (absl::GetFlag(FLAGS_total_mib) << 20) / bytes));
     const uint64_t frames = (bytes + frame - 1) / frame;
     const bool do_raw = !absl::GetFlag(FLAGS_skip_raw), do_push = !absl::GetFlag(FLAGS_skip_push);
-    auto cell = [&](Mode m) { return Best(m, keys, buf, bytes, frame, n, reps); };
-    const Cell raw1 = do_raw ? cell({false, false, false}) : Cell{0, 0};
-    const Cell rawn = do_raw && frames > 1 ? cell({false, false, true}) : raw1;
-    const Cell push = do_push ? cell({true, false, false}) : Cell{0, 0};
-    Cell raw1c{0, 0}, rawnc{0, 0}, pushc{0, 0};
-    if (curve) {
-      raw1c = do_raw ? cell({false, true, false}) : Cell{0, 0};
-      rawnc = do_raw && frames > 1 ? cell({false, true, true}) : raw1c;
-      pushc = do_push ? cell({true, true, false}) : Cell{0, 0};
-    }
+    // Each group runs in turn, rep by rep; a skipped mode reads 0, one that failed -1.
+    auto group = [&](bool curve_on) {
+      std::vector<Mode> modes;
+      if (do_raw) modes.push_back({false, curve_on, false});
+      if (do_raw && frames > 1) modes.push_back({false, curve_on, true});
+      if (do_push) modes.push_back({true, curve_on, false});
+      const std::vector<Cell> got = BestInTurn(modes, keys, buf, bytes, frame, n, reps);
+      Cell r1{0, 0}, rn{0, 0}, p{0, 0};
+      size_t k = 0;
+      if (do_raw) r1 = got[k++];
+      rn = do_raw && frames > 1 ? got[k++] : r1;
+      if (do_push) p = got[k++];
+      return std::array<Cell, 3>{r1, rn, p};
+    };
+    const auto [raw1, rawn, push] = group(false);
+    const auto [raw1c, rawnc, pushc] = curve ? group(true) : std::array<Cell, 3>{};
     const Cell& raw = raw1.gbps >= rawn.gbps ? raw1 : rawn;
     const double rawc = std::max(raw1c.gbps, rawnc.gbps);
     std::printf(
