@@ -110,7 +110,7 @@ std::optional<double> JsonNumber(const std::string& json, const std::string& key
   std::string scope = json;
   std::string leaf = key;
   if (auto dot = key.find('.'); dot != std::string::npos) {
-    const std::string outer = "\"" + key.substr(0, dot) + "\":{";
+    const std::string outer = absl::StrCat("\"", key.substr(0, dot), "\":{");
     auto p = json.find(outer);
     if (p == std::string::npos) return std::nullopt;
     scope = json.substr(p + outer.size(), json.find('}', p) - p - outer.size());

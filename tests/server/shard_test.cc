@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "tests/server/shard_harness.h"
 
 namespace diloco::server::testing {
@@ -394,7 +395,7 @@ namespace {
 std::vector<float> ManyRounds(ShardOptions o) {
   o.round.quorum = 3;
   ShardHarness h(std::move(o));
-  for (uint32_t w = 1; w <= 3; ++w) h.Hello("w" + std::to_string(w), w);
+  for (uint32_t w = 1; w <= 3; ++w) h.Hello(absl::StrCat("w", w), w);
   for (uint32_t f = 0; f < 2; ++f)
     h.Init("w1", 1, f, std::vector<float>(h.fragment(f).numel, 1.0f));
   for (uint64_t round = 1; round <= 5; ++round) {
@@ -403,7 +404,7 @@ std::vector<float> ManyRounds(ShardOptions o) {
         std::vector<float> d(h.fragment(f).numel);
         for (size_t i = 0; i < d.size(); ++i)
           d[i] = 0.01f * static_cast<float>((i * w + round) % 5);
-        h.Push("w" + std::to_string(w), w, f, round, round, d, 100 * w, 10,
+        h.Push(absl::StrCat("w", w), w, f, round, round, d, 100 * w, 10,
                {kernels::CodecKind::kInt8, 64});
       }
     EXPECT_EQ(h.Tick().size(), 6u);  // both rounds close, 3 Applied updates each
