@@ -180,14 +180,12 @@ std::vector<Cell> BestInTurn(const std::vector<Mode>& modes, const Keys& keys,
                              std::shared_ptr<const wire::Bytes> buf, uint64_t bytes,
                              uint64_t frame_bytes, int n, int reps) {
   std::vector<Cell> best(modes.size());
-  std::vector<bool> failed(modes.size(), false);
   const double total = static_cast<double>(bytes) * n;
   for (int r = 0; r < reps; ++r)
     for (size_t m = 0; m < modes.size(); ++m) {
-      if (failed[m]) continue;
+      if (best[m].gbps < 0) continue;  // failed before: not run again
       const Run run = RunOnce(modes[m], keys, buf, bytes, frame_bytes, n);
       if (run.seconds <= 0) {
-        failed[m] = true;
         best[m] = {-1, 0};
         continue;
       }
