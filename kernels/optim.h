@@ -25,4 +25,12 @@ void Delta(std::span<const float> anchor, std::span<const float> local, std::spa
 // local = global + alpha * (local - global)  (alpha = 0: take the global values).
 void LerpAdopt(std::span<const float> global, std::span<float> local, float alpha);
 
+// Adoption that keeps the inner steps the global values do not hold yet:
+//   local += global - anchor + pushed;  anchor = global
+// where `pushed` is the delta (anchor - local at push time) the new global values include, or
+// empty when they include none of this worker's work since `anchor`. So local ends as
+// global + (local - local_at_push): nothing trained after the push is thrown away.
+void RebaseAdopt(std::span<const float> global, std::span<float> anchor, std::span<float> local,
+                 std::span<const float> pushed);
+
 }  // namespace diloco::kernels

@@ -41,6 +41,10 @@ ABSL_FLAG(std::string, outer, "rounds",
           "rounds (one Nesterov step per merged round) or delayed-nesterov (per arrival)");
 ABSL_FLAG(int, dn_period, 4, "delayed-nesterov: arrivals per momentum update (N)");
 ABSL_FLAG(std::string, merge, "mean", "merge rule of a round: mean (weighted) or rda");
+ABSL_FLAG(std::string, round_norm, "expected",
+          "what a round's weighted sum is divided by: expected (its weight plus the expected "
+          "weight of each live worker missing from it, an absent worker counting as a zero "
+          "delta) or arrived (its own weight: one lone push takes a whole step)");
 ABSL_FLAG(int, apply_threads, 2,
           "threads that decode and merge pushes, pinned by fragment (0: on the I/O thread)");
 ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
@@ -149,6 +153,13 @@ int main(int argc, char** argv) {
     o.merge = MergeRule::kRda;
   else
     return Fail(absl::InvalidArgumentError("--merge must be mean or rda"));
+  const std::string norm = absl::GetFlag(FLAGS_round_norm);
+  if (norm == "expected")
+    o.norm = RoundNorm::kExpected;
+  else if (norm == "arrived")
+    o.norm = RoundNorm::kArrived;
+  else
+    return Fail(absl::InvalidArgumentError("--round_norm must be expected or arrived"));
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.worker_credit_bytes = absl::GetFlag(FLAGS_worker_credit_mib) << 20;
   o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));

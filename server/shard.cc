@@ -77,6 +77,7 @@ struct Shard::WorkerInfo {
   absl::Time last_seen;
   double step_time_us = 0;
   absl::flat_hash_map<uint32_t, uint64_t> applied_seq;  // fragment -> last applied seq
+  absl::flat_hash_map<uint32_t, double> push_weight;    // fragment -> EMA of its push weight
 };
 
 Shard::Shard(const ShardOptions& o, const Clock* clock, Plan plan)
@@ -452,6 +453,10 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
 
   const uint64_t staleness = f.version - h.base_version();
   double wgt = PushWeight(opt_.weights, h.tokens(), h.steps(), staleness, opt_.staleness_alpha);
+  // What this worker brings to a round of this fragment, undiscounted: a round it misses
+  // counts it as a zero delta of this weight (RoundNorm::kExpected).
+  double& expected = w.push_weight[f.spec->id];
+  expected = Ema(expected, PushWeight(opt_.weights, h.tokens(), h.steps(), 0, 0));
   if (f.weight_ref == 0) f.weight_ref = wgt;
   const float rel = static_cast<float>(wgt / f.weight_ref);
   float* target = f.acc.data();         // weighted mean: accumulate in place
@@ -548,6 +553,20 @@ uint32_t Shard::LiveMissing(const FragmentState& f) const {
   return missing;
 }
 
+double Shard::ExpectedMissingWeight(const FragmentState& f) const {
+  const absl::Time now = clock_->Now();
+  double missing = 0;
+  for (const auto& [id, w] : workers_) {
+    if (now - w->last_seen > opt_.worker_timeout) continue;
+    auto it = w->push_weight.find(f.spec->id);
+    if (it == w->push_weight.end()) continue;  // never pushed this fragment: nothing expected
+    bool in = false;
+    for (const auto& c : f.contributors) in |= c.worker == id;
+    if (!in) missing += it->second;
+  }
+  return missing;
+}
+
 uint32_t Shard::live_workers() const {
   const absl::Time now = clock_->Now();
   uint32_t n = 0;
@@ -584,15 +603,23 @@ void Shard::CloseRound(FragmentState& f) {
   apply_->Wait(f.spec->id);  // every push of the round is merged
   counters_.last_apply_ms = f.last_apply_ns.load() / 1e6;
   counters_.apply_errors += f.apply_errors.exchange(0);
+  // The round's weight over what a full round would weigh (1 when nobody live is missing).
+  double share = 1.0;
+  if (!f.dn && opt_.norm == RoundNorm::kExpected && f.weight_ref > 0) {
+    const double missing = ExpectedMissingWeight(f) / f.weight_ref;
+    share = f.weight_sum / (f.weight_sum + missing);
+  }
+  counters_.round_share = counters_.rounds == 0 ? share : Ema(counters_.round_share, share, 0.05);
   if (opt_.merge == MergeRule::kRda) {
     std::vector<std::span<const float>> deltas(f.rda_deltas.begin(), f.rda_deltas.end());
     auto s = kernels::RdaMerge(deltas, f.rda_weights, f.acc);
     if (!s.ok()) std::fill(f.acc.begin(), f.acc.end(), 0.0f);  // all-zero weights: no move
     f.rda_deltas.clear();
     f.rda_weights.clear();
-  } else if (f.weight_sum != 1.0) {  // a lone push needs no normalisation
-    const float inv = static_cast<float>(1.0 / f.weight_sum);
-    for (float& a : f.acc) a *= inv;
+    if (share != 1.0)
+      for (float& a : f.acc) a *= static_cast<float>(share);
+  } else if (const double inv = share / f.weight_sum; inv != 1.0) {  // a lone, full push: 1
+    for (float& a : f.acc) a *= static_cast<float>(inv);
   }
   if (f.dn) {
     (void)f.dn->Arrive(f.theta, f.momentum, f.acc);  // sizes match by construction
@@ -749,9 +776,9 @@ std::string Shard::StatsJson() const {
       ",\"refused\":", c.pushes_refused, ",\"no_credit\":", c.pushes_no_credit,
       "},\"max_held_bytes\":", c.max_held_bytes, ",\"trains_cut\":", trains_.trains_cut(),
       ",\"partial_trains\":", trains_.partial_trains(), ",\"bad_messages\":", c.messages_bad,
-      ",\"bytes_in\":", c.bytes_in, ",\"bytes_out\":", c.bytes_out,
-      ",\"checkpoints\":", c.checkpoints, ",\"checkpoint_failures\":", c.checkpoint_failures,
-      ",\"workers\":", workers_.size(), "}");
+      ",\"round_share\":", absl::StrFormat("%.4f", c.round_share), ",\"bytes_in\":", c.bytes_in,
+      ",\"bytes_out\":", c.bytes_out, ",\"checkpoints\":", c.checkpoints,
+      ",\"checkpoint_failures\":", c.checkpoint_failures, ",\"workers\":", workers_.size(), "}");
 }
 
 }  // namespace diloco::server

@@ -39,6 +39,14 @@ enum class OuterMode { kRounds, kDelayedNesterov };
 // How a round's pushes are merged: weighted mean (default) or RDA (mean norm along the mean
 // unit direction; keeps each push's dense delta until the round closes).
 enum class MergeRule { kWeightedMean, kRda };
+// What a round's weighted sum of deltas is divided by:
+//   kExpected: the round's weight plus the expected weight of every live worker that did not
+//     push into it (its moving-average push weight for the fragment): an absent worker counts
+//     as a zero delta, so a round holding a fraction of the fleet's work moves theta by about
+//     that fraction of a full round's step (default);
+//   kArrived: the round's own weight (the weighted mean of what arrived): one lone push then
+//     carries a whole step, and rounds of single pushes degenerate into per-push Nesterov.
+enum class RoundNorm { kExpected, kArrived };
 
 struct ShardOptions {
   uint32_t shard = 0;
@@ -51,6 +59,7 @@ struct ShardOptions {
   OuterMode outer_mode = OuterMode::kRounds;
   int dn_period = 4;  // Delayed Nesterov: N arrivals per momentum update
   MergeRule merge = MergeRule::kWeightedMean;
+  RoundNorm norm = RoundNorm::kExpected;
   int apply_threads = 0;  // decode/merge threads pinned by fragment; 0 = on the caller's thread
   uint64_t max_staleness = 16;
   // Flow control: the most push payload bytes one worker may have held in this shard's open
@@ -85,7 +94,8 @@ struct ShardCounters {
   uint64_t checkpoints = 0, checkpoint_failures = 0;
   uint64_t last_checkpoint_bytes = 0;
   double last_checkpoint_ms = 0, last_apply_ms = 0;
-  uint64_t apply_errors = 0;        // decode failures after validation: never expected
+  uint64_t apply_errors = 0;  // decode failures after validation: never expected
+  double round_share = 1;     // EMA of a closed round's weight over a full round's (RoundNorm)
   uint64_t staleness_hist[8] = {};  // 0,1,2,3,4-7,8-15,16-31,32+
 };
 
@@ -152,6 +162,8 @@ class Shard {
   absl::Status WriteCheckpoint(bool sync);
   void FillUpdate(const FragmentState& f, Outgoing* o) const;
   uint32_t LiveMissing(const FragmentState& f) const;
+  // kExpected: the moving-average push weights of the live workers missing from f's round.
+  double ExpectedMissingWeight(const FragmentState& f) const;
   // Payload bytes of `worker`'s pushes (this generation) waiting in open rounds.
   uint64_t HeldBytes(uint32_t worker, uint64_t generation) const;
   absl::Duration Grace() const;

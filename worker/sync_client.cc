@@ -102,11 +102,14 @@ struct FragmentSync {  // training-thread view of one fragment
   const Fragment* spec = nullptr;
   bool joined = false;   // pulled at least once: local started from the global values
   uint64_t version = 0;  // adopted global version (0 after a shard restart: take any)
-  int64_t steps = 0;     // inner steps since adoption
+  int64_t steps = 0;     // inner steps since the last push (kKeep) or adoption (kLerp)
   int64_t offset = 0;    // extra steps before the first push (streaming stagger)
   uint64_t tokens = 0;
   uint64_t next_seq = 1;
   bool outstanding = false;
+  // kKeep: an adoption while the push was outstanding already took `delta` out of the local
+  // progress (it assumed the push applied), so the push's own answer must not take it again.
+  bool delta_taken = false;
   std::vector<float> delta;  // written by training, owned by the I/O thread while outstanding
   std::vector<float> error;  // error feedback residual, I/O thread only
 };
@@ -147,6 +150,8 @@ struct SyncClient::Impl {
   // Training thread.
   void Process(SyncClient::ParamsFn params, Arrival& a);
   void Adopt(std::span<float> params, Arrival& a);
+  // Lockstep: processes arrivals until none of `fragments` has a push outstanding.
+  void AwaitAnswers(SyncClient::ParamsFn params, const std::vector<uint32_t>& fragments);
 
   // I/O thread.
   void IoLoop();
@@ -303,7 +308,7 @@ void SyncClient::Impl::Process(SyncClient::ParamsFn params, Arrival& a) {
       Adopt(params(), a);
       return;
     case Arrival::kDone:
-      f.outstanding = false;
+      f.outstanding = f.delta_taken = false;
       return;
     case Arrival::kReset:
       f.version = 0;  // the shard may have gone back: adopt whatever it sends next
@@ -321,16 +326,26 @@ void SyncClient::Impl::Process(SyncClient::ParamsFn params, Arrival& a) {
   }
 }
 
-// Takes the arrived global fragment: anchor = global; local = lerp(global, local, alpha). The
-// first adoption (the join) always takes the global values, so theta(0) is the same everywhere.
+// Takes the arrived global fragment and sets anchor = global. kKeep: local = global + the local
+// progress the global values do not hold (local - anchor, plus the outstanding delta when they
+// hold this worker's push); kLerp: local = lerp(global, local, alpha). The first adoption (the
+// join) always takes the global values, so theta(0) is the same everywhere.
 void SyncClient::Impl::Adopt(std::span<float> params, Arrival& a) {
   FragmentSync& f = frags[a.fragment];
+  const bool was_outstanding = f.outstanding;
   if (a.answers_push) f.outstanding = false;
-  if (f.joined && a.version <= f.version) return;  // nothing newer than what we have
+  if (f.joined && a.version <= f.version) {  // nothing newer than what we have
+    if (!f.outstanding) f.delta_taken = false;
+    return;
+  }
+  const bool keep = f.joined && opt.adopt == SyncOptions::Adopt::kKeep;
   const float alpha = f.joined ? opt.adopt_alpha : 0.0f;
+  // The global values hold our push when they answer it, and are assumed to when a push is
+  // still outstanding (its answer will not take the delta out a second time).
+  const bool take_delta = keep && was_outstanding && !f.delta_taken;
   const wire::Message& m = *a.message;
   size_t piece = 0;
-  uint64_t in_piece = 0;
+  uint64_t in_piece = 0, pos = 0;  // pos: offset in the fragment's own (delta) order
   for (size_t c = 0; c < m.num_payloads(); ++c) {
     auto p = m.payload(c);
     const float* src = reinterpret_cast<const float*>(p.data());
@@ -338,12 +353,20 @@ void SyncClient::Impl::Adopt(std::span<float> params, Arrival& a) {
     while (n > 0) {
       const Piece& pc = f.spec->pieces[piece];
       const uint64_t take = std::min(n, pc.length - in_piece);
-      float* dst_anchor = anchor.data() + pc.flat_offset + in_piece;
-      std::memcpy(dst_anchor, src, take * 4);
+      std::span<const float> global(src, take);
+      std::span<float> anc(anchor.data() + pc.flat_offset + in_piece, take);
       std::span<float> local(params.data() + pc.flat_offset + in_piece, take);
-      kernels::LerpAdopt(std::span<const float>(dst_anchor, take), local, alpha);
+      if (keep) {
+        kernels::RebaseAdopt(global, anc, local,
+                             take_delta ? std::span<const float>(f.delta.data() + pos, take)
+                                        : std::span<const float>());
+      } else {
+        std::memcpy(anc.data(), src, take * 4);
+        kernels::LerpAdopt(anc, local, alpha);
+      }
       src += take;
       n -= take;
+      pos += take;
       in_piece += take;
       if (in_piece == pc.length) {
         ++piece;
@@ -351,22 +374,43 @@ void SyncClient::Impl::Adopt(std::span<float> params, Arrival& a) {
       }
     }
   }
+  f.delta_taken = f.outstanding && (f.delta_taken || take_delta);
   if (!f.joined) {
     f.joined = true;
     // Streaming: fragment i first pushes after (1 + i/P) * H steps, so pushes spread evenly.
     if (opt.stream)
       f.offset = static_cast<int64_t>(f.spec->id) * opt.inner_steps / opt.num_fragments;
     if (++joined_count == frags.size()) all_joined = true;
-  } else {
-    f.offset = 0;
+    f.steps = 0;
+    f.tokens = 0;
+  } else if (!keep) {  // the local steps since the push are gone: count afresh
+    f.steps = 0;
+    f.tokens = 0;
   }
   f.version = a.version;
-  f.steps = 0;
-  f.tokens = 0;
   std::lock_guard<std::mutex> g(mu);
   stats.versions[a.fragment] = a.version;
   stats.joined = joined_count;
   ++stats.adoptions;
+}
+
+void SyncClient::Impl::AwaitAnswers(SyncClient::ParamsFn params,
+                                    const std::vector<uint32_t>& fragments) {
+  const absl::Time end = absl::Now() + opt.lockstep_timeout;
+  auto pending = [&] {
+    for (uint32_t id : fragments)
+      if (frags[id].outstanding) return true;
+    return false;
+  };
+  while (pending() && absl::Now() < end && !stop) {
+    std::deque<Arrival> arrived;
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      if (arrivals.empty()) cv.wait_for(lk, std::chrono::milliseconds(20));
+      arrived.swap(arrivals);
+    }
+    for (auto& a : arrived) Process(params, a);
+  }
 }
 
 void SyncClient::AfterStep(std::span<float> params, uint64_t tokens, absl::Duration step_time) {
@@ -415,6 +459,7 @@ void SyncClient::AfterStep(ParamsFn fetch, uint64_t tokens, absl::Duration step_
       d += p.length;
     }
     f.outstanding = true;
+    f.offset = 0;
     PushJob job;
     job.fragment = f.spec->id;
     job.seq = f.next_seq++;
@@ -422,14 +467,25 @@ void SyncClient::AfterStep(ParamsFn fetch, uint64_t tokens, absl::Duration step_
     job.tokens = std::max<uint64_t>(f.tokens, 1);
     job.steps = static_cast<uint32_t>(std::max<int64_t>(f.steps, 1));
     due.push_back(std::move(job));
+    if (im.opt.adopt == SyncOptions::Adopt::kKeep) {  // the next push counts from this one
+      f.steps = 0;
+      f.tokens = 0;
+    }
   }
   const double cost_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
-  std::lock_guard<std::mutex> g(im.mu);
-  im.stats.inner_steps_now = h;
-  im.stats.after_step_us = Ema(im.stats.after_step_us, cost_us, 0.02);
-  im.stats.after_step_max_us = std::max(im.stats.after_step_max_us, cost_us);
-  im.pending_pushes += due.size();
-  for (auto& j : due) im.push_queue.push_back(std::move(j));
+  std::vector<uint32_t> pushed;
+  {
+    std::lock_guard<std::mutex> g(im.mu);
+    im.stats.inner_steps_now = h;
+    im.stats.after_step_us = Ema(im.stats.after_step_us, cost_us, 0.02);
+    im.stats.after_step_max_us = std::max(im.stats.after_step_max_us, cost_us);
+    im.pending_pushes += due.size();
+    for (auto& j : due) {
+      pushed.push_back(j.fragment);
+      im.push_queue.push_back(std::move(j));
+    }
+  }
+  if (im.opt.lockstep && !pushed.empty()) im.AwaitAnswers(params, pushed);
 }
 
 // ---- I/O thread -------------------------------------------------------------------------

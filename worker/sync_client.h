@@ -39,8 +39,19 @@ struct SyncOptions {
   uint32_t num_fragments = 4;
   kernels::Codec codec;
   uint32_t inner_steps = 50;  // H
-  // Adoption: local = global + alpha*(local - global); the join always takes global.
+  // Adoption of a fragment's new global values (the join always takes them as they are):
+  //   kKeep: local = global + (local - local_at_push), the inner steps taken since the push
+  //          survive (default; with replace a fast worker beside a slow one loses ~45% of its
+  //          steps, docs/worker.md);
+  //   kLerp: local = global + adopt_alpha * (local - global); alpha 0 replaces.
+  enum class Adopt { kKeep, kLerp };
+  Adopt adopt = Adopt::kKeep;
   float adopt_alpha = 0.0f;
+  // Deterministic mode: AfterStep returns only once the pushes it queued are answered and their
+  // results adopted (or lockstep_timeout passed), so a run is a fixed sequence of steps and
+  // rounds whatever the timing (tests; with quorum = all workers, synchronous DiLoCo).
+  bool lockstep = false;
+  absl::Duration lockstep_timeout = absl::Seconds(60);
   bool dylu = false;   // Dynamic Local Updates: H_w = H * v_w / v_fleet_max
   bool stream = true;  // stagger fragments' pushes over the H steps
   absl::Duration heartbeat = absl::Milliseconds(500);

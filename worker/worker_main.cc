@@ -39,7 +39,14 @@ ABSL_FLAG(std::string, codec, "int8:256", "push codec: fp32, bf16, fp8, int8, in
 ABSL_FLAG(uint32_t, inner_steps, 50, "H: inner steps between pushes of a fragment");
 ABSL_FLAG(bool, dylu, false, "Dynamic Local Updates: scale H by this worker's relative speed");
 ABSL_FLAG(bool, stream, true, "stagger fragments' pushes across the H steps");
-ABSL_FLAG(double, adopt_alpha, 0.0, "adoption: local = global + alpha*(local - global)");
+ABSL_FLAG(std::string, adopt, "keep",
+          "adoption of new global values: keep (local = global + the steps taken since the "
+          "push) or lerp (local = global + adopt_alpha*(local - global); alpha 0 replaces)");
+ABSL_FLAG(double, adopt_alpha, 0.0, "--adopt=lerp: local = global + alpha*(local - global)");
+ABSL_FLAG(bool, lockstep, false,
+          "deterministic mode: after a push, wait for its answer and adopt it before the next "
+          "step (a fixed sequence of steps and rounds; with the shards' --quorum = workers, "
+          "synchronous DiLoCo)");
 ABSL_FLAG(int64_t, steps, 0, "inner steps to run (0: until --duration or a signal)");
 ABSL_FLAG(absl::Duration, duration, absl::InfiniteDuration(), "stop after this long");
 ABSL_FLAG(int, batch, 8, "sequences per inner step");
@@ -237,6 +244,15 @@ int main(int argc, char** argv) {
     so.dylu = absl::GetFlag(FLAGS_dylu);
     so.stream = absl::GetFlag(FLAGS_stream);
     so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
+    const std::string adopt = absl::GetFlag(FLAGS_adopt);
+    if (adopt != "keep" && adopt != "lerp")
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--adopt=", adopt, ": expected keep or lerp")));
+    so.adopt = adopt == "keep" ? worker::SyncOptions::Adopt::kKeep
+                               : worker::SyncOptions::Adopt::kLerp;
+    if (so.adopt == worker::SyncOptions::Adopt::kKeep && so.adopt_alpha != 0.0f)
+      return Fail(absl::InvalidArgumentError("--adopt_alpha applies to --adopt=lerp only"));
+    so.lockstep = absl::GetFlag(FLAGS_lockstep);
     so.heartbeat = absl::GetFlag(FLAGS_heartbeat);
     so.shard_timeout = absl::GetFlag(FLAGS_shard_timeout);
     so.control_channel = absl::GetFlag(FLAGS_control_channel);

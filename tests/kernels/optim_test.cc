@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "kernels/outer.h"
@@ -140,6 +141,29 @@ TEST(LerpAdopt, AlphaZeroTakesGlobal) {
   std::vector<float> global = testing::Gaussian(100, 1), local = testing::Gaussian(100, 2);
   LerpAdopt(global, local, 0.0f);
   EXPECT_EQ(local, global);
+}
+
+// local - (anchor - pushed) is the work since the push; it must survive adoption exactly
+// (up to one rounding of each sum), and the anchor must become the global values.
+TEST(RebaseAdopt, KeepsTheStepsTakenSinceThePush) {
+  const size_t n = 70001;  // more than one task of the thread pool
+  const std::vector<float> global = testing::Gaussian(n, 1), anchor0 = testing::Gaussian(n, 2);
+  const std::vector<float> pushed = testing::Gaussian(n, 3), since = testing::Gaussian(n, 4);
+  std::vector<float> anchor = anchor0, local(n);
+  for (size_t i = 0; i < n; ++i) local[i] = anchor0[i] - pushed[i] + 0.01f * since[i];
+  RebaseAdopt(global, anchor, local, pushed);
+  EXPECT_EQ(anchor, global);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_NEAR(local[i], global[i] + 0.01f * since[i], 1e-5f * (8 + std::abs(global[i]))) << i;
+}
+
+// Nothing of this worker's in the new global values: all of local - anchor is kept.
+TEST(RebaseAdopt, WithoutAPushKeepsEverythingSinceTheAnchor) {
+  const std::vector<float> global = {1, 2, 3}, local0 = {0.5f, 0.25f, -1};
+  std::vector<float> anchor = {0, 0, 0}, local = local0;
+  RebaseAdopt(global, anchor, local, {});
+  EXPECT_EQ(anchor, global);
+  EXPECT_EQ(local, (std::vector<float>{1.5f, 2.25f, 2}));
 }
 
 }  // namespace

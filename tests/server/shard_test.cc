@@ -120,6 +120,45 @@ TEST_F(ShardTest, QuorumThenGraceWindow) {
   EXPECT_EQ(h_->Tick().size(), 1u);
 }
 
+// A full round (both live workers), then a round only worker 1 makes: with the default norm the
+// absent worker 2 counts as a zero delta of its usual weight, so d = 0.2 / 2; with kArrived the
+// lone push carries the whole step.
+double ThetaAfterALoneRound(RoundNorm norm, absl::Duration absent_for, absl::Duration timeout) {
+  auto o = TinyOptions();
+  o.norm = norm;
+  o.worker_timeout = timeout;
+  ShardHarness h(o);
+  const uint64_t n = h.fragment(0).numel;
+  h.Hello("a", 1);
+  h.Hello("b", 2);
+  h.Init("a", 1, 0, Filled(n, 1.0f));
+  h.Push("a", 1, 0, 1, 1, Filled(n, 0.2f));
+  h.Push("b", 2, 0, 1, 1, Filled(n, 0.2f));
+  EXPECT_EQ(h.Tick().size(), 2u);  // nobody live missing: closes at once
+  h.clock().Advance(absent_for);
+  h.Push("a", 1, 0, 2, 2, Filled(n, 0.2f));
+  h.clock().Advance(o.round.grace_cap);
+  EXPECT_EQ(h.Tick().size(), 1u);
+  EXPECT_EQ(h.shard().published_version(0), 3u);
+  return h.shard().params(0)[0];
+}
+
+TEST(ShardRoundNormTest, AnAbsentLiveWorkerCountsAsAZeroDelta) {
+  // Round 1: d = 0.2, m = 0.2, theta = 1 - 0.7 * 0.38 = 0.734.
+  // Round 2, expected: d = 0.1, m = 0.28, theta = 0.734 - 0.7 * (0.1 + 0.252) = 0.4876.
+  EXPECT_NEAR(ThetaAfterALoneRound(RoundNorm::kExpected, absl::ZeroDuration(), absl::Seconds(10)),
+              0.4876, 1e-6);
+  // Round 2, arrived: d = 0.2, m = 0.38, theta = 0.734 - 0.7 * (0.2 + 0.342) = 0.3546.
+  EXPECT_NEAR(ThetaAfterALoneRound(RoundNorm::kArrived, absl::ZeroDuration(), absl::Seconds(10)),
+              0.3546, 1e-6);
+}
+
+TEST(ShardRoundNormTest, ADeadWorkerIsNotExpected) {
+  // Worker 2 silent past the worker timeout: the fleet is worker 1 alone, a full step.
+  EXPECT_NEAR(ThetaAfterALoneRound(RoundNorm::kExpected, absl::Seconds(3), absl::Seconds(2)),
+              0.3546, 1e-6);
+}
+
 TEST_F(ShardTest, DuplicatePushIsAckedNotAppliedTwice) {
   SetUpShard(TinyOptions());
   h_->Hello("b", 2);

@@ -280,8 +280,11 @@ TEST(WorkerSyncTest, MultiChunkFragmentsTravelAsTrains) {
   const std::string model = "L=1,H=4,C=384,T=64,V=256";  // ~1.9M parameters, one fragment
   f.model = model;
   f.StartShards(1, {"--fragments=1"});
-  f.workers.push_back(f.StartWorker(0, {"--fragments=1", "--model=" + model, "--codec=int8",
-                                        "--steps=60", "--batch=2", "--seq_len=32"}));
+  // Lockstep: every push is answered and adopted before the next step, so the run is the same
+  // sequence of steps and rounds however busy the machine is.
+  f.workers.push_back(
+      f.StartWorker(0, {"--fragments=1", "--model=" + model, "--codec=int8", "--steps=60",
+                        "--batch=8", "--seq_len=32", "--eval_batches=8", "--lockstep"}));
   EXPECT_EQ(f.workers[0]->Wait(absl::Seconds(90)), std::optional<int>(0));
   const auto events = ReadTyped(f.Jsonl(0));
   const auto done = Named(events, "done");
@@ -290,7 +293,8 @@ TEST(WorkerSyncTest, MultiChunkFragmentsTravelAsTrains) {
   EXPECT_GE(done[0].num.at("applied"), 3);
   EXPECT_EQ(done[0].num.at("errors"), 0);
   EXPECT_EQ(done[0].num.at("refused"), 0);
-  EXPECT_LT(done[0].num.at("eval_global"), done[0].num.at("eval_initial"));
+  // 5.60 -> 4.05 here: batches of 2 sequences (as before) were too noisy to learn in 60 steps.
+  EXPECT_LT(done[0].num.at("eval_global"), done[0].num.at("eval_initial") - 0.5);
   EXPECT_EQ(f.Stat(0, "bad_messages"), 0);
   EXPECT_EQ(f.Stat(0, "trains_cut"), 0);
   EXPECT_EQ(f.Stat(0, "partial_trains"), 0);
@@ -321,12 +325,13 @@ TEST(WorkerSyncTest, PushesKeepWithinTheShardsCredit) {
   f.StopAll();
 }
 
-// Final held-out losses (local, global) of a 1-worker, 1-shard run pushing with `codec`.
+// Final held-out losses (local, global) of a 1-worker, 1-shard run pushing with `codec`, in
+// lockstep: the same 300 steps and 120 rounds on a quiet or a loaded machine.
 std::pair<double, double> FinalLoss(const std::string& codec) {
   Fleet f;
   f.StartShards(1);
-  f.workers.push_back(f.StartWorker(
-      0, {"--codec=" + codec, "--steps=300", "--batch=8", "--eval_batches=16", "--seed=7"}));
+  f.workers.push_back(f.StartWorker(0, {"--codec=" + codec, "--steps=300", "--batch=8",
+                                        "--eval_batches=16", "--seed=7", "--lockstep"}));
   EXPECT_EQ(f.workers[0]->Wait(absl::Seconds(50)), std::optional<int>(0)) << codec;
   auto done = Named(ReadTyped(f.Jsonl(0)), "done");
   f.StopAll();
