@@ -44,6 +44,12 @@ std::string GptConfigString(const GptConfig& c) {
                       ",V=", c.vocab);
 }
 
+std::map<std::string, std::string> ModelFileMetadata(const GptConfig& c, const Manifest& m) {
+  return {{"format", "pt"},
+          {"diloco.model", GptConfigString(c)},
+          {"diloco.model_fingerprint", absl::StrCat(absl::Hex(m.fingerprint(), absl::kZeroPad16))}};
+}
+
 absl::StatusOr<Manifest> GptManifest(const GptConfig& c) {
   const int64_t C = c.width;
   std::vector<TensorSpec> t;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,5 +29,10 @@ struct GptConfig {
 absl::StatusOr<GptConfig> ParseGptConfig(const std::string& spec);
 std::string GptConfigString(const GptConfig& c);
 absl::StatusOr<Manifest> GptManifest(const GptConfig& c);
+
+// The metadata of every safetensors model file written here (diloco-ctl export, diloco-worker
+// --save_model), so either can be loaded and checked the same way: "format" "pt",
+// "diloco.model" (GptConfigString) and "diloco.model_fingerprint" (the manifest's, 16 hex).
+std::map<std::string, std::string> ModelFileMetadata(const GptConfig& c, const Manifest& m);
 
 }  // namespace diloco

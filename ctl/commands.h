@@ -12,10 +12,11 @@ namespace diloco::ctl {
 
 int Usage(const std::string& why);
 int Fail(const absl::Status& s);
-// Splits argv[2..] into --key=value flags (checked against `known`) and positional arguments.
+// Splits argv[2..] into --key=value (or --key value) flags, checked against `known`, and
+// positional arguments. `switches` are known flags that take no value: --key means "true".
 bool ParseArgs(int argc, char** argv, const std::vector<std::string>& known,
                std::map<std::string, std::string>* flags, std::vector<std::string>* positional,
-               std::string* error);
+               std::string* error, const std::vector<std::string>& switches = {});
 
 int Stats(int argc, char** argv);    // ctl/stats.cc
 int Eval(int argc, char** argv);     // ctl/eval.cc

@@ -1,5 +1,8 @@
 // diloco-ctl gen-data: writes the built-in synthetic text (a mixture of sparse Markov chains
 // with an exactly known entropy rate) as an llm.c .bin token file, and prints its entropy.
+// --heldout writes exactly diloco-worker's default held-out stream (what `diloco-ctl eval
+// --data=synthetic` and the workers evaluate windows of), so any model can be evaluated on it
+// from a file.
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
@@ -14,9 +17,32 @@ int GenData(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   std::vector<std::string> pos;
   std::string error;
-  if (!ParseArgs(argc, argv, {"out", "tokens", "worker", "workers", "seed"}, &flags, &pos, &error))
+  if (!ParseArgs(argc, argv, {"out", "tokens", "worker", "workers", "seed"}, &flags, &pos, &error,
+                 {"heldout"}))
     return Usage(error);
   if (flags["out"].empty()) return Usage("gen-data needs --out=FILE.bin");
+  if (flags.count("heldout")) {
+    if (flags["heldout"] != "true" && flags["heldout"] != "false")
+      return Usage("--heldout takes no value (or true/false)");
+    if (flags["heldout"] == "true") {
+      if (flags.count("tokens") || flags.count("worker") || flags.count("workers") ||
+          flags.count("seed"))
+        return Usage(
+            "--heldout writes the worker's held-out stream as it is: no --tokens, "
+            "--worker, --workers or --seed");
+      data::DataOptions o;  // diloco-worker's --data=synthetic
+      o.train_tokens = 0;
+      auto d = data::LoadData(o, o.synthetic.vocab);
+      if (!d.ok()) return Fail(d.status());
+      if (auto s = data::WriteTokenFile(flags["out"], d->heldout); !s.ok()) return Fail(s);
+      std::printf(
+          "wrote %s: %zu tokens, the workers' synthetic held-out stream (segment s of %d tokens "
+          "from chain s %% %d), entropy rate %.4f nats/token\n",
+          flags["out"].c_str(), d->heldout.size(), o.synthetic.segment_length,
+          o.synthetic.components, d->heldout_entropy_rate);
+      return 0;
+    }
+  }
   int64_t tokens = 1 << 20;
   int worker = -1, workers = 1;
   uint64_t seed = 7;
@@ -28,7 +54,8 @@ int GenData(int argc, char** argv) {
   const data::MarkovMixtureOptions mo = data::DataOptions{}.synthetic;  // the workers' default
   auto mix = data::MarkovMixture::Create(mo);
   if (!mix.ok()) return Fail(mix.status());
-  // --worker=I: worker I's non-IID shard; otherwise the uniform (held-out) mixture.
+  // --worker=I: worker I's non-IID shard; otherwise every chain equally, segments drawn at
+  // random (the workers' held-out stream itself is --heldout).
   const auto weights =
       worker >= 0 ? mix->ShardWeights(worker % workers, 0.8) : mix->UniformWeights();
   const auto stream = mix->Generate(weights, tokens, seed);

@@ -2,8 +2,10 @@
 //   diloco-ctl show --store=DIR
 //   diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors STORE_DIR...
 //   diloco-ctl stats --server=ENDPOINT              live statistics of a running shard (JSON)
-//   diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=FILE.bin
+//   diloco-ctl eval --model=SPEC (--params=FILE.safetensors | --fragments=P --shards=S
+//                   STORE_DIR...) --data=FILE.bin|synthetic [--tokens=N] [...]
 //   diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]
+//   diloco-ctl gen-data --out=FILE.bin --heldout     the workers' synthetic held-out stream
 // Exit status: 0 on success, 1 on an error (printed on stderr), 2 on a usage error.
 #include <algorithm>
 #include <cstdio>
@@ -24,8 +26,25 @@ constexpr char kUsage[] =
     "  diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors "
     "STORE_DIR...\n"
     "  diloco-ctl stats --server=tcp://HOST:PORT [--timeout_ms=N]\n"
-    "  diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=FILE.bin\n"
-    "  diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]\n";
+    "  diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=FILE.bin [--tokens=N]\n"
+    "  diloco-ctl eval --model=SPEC --fragments=P --shards=S --data=FILE.bin STORE_DIR...\n"
+    "  diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=synthetic "
+    "[--eval_batches=4]\n"
+    "      the held-out loss and the number of predicted tokens it is over. The model: a\n"
+    "      safetensors file (an export, diloco-worker --save_model) or the global model held in\n"
+    "      the shards' stores (as export would write it). --data=FILE.bin (or bin:FILE,\n"
+    "      text:FILE): every token of the file, or its first N predicted tokens with\n"
+    "      --tokens=N. --data=synthetic: exactly diloco-worker's default held-out set (the same\n"
+    "      tokens, windows and count as the worker's own figure for the same --batch=8,\n"
+    "      --seq_len=context, --eval_batches=4), with the entropy floor and per-chain figures;\n"
+    "      the set depends on --batch x --eval_batches only (--batch=1 --eval_batches=32 is the\n"
+    "      default set in 1/8 of the memory).\n"
+    "      --batch sets the windows per forward pass (for a file: memory only, by default as\n"
+    "      many as fit in 2 GiB of activations, at most 8), --seq_len the window length.\n"
+    "  diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]\n"
+    "  diloco-ctl gen-data --out=FILE.bin --heldout\n"
+    "      synthetic Markov text; --heldout: exactly the workers' default held-out stream\n"
+    "      (segment s from chain s % K; --data=synthetic evaluates evenly spread windows of it).\n";
 
 }  // namespace
 
@@ -41,10 +60,9 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
-// Splits argv into --key=value flags (checked against `known`) and positional arguments.
 bool ParseArgs(int argc, char** argv, const std::vector<std::string>& known,
                std::map<std::string, std::string>* flags, std::vector<std::string>* positional,
-               std::string* error) {
+               std::string* error, const std::vector<std::string>& switches) {
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (!a.starts_with("--")) {
@@ -53,11 +71,14 @@ bool ParseArgs(int argc, char** argv, const std::vector<std::string>& known,
     }
     const size_t eq = a.find('=');
     const std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
+    const bool is_switch = std::find(switches.begin(), switches.end(), key) != switches.end();
+    if (!is_switch && std::find(known.begin(), known.end(), key) == known.end()) {
       *error = "unknown flag " + a;
       return false;
     }
-    if (eq == std::string::npos) {
+    if (eq == std::string::npos && is_switch) {
+      (*flags)[key] = "true";
+    } else if (eq == std::string::npos) {
       if (i + 1 >= argc) {
         *error = "flag --" + key + " needs a value";
         return false;

@@ -19,7 +19,7 @@ std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 
 }  // namespace
 
-absl::StatusOr<ExportSummary> ExportModel(const ExportRequest& req) {
+absl::StatusOr<AssembledModel> AssembleModel(const ExportRequest& req) {
   absl::StatusOr<GptConfig> cfg = ParseGptConfig(req.model_spec);
   if (!cfg.ok()) return cfg.status();
   absl::StatusOr<Manifest> manifest = GptManifest(*cfg);
@@ -92,24 +92,31 @@ absl::StatusOr<ExportSummary> ExportModel(const ExportRequest& req) {
     return absl::DataLossError(
         absl::StrCat("export: no checkpoint holds fragment(s) ", absl::StrJoin(absent, ", ")));
 
-  std::vector<SafetensorsTensor> tensors;
-  for (const TensorSpec& t : manifest->tensors())
-    tensors.push_back({t.name, t.shape, std::span<const float>(flat).subspan(t.offset, t.numel())});
-  const std::map<std::string, std::string> metadata = {
-      {"format", "pt"},
-      {"diloco.model", GptConfigString(*cfg)},
-      {"diloco.model_fingerprint", Hex(manifest->fingerprint())},
-      {"diloco.plan_fingerprint", Hex(plan->fingerprint())},
-      {"diloco.fragments", absl::StrCat(req.num_fragments)},
-      {"diloco.shards", absl::StrCat(req.num_shards)},
-      {"diloco.fragment_versions", absl::StrJoin(summary.fragment_versions, ",")},
-      {"diloco.checkpoints", absl::StrJoin(checkpoints, ",")},
-      {"diloco.rounds", absl::StrJoin(rounds, ",")},
-  };
-  if (absl::Status s = WriteSafetensors(req.out, tensors, metadata); !s.ok()) return s;
-  summary.tensors = tensors.size();
+  AssembledModel m;
+  m.metadata = ModelFileMetadata(*cfg, *manifest);
+  m.metadata["diloco.plan_fingerprint"] = Hex(plan->fingerprint());
+  m.metadata["diloco.fragments"] = absl::StrCat(req.num_fragments);
+  m.metadata["diloco.shards"] = absl::StrCat(req.num_shards);
+  m.metadata["diloco.fragment_versions"] = absl::StrJoin(summary.fragment_versions, ",");
+  m.metadata["diloco.checkpoints"] = absl::StrJoin(checkpoints, ",");
+  m.metadata["diloco.rounds"] = absl::StrJoin(rounds, ",");
+  summary.tensors = manifest->tensors().size();
   summary.bytes = flat.size() * sizeof(float);
-  return summary;
+  m.manifest = *std::move(manifest);
+  m.params = std::move(flat);
+  m.summary = std::move(summary);
+  return m;
+}
+
+absl::StatusOr<ExportSummary> ExportModel(const ExportRequest& req) {
+  absl::StatusOr<AssembledModel> m = AssembleModel(req);
+  if (!m.ok()) return m.status();
+  std::vector<SafetensorsTensor> tensors;
+  for (const TensorSpec& t : m->manifest.tensors())
+    tensors.push_back(
+        {t.name, t.shape, std::span<const float>(m->params).subspan(t.offset, t.numel())});
+  if (absl::Status s = WriteSafetensors(req.out, tensors, m->metadata); !s.ok()) return s;
+  return m->summary;
 }
 
 absl::StatusOr<std::string> DescribeStore(const std::string& path) {

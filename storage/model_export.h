@@ -1,5 +1,6 @@
 // What diloco-ctl does with stores: describe one shard's store, and assemble the global model
-// from every shard's newest checkpoint into one safetensors file.
+// from every shard's newest checkpoint, into memory (AssembleModel: diloco-ctl eval evaluates
+// the stores without a file) or into one safetensors file (ExportModel).
 //
 // Export recomputes the plan from (model spec, P, S) exactly as server and worker do, refuses
 // stores written for another plan or model, duplicate or missing shards and fragments that do
@@ -8,10 +9,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/manifest.h"
 
 namespace diloco::storage {
 
@@ -20,7 +23,7 @@ struct ExportRequest {
   uint32_t num_fragments = 0;
   uint32_t num_shards = 0;
   std::vector<std::string> stores;  // one per shard, any order
-  std::string out;                  // .safetensors path
+  std::string out;                  // .safetensors path (ExportModel only)
 };
 
 struct ExportSummary {
@@ -30,6 +33,17 @@ struct ExportSummary {
   std::vector<uint64_t> fragment_versions;  // by fragment id
 };
 
+// The global model held in the stores: the flat parameters in manifest order (GptManifest of
+// the spec, what the workers train), the safetensors metadata the export writes, the summary.
+struct AssembledModel {
+  Manifest manifest;
+  std::vector<float> params;
+  std::map<std::string, std::string> metadata;
+  ExportSummary summary;
+};
+absl::StatusOr<AssembledModel> AssembleModel(const ExportRequest& request);
+
+// AssembleModel, then written to request.out.
 absl::StatusOr<ExportSummary> ExportModel(const ExportRequest& request);
 
 // A human-readable report: identity, kept checkpoints with rounds and version range, the

@@ -27,6 +27,7 @@
 #include "worker/model/cuda/cuda_trainer.h"
 #endif
 #include "worker/model/evaluate.h"
+#include "worker/model/safetensors.h"
 #include "worker/sync_client.h"
 
 ABSL_FLAG(std::string, servers, "",
@@ -66,6 +67,10 @@ ABSL_FLAG(absl::Duration, step_delay, absl::ZeroDuration(),
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5), "progress line period");
 ABSL_FLAG(int, eval_batches, 4, "held-out batches per evaluation");
 ABSL_FLAG(std::string, metrics_jsonl, "", "append JSON-lines events here");
+ABSL_FLAG(std::string, save_model, "",
+          "at the end (after the drain), write this worker's local model to this .safetensors "
+          "file, with the tensor names and layout of diloco-ctl export (so an unsynced baseline "
+          "is evaluated like the fleet's export: diloco-ctl eval --params=FILE)");
 ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(60),
           "wait this long for the join before training starts");
 ABSL_FLAG(bool, train_unjoined, true,
@@ -230,6 +235,8 @@ int main(int argc, char** argv) {
   Trainer& tr = **trainer;
   auto log = EventLog::Open(absl::GetFlag(FLAGS_metrics_jsonl));
   if (!log.ok()) return Fail(log.status());
+  if (const std::string out = absl::GetFlag(FLAGS_save_model); !out.empty())
+    if (auto st = model::CheckWritable(out); !st.ok()) return Fail(st);  // before, not after, a run
 
   std::unique_ptr<worker::SyncClient> sync;
   const std::string servers = absl::GetFlag(FLAGS_servers);
@@ -292,15 +299,16 @@ int main(int argc, char** argv) {
   const auto oracle = model::HeldoutOracle(to);
   const std::string floor_str =
       oracle.ok() && *oracle >= 0 ? absl::StrFormat(" (entropy floor %.4f)", *oracle) : "";
+  const int64_t heldout_tokens = model::HeldoutTokens(to);  // every figure is on these targets
   std::fprintf(
       stderr,
       "diloco-worker[%u]: model %s (%lu params), codec %s, H=%u, %s; held-out loss "
-      "%.4f%s\n",
+      "%.4f on %lld tokens%s\n",
       wid, GptConfigString(*cfg).c_str(),
       static_cast<unsigned long>(tr.manifest().total_elements()),
       kernels::CodecName(*codec).c_str(), absl::GetFlag(FLAGS_inner_steps),
       sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync", eval0,
-      floor_str.c_str());
+      static_cast<long long>(heldout_tokens), floor_str.c_str());
 
   const int64_t max_steps = absl::GetFlag(FLAGS_steps);
   const absl::Time start = absl::Now();
@@ -392,10 +400,24 @@ int main(int argc, char** argv) {
       global_str = absl::StrFormat(", global model %.4f", g);
     }
   }
-  log->Write(done);
+  done.Add("heldout_tokens", heldout_tokens);
   if (oracle.ok() && *oracle >= 0) done.Add("entropy_floor", *oracle);
-  std::fprintf(stderr, "diloco-worker[%u]: done after %ld steps; held-out loss %.4f -> %.4f%s%s\n",
-               wid, static_cast<long>(step), eval0, eval_local, global_str.c_str(),
-               floor_str.c_str());
-  return 0;
+  int rc = 0;
+  if (const std::string out = absl::GetFlag(FLAGS_save_model); !out.empty()) {
+    // The local model, in diloco-ctl export's names and layout.
+    std::map<std::string, std::string> meta = ModelFileMetadata(*cfg, tr.manifest());
+    meta["diloco.source"] = absl::StrCat("diloco-worker ", wid, " local model");
+    meta["diloco.steps"] = absl::StrCat(step);
+    if (auto st = model::WriteSafetensors(out, tr.manifest(), tr.params(), meta); !st.ok())
+      rc = Fail(st);
+    else
+      done.Add("saved_model", out);
+  }
+  log->Write(done);
+  std::fprintf(stderr,
+               "diloco-worker[%u]: done after %ld steps; held-out loss %.4f -> %.4f on %lld "
+               "tokens%s%s\n",
+               wid, static_cast<long>(step), eval0, eval_local,
+               static_cast<long long>(heldout_tokens), global_str.c_str(), floor_str.c_str());
+  return rc;
 }

@@ -1,13 +1,20 @@
 // diloco-ctl end to end: live stats from a running shard, synthetic data generation, and the
-// evaluation of a safetensors model on a .bin file; bad input gives a clear error.
+// evaluation of a model (a safetensors file, a worker's --save_model, the shards' stores) on a
+// whole .bin file, its first N tokens, or the workers' own held-out set: the figures say how
+// many tokens they are over and agree with the worker's and with each other; bad input gives a
+// clear error.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/model_spec.h"
 #include "tests/integration/cluster.h"
+#include "worker/data/token_file.h"
+#include "worker/model/gpt.h"
 #include "worker/model/safetensors.h"
 
 namespace diloco::testing {
@@ -21,6 +28,33 @@ std::pair<int, std::string> Shell(const std::string& cmd) {
   while (p && std::fgets(buf, sizeof(buf), p)) out += buf;
   const int st = p ? ::pclose(p) : -1;
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// "loss X over N tokens" from diloco-ctl eval's output (the first such line).
+struct Loss {
+  double loss = NAN;
+  long long tokens = -1;
+};
+Loss ParseLoss(const std::string& out) {
+  Loss l;
+  const auto at = out.find("loss ");
+  if (at != std::string::npos)
+    std::sscanf(out.c_str() + at, "loss %lf over %lld tokens", &l.loss, &l.tokens);
+  return l;
+}
+
+// A tiny model with random weights (LayerNorm gains 1), written as safetensors.
+std::vector<float> RandomTinyModel(const std::string& path, uint32_t seed) {
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  std::vector<float> params(manifest->total_elements());
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 0.02f);
+  for (auto& p : params) p = n(rng);
+  for (const auto& t : manifest->tensors())
+    if (t.name.find("ln") != std::string::npos && t.name.ends_with(".weight"))
+      std::fill_n(params.begin() + t.offset, t.numel(), 1.0f);
+  EXPECT_TRUE(model::WriteSafetensors(path, *manifest, params).ok());
+  return params;
 }
 
 TEST(CtlTest, StatsOfARunningShard) {
@@ -66,17 +100,170 @@ TEST(CtlTest, GenDataThenEvaluateAModel) {
   auto [rc2, out2] = Shell(
       absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", model, " --data=", bin));
   ASSERT_EQ(rc2, 0) << out2;
-  double loss = 0;
-  const auto at = out2.find("loss ");
-  ASSERT_NE(at, std::string::npos) << out2;
-  ASSERT_EQ(std::sscanf(out2.c_str() + at, "loss %lf", &loss), 1) << out2;
-  EXPECT_NEAR(loss, std::log(256.0), 0.3);
+  const Loss whole = ParseLoss(out2);
+  EXPECT_NEAR(whole.loss, std::log(256.0), 0.3) << out2;
+  EXPECT_EQ(whole.tokens, 19999) << out2;  // every token of the file but the first is predicted
 
   // The wrong model for the file: refused with a message, not a crash.
   auto [rc3, out3] = Shell(
       absl::StrCat(DILOCO_CTL_BINARY, " eval --model=small --params=", model, " --data=", bin));
   EXPECT_EQ(rc3, 1) << out3;
   EXPECT_NE(out3.find("diloco-ctl:"), std::string::npos) << out3;
+}
+
+// The whole file, every token, whatever the batch: checked against the model run here on the
+// same windows (3 whole windows of the context and a last one of 10 tokens); --tokens=N takes
+// the first N predicted tokens; more than the file has is refused.
+TEST(CtlTest, EvalCoversTheWholeFileOrTheFirstNTokens) {
+  const auto dir = TestDir();
+  const std::string model_path = (dir / "model.safetensors").string();
+  const std::vector<float> params = RandomTinyModel(model_path, 5);
+  const GptConfig cfg = *ParseGptConfig("tiny");
+  const int T = cfg.context, n = 3 * T + 10;  // predicted tokens
+  std::vector<uint16_t> toks(n + 1);
+  std::mt19937 rng(1);
+  for (auto& t : toks) t = static_cast<uint16_t>(rng() % 256);
+  const std::string bin = (dir / "d.bin").string();
+  ASSERT_TRUE(data::WriteTokenFile(bin, toks).ok());
+  auto window_sum = [&](int start, int len) {
+    auto g = model::Gpt<float>::Create(cfg, 1, len);
+    std::copy(params.begin(), params.end(), (*g)->params().begin());
+    std::vector<int32_t> in(toks.begin() + start, toks.begin() + start + len),
+        tg(toks.begin() + start + 1, toks.begin() + start + len + 1);
+    return (*g)->Forward(in.data(), tg.data()) * len;
+  };
+  const double expected =
+      (window_sum(0, T) + window_sum(T, T) + window_sum(2 * T, T) + window_sum(3 * T, 10)) / n;
+  for (const char* batch : {"", " --batch=1", " --batch=2"}) {
+    auto [rc, out] = Shell(absl::StrCat(
+        DILOCO_CTL_BINARY, " eval --model=tiny --params=", model_path, " --data=", bin, batch));
+    ASSERT_EQ(rc, 0) << out;
+    const Loss l = ParseLoss(out);
+    EXPECT_EQ(l.tokens, n) << out;
+    EXPECT_NEAR(l.loss, expected, 1e-5) << batch << ": " << out;
+  }
+  auto [rc, out] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", model_path,
+                                      " --data=", bin, " --tokens=", T + 5));
+  ASSERT_EQ(rc, 0) << out;
+  const Loss first = ParseLoss(out);
+  EXPECT_EQ(first.tokens, T + 5) << out;
+  EXPECT_NEAR(first.loss, (window_sum(0, T) + window_sum(T, 5)) / (T + 5), 1e-5) << out;
+  auto [rc2, out2] =
+      Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", model_path,
+                         " --data=", bin, " --tokens=", n + 1));
+  EXPECT_EQ(rc2, 1) << out2;
+  EXPECT_NE(out2.find("asked for"), std::string::npos) << out2;
+  auto [rc3, out3] =
+      Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", model_path,
+                         " --data=synthetic --tokens=5"));
+  EXPECT_EQ(rc3, 2) << out3;
+}
+
+// A worker without servers trains 5 steps and saves its model: diloco-ctl eval --data=synthetic
+// on that file gives the worker's own final figure, on the same number of tokens, with the same
+// floor; the held-out stream gen-data --heldout writes is the one the worker evaluates.
+TEST(CtlTest, SyntheticEvalOfASavedModelIsTheWorkersOwnFigure) {
+  const auto dir = TestDir();
+  const std::string saved = (dir / "local.safetensors").string();
+  const auto jsonl = dir / "worker.jsonl";
+  Process w({WorkerBinary(), "--model=tiny", "--steps=5", "--lr=0.01", "--threads=1",
+             "--save_model=" + saved, "--metrics_jsonl=" + jsonl.string()},
+            (dir / "worker.log").string());
+  ASSERT_EQ(w.Wait(absl::Seconds(60)), std::optional<int>(0));
+  const auto done = ReadEvents(jsonl, "done");
+  ASSERT_EQ(done.size(), 1u);
+  ASSERT_TRUE(done[0].count("eval_local") && done[0].count("heldout_tokens") &&
+              done[0].count("entropy_floor"));
+  std::ifstream log(dir / "worker.log");
+  const std::string text(std::istreambuf_iterator<char>(log), {});
+  EXPECT_NE(text.find("on 2048 tokens (entropy floor"), std::string::npos) << text;
+
+  auto [rc, out] = Shell(
+      absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", saved, " --data=synthetic"));
+  ASSERT_EQ(rc, 0) << out;
+  const Loss l = ParseLoss(out);
+  EXPECT_NEAR(l.loss, done[0].at("eval_local"), 1e-4) << out;
+  EXPECT_EQ(l.tokens, done[0].at("heldout_tokens")) << out;
+  EXPECT_EQ(l.tokens, 4 * 8 * 64);  // the worker's defaults: eval_batches 4, batch 8, context
+  double floor = 0;
+  const auto at = out.find("entropy floor ");
+  ASSERT_NE(at, std::string::npos) << out;
+  ASSERT_EQ(std::sscanf(out.c_str() + at, "entropy floor %lf", &floor), 1);
+  EXPECT_NEAR(floor, done[0].at("entropy_floor"), 1e-5);
+  // Every chain's share, as printed: the same count each.
+  for (int k = 0; k < 4; ++k) {
+    const auto c = out.find(absl::StrCat("chain ", k, ": "));
+    ASSERT_NE(c, std::string::npos) << out;
+    EXPECT_EQ(ParseLoss(out.substr(c)).tokens, 512) << out;
+  }
+
+  // --eval_batches resizes the set like the worker's flag.
+  auto [rc2, out2] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", saved,
+                                        " --data=synthetic --eval_batches=16"));
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_EQ(ParseLoss(out2).tokens, 16 * 8 * 64) << out2;
+
+  // The held-out stream as a file: evaluated whole, every one of its tokens.
+  const std::string heldout = (dir / "heldout.bin").string();
+  auto [rc3, out3] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " gen-data --heldout --out=", heldout));
+  ASSERT_EQ(rc3, 0) << out3;
+  auto toks = data::ReadTokenFile(heldout, 256);
+  ASSERT_TRUE(toks.ok()) << toks.status();
+  EXPECT_EQ(toks->size(), size_t{260} * 1024 + 1);
+  auto [rc4, out4] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", saved,
+                                        " --data=", heldout, " --tokens=20000"));
+  ASSERT_EQ(rc4, 0) << out4;
+  EXPECT_EQ(ParseLoss(out4).tokens, 20000) << out4;
+  EXPECT_LT(ParseLoss(out4).loss, 6.0) << out4;
+  EXPECT_EQ(Shell(absl::StrCat(DILOCO_CTL_BINARY, " gen-data --heldout --tokens=5 --out=", heldout))
+                .first,
+            2);
+}
+
+// The global model evaluated straight from the shards' stores equals the evaluation of their
+// export, on a file and on the synthetic held-out set.
+TEST(CtlTest, EvalOfStoresEqualsEvalOfTheirExport) {
+  LocalShards s;
+  s.dir = TestDir();
+  s.StartShards(2, {"--durability=per-round"});
+  Process w({WorkerBinary(), "--model=tiny", "--fragments=4", "--steps=30", "--inner_steps=5",
+             "--lr=0.01", "--threads=1", "--codec=fp32",
+             "--servers=" + s.endpoints[0] + "," + s.endpoints[1]},
+            (s.dir / "worker.log").string());
+  ASSERT_EQ(w.Wait(absl::Seconds(60)), std::optional<int>(0));
+  for (auto& p : s.shards) {
+    p->Signal(SIGTERM);
+    ASSERT_EQ(p->Wait(absl::Seconds(20)), std::optional<int>(0));
+  }
+  const std::string stores =
+      absl::StrCat((s.dir / "store0").string(), " ", (s.dir / "store1").string());
+  const std::string exported = (s.dir / "global.safetensors").string();
+  auto [rc, out] = Shell(
+      absl::StrCat(DILOCO_CTL_BINARY,
+                   " export --model=tiny --fragments=4 --shards=2 --out=", exported, " ", stores));
+  ASSERT_EQ(rc, 0) << out;
+  const std::string bin = (s.dir / "d.bin").string();
+  ASSERT_EQ(Shell(absl::StrCat(DILOCO_CTL_BINARY, " gen-data --tokens=5000 --out=", bin)).first, 0);
+  for (const std::string& data : {bin, std::string("synthetic")}) {
+    auto [rc1, from_file] = Shell(absl::StrCat(
+        DILOCO_CTL_BINARY, " eval --model=tiny --params=", exported, " --data=", data));
+    ASSERT_EQ(rc1, 0) << from_file;
+    auto [rc2, from_stores] = Shell(
+        absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --fragments=4 --shards=2 --data=", data,
+                     " ", stores));
+    ASSERT_EQ(rc2, 0) << from_stores;
+    const Loss a = ParseLoss(from_file), b = ParseLoss(from_stores);
+    EXPECT_EQ(a.loss, b.loss) << from_file << from_stores;  // the same parameters, bit for bit
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_GT(a.tokens, 0);
+    EXPECT_NE(from_stores.find("fragment versions"), std::string::npos) << from_stores;
+  }
+  // A store set that is not the plan's: refused with the reason.
+  auto [rc3, out3] = Shell(absl::StrCat(DILOCO_CTL_BINARY,
+                                        " eval --model=tiny --fragments=4 --shards=2 --data=", bin,
+                                        " ", (s.dir / "store0").string()));
+  EXPECT_EQ(rc3, 1) << out3;
+  EXPECT_NE(out3.find("no store given for shard"), std::string::npos) << out3;
 }
 
 }  // namespace

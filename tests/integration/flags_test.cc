@@ -56,6 +56,10 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
       {"--heartbeat=5s --shard_timeout=1s --servers=tcp://127.0.0.1:9",
        "--heartbeat must be positive and shorter than --shard_timeout"},
       {"--data=bin:/nonexistent/tokens.bin", "/nonexistent/tokens.bin"},
+      // Refused at start, not after the run.
+      {"--save_model=/nonexistent/dir/m.safetensors",
+       "/nonexistent/dir/m.safetensors: directory /nonexistent/dir does not exist"},
+      {"--save_model=/tmp", "/tmp: is a directory"},
   };
   for (const Case& c : cases)
     ExpectRefused(WorkerBinary(), {"--model=tiny", "--steps=1"}, c, dir / "worker.log");

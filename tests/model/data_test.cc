@@ -1,15 +1,19 @@
-// Token files (llm.c .bin), the synthetic Markov mixture, and the batcher.
+// Token files (llm.c .bin), the synthetic Markov mixture, the batcher, and the coverage of the
+// workers' held-out set: every chain equally, the floor on exactly the evaluated tokens.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
+#include "common/model_spec.h"
 #include "gtest/gtest.h"
 #include "worker/data/batcher.h"
 #include "worker/data/markov.h"
 #include "worker/data/source.h"
 #include "worker/data/token_file.h"
+#include "worker/model/evaluate.h"
+#include "worker/model/heldout.h"
 
 namespace diloco::data {
 namespace {
@@ -159,9 +163,154 @@ TEST(Batcher, WindowsAreShiftedAndDeterministic) {
     EXPECT_EQ(tg, tg2);
     for (int i = 0; i < 64; ++i) EXPECT_EQ(tg[i], (in[i] + 1) % 256);
   }
-  a.Fixed(1, in, tg);
-  EXPECT_EQ(in[0], 64);  // window (1*4+0)*16
-  EXPECT_EQ(a.FixedStart(1, 2), 96);
+  // 999 targets: W = 62 whole windows of 16; 15 batches of 4 = 60 windows spread over them.
+  ASSERT_EQ(a.NumWindows(), 62);
+  ASSERT_EQ(a.NumFixedBatches(), 15);
+  a.Fixed(1, 15, in, tg);
+  EXPECT_EQ(in[0], 64);  // window j = 4: floor(4 * 62 / 60) = 4
+  EXPECT_EQ(a.FixedStart(1, 2, 15), 96);
+  EXPECT_EQ(a.FixedStart(14, 3, 15), 60 * 16);  // j = 59: floor(59 * 62 / 60) = 60
+}
+
+TEST(Batcher, HeldoutWindowsSpreadOverTheWholeStream) {
+  std::vector<uint16_t> toks(64 * 100 + 1);
+  Batcher h(toks, 4, 64, 0);
+  ASSERT_EQ(h.NumWindows(), 100);
+  for (int64_t batches : {1, 2, 5, 25}) {
+    int64_t prev = -64;
+    for (int64_t i = 0; i < batches; ++i)
+      for (int b = 0; b < 4; ++b) {
+        const int64_t s = h.FixedStart(i, b, batches);
+        EXPECT_EQ(s % 64, 0);
+        EXPECT_GE(s, prev + 64) << "overlap at batch " << i << " of " << batches;  // J <= W
+        EXPECT_LE(s + 64 + 1, int64_t(toks.size()));                               // no wrap
+        prev = s;
+      }
+    // Evenly: window j starts at floor(j * W / J) windows; the last one is in the last 1/J.
+    const int64_t J = 4 * batches;
+    EXPECT_GE(h.FixedStart(batches - 1, 3, batches), (100 - (100 + J - 1) / J) * 64);
+  }
+  // More windows than the stream has: some are taken twice, none is out of range.
+  for (int64_t i = 0; i < 30; ++i)
+    for (int b = 0; b < 4; ++b) EXPECT_LE(h.FixedStart(i, b, 30) + 65, int64_t(toks.size()));
+}
+
+// The held-out stream: segment s from chain s % K; the training streams are drawn as before.
+TEST(Source, HeldoutStreamTakesTheChainsInTurn) {
+  DataOptions o;
+  o.train_tokens = 0;
+  auto d = LoadData(o, 256);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const int K = o.synthetic.components, L = o.synthetic.segment_length;
+  ASSERT_EQ(d->heldout.size(), size_t(o.heldout_tokens));
+  std::vector<int64_t> targets(K, 0);
+  for (size_t t = 0; t < d->heldout_stream.chain.size(); ++t) {
+    ASSERT_EQ(d->heldout_stream.chain[t], (t / L) % K) << t;
+    if (t > 0) ++targets[d->heldout_stream.chain[t]];
+  }
+  // The whole stream's targets are split exactly evenly too (what eval of the file reads).
+  for (int k = 0; k < K; ++k) EXPECT_EQ(targets[k], targets[0]) << k;
+}
+
+// The worker's default held-out set (tiny and small presets, batch 8, seq_len = context,
+// eval_batches 4 and 16): the evaluated targets of every chain, counted from the windows the
+// trainers read, are exactly equal, and the floor is the mean of the chains' floors.
+struct Coverage {
+  std::vector<int64_t> tokens;
+  std::vector<double> entropy;  // mean row entropy at the chain's targets
+};
+
+Coverage CountCoverage(const DataStreams& d, const Batcher& h, int batches) {
+  const int K = d.mixture->components();
+  Coverage c{std::vector<int64_t>(K, 0), std::vector<double>(K, 0.0)};
+  for (int i = 0; i < batches; ++i)
+    for (int b = 0; b < h.batch(); ++b) {
+      const int64_t start = h.FixedStart(i, b, batches);
+      for (int t = 0; t < h.seq_len(); ++t) {  // target t of the window: token start + t + 1
+        const int k = d.heldout_stream.chain[start + t + 1];
+        ++c.tokens[k];
+        c.entropy[k] += d.mixture->RowEntropy(k, d.heldout_stream.tokens[start + t]);
+      }
+    }
+  for (int k = 0; k < K; ++k) c.entropy[k] /= double(c.tokens[k]);
+  return c;
+}
+
+model::TrainerOptions WorkerDefaults(const std::string& preset, int eval_batches) {
+  model::TrainerOptions o;  // what diloco-worker builds from its default flags
+  o.model = *ParseGptConfig(preset);
+  o.batch_size = 8;
+  o.seq_len = 0;
+  o.eval_batches = eval_batches;
+  o.data = DataOptions{};
+  return o;
+}
+
+TEST(Heldout, EveryChainGetsTheSameShareOfTheWorkersHeldoutSet) {
+  for (const std::string preset : {"tiny", "small"})
+    for (int eval_batches : {4, 16}) {
+      const model::TrainerOptions o = WorkerDefaults(preset, eval_batches);
+      DataOptions data = o.data;
+      data.train_tokens = 0;
+      auto d = LoadData(data, o.model.vocab);
+      ASSERT_TRUE(d.ok()) << d.status();
+      const Batcher h(d->heldout, o.batch_size, o.model.context, 0);
+      const Coverage c = CountCoverage(*d, h, eval_batches);
+      const int64_t total = model::HeldoutTokens(o);
+      EXPECT_EQ(total, int64_t(eval_batches) * 8 * o.model.context);
+      std::printf("%s, eval_batches %d: %lld held-out targets, per chain", preset.c_str(),
+                  eval_batches, static_cast<long long>(total));
+      for (size_t k = 0; k < c.tokens.size(); ++k) {
+        std::printf(" %lld", static_cast<long long>(c.tokens[k]));
+        EXPECT_EQ(c.tokens[k] * int64_t(c.tokens.size()), total) << preset << " chain " << k;
+      }
+      std::printf("\n");
+      // The library's own per-chain count agrees with this one.
+      const auto shares = model::HeldoutOracleByChain(*d, h, eval_batches);
+      ASSERT_EQ(shares.size(), c.tokens.size());
+      for (size_t k = 0; k < shares.size(); ++k) {
+        EXPECT_EQ(shares[k].tokens, c.tokens[k]);
+        EXPECT_NEAR(shares[k].entropy, c.entropy[k], 1e-12);
+      }
+    }
+}
+
+// Not only the defaults: every window count that is a multiple of K, for every seq_len that
+// divides the segment length, meets every chain exactly equally on the default stream.
+TEST(Heldout, EvenCoverageForAnyMultipleOfKWindows) {
+  DataOptions data;
+  data.train_tokens = 0;
+  auto d = LoadData(data, 256);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const int K = data.synthetic.components;
+  for (int seq_len : {16, 32, 64, 128, 256})
+    for (int batch : {1, 4}) {
+      const Batcher h(d->heldout, batch, seq_len, 0);
+      for (int batches = K / batch; batches * batch <= 512; batches += K / batch) {
+        const Coverage c = CountCoverage(*d, h, batches);
+        for (int k = 1; k < K; ++k)
+          ASSERT_EQ(c.tokens[k], c.tokens[0])
+              << "seq_len " << seq_len << ", " << batches << " batches of " << batch;
+      }
+    }
+}
+
+TEST(Heldout, TheFloorIsTheMeanOfTheChainsFloors) {
+  for (int eval_batches : {4, 16}) {
+    const model::TrainerOptions o = WorkerDefaults("tiny", eval_batches);
+    auto floor = model::HeldoutOracle(o);
+    ASSERT_TRUE(floor.ok()) << floor.status();
+    DataOptions data = o.data;
+    data.train_tokens = 0;
+    auto d = LoadData(data, o.model.vocab);
+    ASSERT_TRUE(d.ok());
+    const Coverage c = CountCoverage(*d, Batcher(d->heldout, 8, o.model.context, 0), eval_batches);
+    double mean = 0;
+    for (double e : c.entropy) mean += e / double(c.entropy.size());
+    EXPECT_NEAR(*floor, mean, 1e-12) << "eval_batches " << eval_batches;
+    // And it is a fair estimate of the stream's entropy rate (every chain weighs 1/K).
+    EXPECT_NEAR(*floor, d->heldout_entropy_rate, 0.1);
+  }
 }
 
 TEST(Source, WorkersShareHeldoutAndSplitFiles) {

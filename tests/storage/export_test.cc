@@ -111,6 +111,23 @@ TEST_F(ExportTest, AssemblesTheGlobalModel) {
   EXPECT_EQ(file->metadata["format"], "pt");
 }
 
+// In memory (diloco-ctl eval of store directories): the same values and metadata the export
+// writes, in manifest order, and no file.
+TEST_F(ExportTest, AssemblesInMemoryWhatTheExportWrites) {
+  ExportRequest r = Request();
+  r.out.clear();
+  auto m = AssembleModel(r);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->params, flat_);
+  EXPECT_EQ(m->manifest.fingerprint(), manifest_.fingerprint());
+  EXPECT_EQ(m->summary.fragment_versions, (std::vector<uint64_t>{100, 101, 102, 103, 104}));
+  ASSERT_TRUE(ExportModel(Request()).ok());
+  auto file = ReadSafetensors(Request().out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata, m->metadata);
+  EXPECT_EQ(m->metadata["diloco.model"], GptConfigString(*ParseGptConfig(kSpec)));
+}
+
 TEST_F(ExportTest, RefusesAnotherPlan) {
   ExportRequest r = Request();
   r.num_fragments = 4;

@@ -21,17 +21,20 @@ void Batcher::Next(std::span<int32_t> inputs, std::span<int32_t> targets) {
   for (int b = 0; b < batch_; ++b) Fill(static_cast<int64_t>(rng_() % windows), b, inputs, targets);
 }
 
-int64_t Batcher::FixedStart(int64_t i, int b) const {
-  const int64_t windows = (static_cast<int64_t>(tokens_.size()) - 1) / seq_len_;
-  return ((i * batch_ + b) % windows) * seq_len_;
+int64_t Batcher::NumWindows() const {
+  return (static_cast<int64_t>(tokens_.size()) - 1) / seq_len_;
 }
 
-int64_t Batcher::NumFixedBatches() const {
-  return (static_cast<int64_t>(tokens_.size()) - 1) / seq_len_ / batch_;
+int64_t Batcher::FixedStart(int64_t i, int b, int64_t batches) const {
+  const int64_t windows = NumWindows(), j = i * batch_ + b, n = batches * batch_;
+  return (j * windows / n) * seq_len_;
 }
 
-void Batcher::Fixed(int64_t i, std::span<int32_t> inputs, std::span<int32_t> targets) const {
-  for (int b = 0; b < batch_; ++b) Fill(FixedStart(i, b), b, inputs, targets);
+int64_t Batcher::NumFixedBatches() const { return NumWindows() / batch_; }
+
+void Batcher::Fixed(int64_t i, int64_t batches, std::span<int32_t> inputs,
+                    std::span<int32_t> targets) const {
+  for (int b = 0; b < batch_; ++b) Fill(FixedStart(i, b, batches), b, inputs, targets);
 }
 
 }  // namespace diloco::data

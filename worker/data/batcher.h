@@ -1,6 +1,8 @@
 // Batches of (inputs, targets), each of shape (B, T) row-major int32: targets are the inputs
 // shifted by one token. Training batches are random windows of a token stream, deterministic in
-// the seed; held-out batches are fixed, consecutive, non-overlapping windows.
+// the seed; held-out batches are fixed, non-overlapping windows spread evenly over the whole
+// stream (not its first tokens: a stream of segments from different sources, like the synthetic
+// chains, is then covered throughout).
 #pragma once
 
 #include <cstdint>
@@ -20,11 +22,17 @@ class Batcher {
   // The next random batch. inputs and targets hold batch * seq_len values.
   void Next(std::span<int32_t> inputs, std::span<int32_t> targets);
 
-  // Held-out batch i: windows starting at (i * batch + b) * seq_len, wrapping around the stream.
-  void Fixed(int64_t i, std::span<int32_t> inputs, std::span<int32_t> targets) const;
-  // The start of window b of held-out batch i (for oracle losses).
-  int64_t FixedStart(int64_t i, int b) const;
-  // How many held-out batches fit without wrapping.
+  // Held-out batch i of `batches`: window b is window j = i * batch + b of J = batches * batch
+  // windows spread evenly over the W whole windows of the stream (see FixedStart).
+  void Fixed(int64_t i, int64_t batches, std::span<int32_t> inputs,
+             std::span<int32_t> targets) const;
+  // The start of window b of held-out batch i of `batches`: floor(j * W / J) * seq_len, with
+  // j, J as above and W = NumWindows(). For J <= W the windows never overlap and never wrap;
+  // for J > W some windows are taken more than once, as evenly as possible.
+  int64_t FixedStart(int64_t i, int b, int64_t batches) const;
+  // W: whole windows of seq_len targets in the stream, (tokens - 1) / seq_len.
+  int64_t NumWindows() const;
+  // How many held-out batches fit without a window taken twice: W / batch.
   int64_t NumFixedBatches() const;
 
  private:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -105,15 +106,26 @@ std::vector<double> MarkovMixture::UniformWeights() const {
 
 MarkovStream MarkovMixture::Generate(std::span<const double> weights, int64_t n,
                                      uint64_t seed) const {
-  const int V = vocab(), S = options_.successors;
   std::mt19937_64 rng(seed * 0xD1B54A32D192ED03ull + 101);
-  std::uniform_real_distribution<double> u01(0.0, 1.0);
   std::discrete_distribution<int> pick(weights.begin(), weights.end());
+  return GenerateWith(n, rng, [&](int64_t) { return pick(rng); });
+}
+
+MarkovStream MarkovMixture::GenerateRoundRobin(int64_t n, uint64_t seed) const {
+  std::mt19937_64 rng(seed * 0xD1B54A32D192ED03ull + 101);
+  const int K = components();
+  return GenerateWith(n, rng, [K](int64_t segment) { return static_cast<int>(segment % K); });
+}
+
+MarkovStream MarkovMixture::GenerateWith(int64_t n, std::mt19937_64& rng,
+                                         const std::function<int(int64_t)>& chain_of) const {
+  const int V = vocab(), S = options_.successors;
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
   MarkovStream out;
   out.tokens.resize(n);
   out.chain.resize(n);
   if (n == 0) return out;
-  int k = pick(rng);
+  int k = chain_of(0);
   // First token from the first chain's stationary distribution.
   double r = u01(rng), acc = 0;
   int state = V - 1;
@@ -127,7 +139,7 @@ MarkovStream MarkovMixture::Generate(std::span<const double> weights, int64_t n,
   out.tokens[0] = static_cast<uint16_t>(state);
   out.chain[0] = static_cast<uint8_t>(k);
   for (int64_t t = 1; t < n; ++t) {
-    if (t % options_.segment_length == 0) k = pick(rng);
+    if (t % options_.segment_length == 0) k = chain_of(t / options_.segment_length);
     const uint16_t* nx = &next_[(size_t(k) * V + state) * S];
     const double* cdf = &cdf_[(size_t(k) * V + state) * S];
     const double x = u01(rng);

@@ -7,16 +7,19 @@
 // The entropy rate of chain k is h_k = sum_s pi_k(s) * H(P_k(s, .)) nats per token.
 //
 // A stream is a sequence of segments (segment_length tokens each); each segment picks a chain by
-// the stream's weights w and continues from the previous token, so every token is one transition
-// of the chain active at that moment. A model that knows which chain is active can do no better
-// than the row entropy H(P_k(x_t, .)) per token; its expected loss on a stream is sum_k w_k h_k
-// (up to the short relaxation after a switch), and on a concrete held-out set it is exactly the
-// mean row entropy at the evaluated positions (OracleLoss). A real model is not told the chain:
-// it must infer it from the context (successor sets barely overlap between chains, so one or two
-// transitions usually identify it), so its loss approaches this bound from above.
+// the stream's weights w (the held-out stream: chain s % K for segment s) and continues from the
+// previous token, so every token is one transition of the chain active at that moment. A model
+// that knows which chain is active can do no better than the row entropy H(P_k(x_t, .)) per
+// token; its expected loss on a stream is sum_k w_k h_k (up to the short relaxation after a
+// switch), and on a concrete held-out set it is exactly the mean row entropy at the evaluated
+// positions (OracleLoss). A real model is not told the chain: it must infer it from the context
+// (successor sets barely overlap between chains, so one or two transitions usually identify it),
+// so its loss approaches this bound from above.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -60,12 +63,19 @@ class MarkovMixture {
 
   // n tokens drawn with the given component weights, deterministic in seed.
   MarkovStream Generate(std::span<const double> weights, int64_t n, uint64_t seed) const;
+  // n tokens where segment s comes from chain s % K (the held-out stream): every chain gets the
+  // same number of whole segments when n is a multiple of K segments (plus one token), and
+  // evenly spread windows meet every chain equally (Batcher::FixedStart). Deterministic in seed.
+  MarkovStream GenerateRoundRobin(int64_t n, uint64_t seed) const;
 
   // Mean row entropy over the targets of windows [start, start + len] of `stream`: the targets
   // are tokens start+1 .. start+len. This is the expected loss of the chain-aware ideal model.
   double OracleLoss(const MarkovStream& stream, int64_t start, int len) const;
 
  private:
+  // The stream of n tokens where segment s comes from chain chain_of(s), called in order.
+  MarkovStream GenerateWith(int64_t n, std::mt19937_64& rng,
+                            const std::function<int(int64_t)>& chain_of) const;
   int vocab() const { return options_.states; }  // the chains' state count
   MarkovMixtureOptions options_;
   // [K][V][S] successors and cumulative probabilities.

@@ -35,7 +35,8 @@ absl::StatusOr<DataStreams> LoadData(const DataOptions& o, int vocab) {
     const std::vector<double> u = m->UniformWeights();
     const uint64_t base = mo.seed * 1000003ull;
     d.train = m->Generate(w, o.train_tokens, base + 1 + o.worker_index).tokens;
-    d.heldout_stream = m->Generate(u, o.heldout_tokens, base);
+    // Held out: chain s % K for segment s, the same on every worker.
+    d.heldout_stream = m->GenerateRoundRobin(o.heldout_tokens, base);
     d.heldout = d.heldout_stream.tokens;
     d.train_entropy_rate = m->MixtureEntropyRate(w);
     d.heldout_entropy_rate = m->MixtureEntropyRate(u);

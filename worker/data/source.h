@@ -27,7 +27,13 @@ struct DataOptions {
   MarkovMixtureOptions synthetic;
   double own_fraction = 0.8;  // share of this worker's tokens from component worker % K
   int64_t train_tokens = int64_t{1} << 22;
-  int64_t heldout_tokens = int64_t{1} << 18;
+  // The held-out stream: segment s from chain s % K. The default is 260 whole segments of the
+  // default length (65 per chain for K = 4; with an odd count per chain, held-out windows spread
+  // evenly over the stream (Batcher::FixedStart) meet every chain exactly equally for every
+  // window count that is a multiple of K and every seq_len dividing segment_length; 2^18 tokens,
+  // 64 per chain, put every window on one chain) plus the one token that makes every token of
+  // those segments a target.
+  int64_t heldout_tokens = int64_t{260} * 1024 + 1;
   // This worker's place among the workers (shards the data).
   int worker_index = 0;
   int num_workers = 1;

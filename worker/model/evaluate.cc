@@ -41,18 +41,42 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const TrainerOption
   if (!loaded.ok()) return loaded.status();
   auto& [o, d] = *loaded;
   absl::StatusOr<std::unique_ptr<Gpt<float>>> gpt =
-      Gpt<float>::Create(o.model, o.batch_size, o.seq_len);
+      Gpt<float>::Create(o.model, o.batch_size, o.seq_len, /*training=*/false);
   if (!gpt.ok()) return gpt.status();
   return std::unique_ptr<Evaluator>(new Evaluator(o, *std::move(gpt), std::move(d)));
 }
 
-absl::StatusOr<double> Evaluator::Evaluate(std::span<const float> params) {
+absl::Status Evaluator::Load(std::span<const float> params) {
   std::span<float> p = gpt_->params();
   if (params.size() != p.size())
     return absl::InvalidArgumentError(
         absl::StrCat("evaluate: ", params.size(), " parameters, the model has ", p.size()));
   std::copy(params.begin(), params.end(), p.begin());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Evaluator::Evaluate(std::span<const float> params) {
+  if (absl::Status s = Load(params); !s.ok()) return s;
   return HeldoutLoss(*gpt_, heldout_, o_.eval_batches);
+}
+
+absl::StatusOr<EvalResult> Evaluator::EvaluateInDetail(std::span<const float> params) {
+  if (absl::Status s = Load(params); !s.ok()) return s;
+  const HeldoutLosses l = HeldoutLossByChain(*gpt_, data_, heldout_, o_.eval_batches);
+  EvalResult r;
+  r.loss = l.loss;
+  r.tokens = HeldoutTokens(heldout_, o_.eval_batches);
+  r.entropy_floor = HeldoutOracleLoss(data_, heldout_, o_.eval_batches);
+  r.chain_loss = l.chain_loss;
+  for (const ChainShare& c : HeldoutOracleByChain(data_, heldout_, o_.eval_batches)) {
+    r.chain_floor.push_back(c.entropy);
+    r.chain_tokens.push_back(c.tokens);
+  }
+  return r;
+}
+
+int64_t HeldoutTokens(const TrainerOptions& o) {
+  return int64_t(o.eval_batches) * o.batch_size * (o.seq_len > 0 ? o.seq_len : o.model.context);
 }
 
 absl::StatusOr<double> HeldoutOracle(const TrainerOptions& options) {
@@ -67,41 +91,99 @@ absl::StatusOr<double> HeldoutOracle(const TrainerOptions& options) {
   return HeldoutOracleLoss(d, heldout, o.eval_batches);
 }
 
-absl::StatusOr<double> SafetensorsLoss(const std::string& path, const std::string& bin_path,
-                                       const GptConfig& config) {
+absl::StatusOr<EvalResult> EvaluateTokens(const GptConfig& config, std::span<const float> params,
+                                          std::span<const uint16_t> tokens, int64_t max_tokens,
+                                          int batch, int seq_len) {
+  if (seq_len == 0) seq_len = config.context;
+  if (seq_len < 1 || seq_len > config.context)
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_len ", seq_len, " must be in [1, context ", config.context, "]"));
+  if (batch < 0) return absl::InvalidArgumentError("batch must be >= 0");
+  if (max_tokens < 0) return absl::InvalidArgumentError("the token count must be >= 0");
+  if (tokens.size() < 2)
+    return absl::InvalidArgumentError(
+        absl::StrCat("need at least 2 tokens (one predicted), have ", tokens.size()));
+  const int64_t available = int64_t(tokens.size()) - 1;  // every token but the first is a target
+  if (max_tokens > available)
+    return absl::InvalidArgumentError(absl::StrCat("asked for ", max_tokens,
+                                                   " predicted tokens, the data has ", available,
+                                                   " (", tokens.size(), " tokens)"));
+  const int64_t n = max_tokens > 0 ? max_tokens : available;
+  for (int64_t i = 0; i <= n; ++i)
+    if (tokens[i] >= config.vocab)
+      return absl::OutOfRangeError(absl::StrCat("token ", tokens[i], " at position ", i,
+                                                " is not in the model's vocabulary of ",
+                                                config.vocab));
+  const int T = seq_len;
+  const int64_t windows = (n + T - 1) / T;
+  if (batch == 0) {
+    const size_t per_window = Gpt<float>::ForwardActivationBytes(config, 1, seq_len);
+    batch = static_cast<int>(std::clamp<size_t>((size_t{2} << 30) / per_window, 1, 8));
+  }
+  const int B = static_cast<int>(std::min<int64_t>(batch, windows));
+  absl::StatusOr<std::unique_ptr<Gpt<float>>> gpt =
+      Gpt<float>::Create(config, B, T, /*training=*/false);
+  if (!gpt.ok()) return gpt.status();
+  std::span<float> p = (*gpt)->params();
+  if (params.size() != p.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("evaluate: ", params.size(), " parameters, the model has ", p.size()));
+  std::copy(params.begin(), params.end(), p.begin());
+  std::vector<int32_t> in(size_t(B) * T), tg(in.size());
+  double sum = 0;
+  for (int64_t w0 = 0; w0 < windows; w0 += B) {
+    std::fill(in.begin(), in.end(), 0);
+    std::fill(tg.begin(), tg.end(), 0);
+    for (int b = 0; b < B && w0 + b < windows; ++b) {
+      const int64_t start = (w0 + b) * T;
+      const int len = static_cast<int>(std::min<int64_t>(T, n - start));
+      for (int t = 0; t < len; ++t) {
+        in[size_t(b) * T + t] = tokens[start + t];
+        tg[size_t(b) * T + t] = tokens[start + t + 1];
+      }
+    }
+    (*gpt)->Forward(in.data(), tg.data());
+    const std::span<const float> losses = (*gpt)->losses();
+    for (int b = 0; b < B && w0 + b < windows; ++b) {
+      const int64_t start = (w0 + b) * T;
+      const int len = static_cast<int>(std::min<int64_t>(T, n - start));
+      for (int t = 0; t < len; ++t) sum += losses[size_t(b) * T + t];
+    }
+  }
+  EvalResult r;
+  r.loss = sum / double(n);
+  r.tokens = n;
+  return r;
+}
+
+namespace {
+
+absl::StatusOr<EvalResult> EvaluateFiles(const std::string& path, const std::string& bin_path,
+                                         const GptConfig& config) {
   absl::StatusOr<ParamLayout> layout = MakeParamLayout(config);
   if (!layout.ok()) return layout.status();
   absl::StatusOr<std::vector<float>> params = ReadSafetensorsParams(path, layout->manifest);
   if (!params.ok()) return params.status();
-  TrainerOptions o;
-  o.model = config;
-  o.data.kind = data::DataKind::kTokenFile;
-  o.data.path = bin_path;
-  o.data.heldout_path = bin_path;
-  o.batch_size = 8;
-  o.seq_len = config.context;
   absl::StatusOr<std::vector<uint16_t>> tokens = data::ReadTokenFile(bin_path, config.vocab);
   if (!tokens.ok()) return tokens.status();
-  if (tokens->size() < 2)
-    return absl::InvalidArgumentError(absl::StrCat(bin_path, ": need at least 2 tokens"));
-  const int64_t per_batch = int64_t(o.batch_size) * o.seq_len;
-  int64_t batches = (int64_t(tokens->size()) - 1) / per_batch;
-  if (batches < 1) {
-    o.batch_size = 1;
-    o.seq_len = std::min<int64_t>(config.context, int64_t(tokens->size()) - 1);
-    batches = 1;
-  }
-  o.eval_batches = static_cast<int>(std::min<int64_t>(batches, 64));
-  absl::StatusOr<std::unique_ptr<Evaluator>> e = Evaluator::Create(o);
-  if (!e.ok()) return e.status();
-  return (*e)->Evaluate(*params);
+  return EvaluateTokens(config, *params, *tokens);
+}
+
+}  // namespace
+
+absl::StatusOr<double> SafetensorsLoss(const std::string& path, const std::string& bin_path,
+                                       const GptConfig& config) {
+  absl::StatusOr<EvalResult> r = EvaluateFiles(path, bin_path, config);
+  if (!r.ok()) return r.status();
+  return r->loss;
 }
 
 absl::Status EvaluateSafetensors(const std::string& path, const std::string& bin_path,
                                  const GptConfig& config) {
-  absl::StatusOr<double> loss = SafetensorsLoss(path, bin_path, config);
-  if (!loss.ok()) return loss.status();
-  std::printf("%s on %s: loss %.6f nats/token\n", path.c_str(), bin_path.c_str(), *loss);
+  absl::StatusOr<EvalResult> r = EvaluateFiles(path, bin_path, config);
+  if (!r.ok()) return r.status();
+  std::printf("%s on %s: loss %.6f over %lld tokens\n", path.c_str(), bin_path.c_str(), r->loss,
+              static_cast<long long>(r->tokens));
   return absl::OkStatus();
 }
 

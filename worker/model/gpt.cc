@@ -1,6 +1,8 @@
 #include "worker/model/gpt.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "worker/model/layers.h"
@@ -9,7 +11,7 @@ namespace diloco::model {
 
 template <typename F>
 absl::StatusOr<std::unique_ptr<Gpt<F>>> Gpt<F>::Create(const GptConfig& config, int batch,
-                                                       int seq_len) {
+                                                       int seq_len, bool training) {
   absl::StatusOr<ParamLayout> layout = MakeParamLayout(config);
   if (!layout.ok()) return layout.status();
   if (batch < 1 || seq_len < 1 || seq_len > config.context)
@@ -21,13 +23,25 @@ absl::StatusOr<std::unique_ptr<Gpt<F>>> Gpt<F>::Create(const GptConfig& config, 
   g->B_ = batch;
   g->T_ = seq_len;
   g->params_.assign(g->layout_.total, F(0));
-  g->grads_.assign(g->layout_.total, F(0));
   g->Allocate(g->acts_, false);
-  g->Allocate(g->dacts_, true);
-  g->scratch_.assign(size_t(seq_len) * seq_len, F(0));
+  if (training) {
+    g->grads_.assign(g->layout_.total, F(0));
+    g->Allocate(g->dacts_, true);
+    g->scratch_.assign(size_t(seq_len) * seq_len, F(0));
+  }
   g->inputs_.assign(size_t(batch) * seq_len, 0);
   g->targets_.assign(size_t(batch) * seq_len, 0);
   return g;
+}
+
+template <typename F>
+size_t Gpt<F>::ForwardActivationBytes(const GptConfig& c, int batch, int seq_len) {
+  // As Allocate(acts, false): per layer 18 (N, C) tensors, 4 statistics per position and the
+  // (B, H, T, T) attention; then the embedding, ln_f with its statistics, logits, probabilities
+  // and losses.
+  const size_t N = size_t(batch) * seq_len, C = c.width, V = c.vocab;
+  const size_t per_layer = 18 * N * C + 4 * N + size_t(batch) * c.heads * seq_len * seq_len;
+  return sizeof(F) * (c.layers * per_layer + 2 * N * C + 3 * N + 2 * N * V);
 }
 
 template <typename F>
@@ -113,6 +127,10 @@ template <typename F>
 void Gpt<F>::Backward() {
   const GptConfig& c = layout_.config;
   const int B = B_, T = T_, C = c.width, V = c.vocab, NH = c.heads, N = B * T;
+  if (grads_.empty()) {
+    std::fprintf(stderr, "Gpt::Backward on a forward-only model\n");
+    std::abort();
+  }
   std::fill(grads_.begin(), grads_.end(), F(0));
   Zero(dacts_);
   const F* p = params_.data();

@@ -17,9 +17,13 @@ namespace diloco::model {
 template <typename F>
 class Gpt {
  public:
-  // batch >= 1, 1 <= seq_len <= config.context.
+  // batch >= 1, 1 <= seq_len <= config.context. training = false: forward only (no gradient
+  // buffers, about half the memory; for evaluation), Backward must not be called.
   static absl::StatusOr<std::unique_ptr<Gpt>> Create(const GptConfig& config, int batch,
-                                                     int seq_len);
+                                                     int seq_len, bool training = true);
+
+  // Bytes of activations a forward-only model of this shape allocates (besides its parameters).
+  static size_t ForwardActivationBytes(const GptConfig& config, int batch, int seq_len);
 
   const ParamLayout& layout() const { return layout_; }
   int batch() const { return B_; }

@@ -1,5 +1,10 @@
 #include "worker/model/safetensors.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <system_error>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/safetensors.h"
@@ -36,6 +41,22 @@ absl::Status WriteSafetensors(const std::string& path, const Manifest& manifest,
   for (const auto& t : manifest.tensors())
     tensors.push_back({t.name, t.shape, params.subspan(t.offset, t.numel())});
   return diloco::WriteSafetensors(path, tensors, metadata);
+}
+
+absl::Status CheckWritable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) return absl::InvalidArgumentError("empty output path");
+  if (fs::is_directory(path, ec))
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a file name"));
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec))
+    return absl::NotFoundError(absl::StrCat(path, ": directory ", dir.string(), " does not exist"));
+  if (::access(dir.c_str(), W_OK) != 0)
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": directory ", dir.string(), " is not writable"));
+  return absl::OkStatus();
 }
 
 }  // namespace diloco::model

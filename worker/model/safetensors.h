@@ -23,4 +23,9 @@ absl::Status WriteSafetensors(const std::string& path, const Manifest& manifest,
                               std::span<const float> params,
                               const std::map<std::string, std::string>& metadata = {});
 
+// Whether WriteSafetensors(path, ...) can succeed later (checked before a long run, not after
+// it): `path` is not a directory and its directory exists and is writable. The error names the
+// path and the reason.
+absl::Status CheckWritable(const std::string& path);
+
 }  // namespace diloco::model

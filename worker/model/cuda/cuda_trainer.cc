@@ -106,7 +106,8 @@ absl::StatusOr<std::unique_ptr<CudaTrainer>> MakeCudaTrainer(const TrainerOption
   t->eval_inputs_.resize(per * o->eval_batches);
   t->eval_targets_.resize(per * o->eval_batches);
   for (int i = 0; i < o->eval_batches; ++i)
-    t->heldout_->Fixed(i, std::span<int32_t>(t->eval_inputs_).subspan(i * per, per),
+    t->heldout_->Fixed(i, o->eval_batches,
+                       std::span<int32_t>(t->eval_inputs_).subspan(i * per, per),
                        std::span<int32_t>(t->eval_targets_).subspan(i * per, per));
   t->host_params_.assign(t->layout_.total, 0.f);
   InitGpt2(t->layout_, o->seed, t->host_params_);
