@@ -57,7 +57,7 @@ int GenData(int argc, char** argv) {
   // --worker=I: worker I's non-IID shard; otherwise every chain equally, segments drawn at
   // random (the workers' held-out stream itself is --heldout).
   const auto weights =
-      worker >= 0 ? mix->ShardWeights(worker % workers, 0.8) : mix->UniformWeights();
+      worker >= 0 ? mix->ShardWeights(worker % workers, workers, 0.8) : mix->UniformWeights();
   const auto stream = mix->Generate(weights, tokens, seed);
   if (auto s = data::WriteTokenFile(flags["out"], stream.tokens); !s.ok()) return Fail(s);
   std::printf("wrote %s: %lld tokens, entropy rate %.4f nats/token (chains of %d tokens)\n",

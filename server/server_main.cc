@@ -45,6 +45,8 @@ ABSL_FLAG(std::string, round_norm, "expected",
           "what a round's weighted sum is divided by: expected (its weight plus the expected "
           "weight of each live worker missing from it, an absent worker counting as a zero "
           "delta) or arrived (its own weight: one lone push takes a whole step)");
+ABSL_FLAG(double, test_drop_pushes, 0,
+          "test flag: ack this fraction of pushes (at random, seeded) without merging them");
 ABSL_FLAG(int, apply_threads, 2,
           "threads that decode and merge pushes, pinned by fragment (0: on the I/O thread)");
 ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
     o.norm = RoundNorm::kArrived;
   else
     return Fail(absl::InvalidArgumentError("--round_norm must be expected or arrived"));
+  o.test_drop_pushes = absl::GetFlag(FLAGS_test_drop_pushes);
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.worker_credit_bytes = absl::GetFlag(FLAGS_worker_credit_mib) << 20;
   o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));

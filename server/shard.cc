@@ -48,7 +48,9 @@ struct Shard::FragmentState {
   uint64_t version = 0;    // applied
   uint64_t published = 0;  // visible to workers (== version unless a checkpoint is pending)
   std::vector<float> theta, momentum, acc;
-  double weight_sum = 0, weight_ref = 0;
+  double weight_sum = 0, weight_ref = 0;  // merged pushes' weights, relative to the first's
+  double dropped_weight = 0;              // test_drop_pushes: pushes acked but not merged
+  uint32_t merged = 0;                    // pushes merged into acc this round
   OpenRound round;
   struct Contribution {
     std::string rid;
@@ -97,8 +99,11 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   auto plan = Plan::Create(*manifest, o.num_fragments, o.num_shards);
   if (!plan.ok()) return plan.status();
   if (o.apply_threads < 0) return absl::InvalidArgumentError("apply threads must be >= 0");
+  if (!(o.test_drop_pushes >= 0 && o.test_drop_pushes < 1))
+    return absl::InvalidArgumentError("the fraction of pushes to drop must be in [0, 1)");
   std::unique_ptr<Shard> s(new Shard(o, clock, std::move(*plan)));
   s->apply_ = std::make_unique<ApplyPool>(o.apply_threads);
+  s->drop_rng_.seed(0x5EED0000u + o.shard);
   s->model_fingerprint_ = manifest->fingerprint();
   std::random_device rd;
   s->incarnation_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
@@ -459,31 +464,39 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   expected = Ema(expected, PushWeight(opt_.weights, h.tokens(), h.steps(), 0, 0));
   if (f.weight_ref == 0) f.weight_ref = wgt;
   const float rel = static_cast<float>(wgt / f.weight_ref);
-  float* target = f.acc.data();         // weighted mean: accumulate in place
-  if (opt_.merge == MergeRule::kRda) {  // RDA: keep this push's delta whole
+  const bool drop = opt_.test_drop_pushes > 0 &&
+                    std::uniform_real_distribution<double>(0, 1)(drop_rng_) < opt_.test_drop_pushes;
+  float* target = f.acc.data();                  // weighted mean: accumulate in place
+  if (opt_.merge == MergeRule::kRda && !drop) {  // RDA: keep this push's delta whole
     f.rda_deltas.emplace_back(f.spec->numel, 0.0f);
     f.rda_weights.push_back(rel);
     target = f.rda_deltas.back().data();
   }
   const float scale = opt_.merge == MergeRule::kRda ? 1.0f : rel;
-  // The round's first push (weight 1 relative to itself) overwrites: no zeroing pass needed.
-  const bool overwrite = opt_.merge == MergeRule::kRda || f.round.pushes == 0;
+  // The round's first merged push overwrites: no zeroing pass needed.
+  const bool overwrite = opt_.merge == MergeRule::kRda || f.merged == 0;
   // Decode and merge on the fragment's apply thread; the payload frames move there, uncopied.
   auto msg = std::make_shared<wire::Message>(std::move(m));
   FragmentState* fs = &f;
-  apply_->Submit(f.spec->id, [msg, fs, target, codec, scale, overwrite] {
-    const absl::Time t0 = absl::Now();
-    const uint64_t chunk = wire::ChunkElements(codec.block);
-    for (size_t i = 0; i < msg->num_payloads(); ++i) {
-      const uint64_t n = std::min<uint64_t>(chunk, fs->spec->numel - i * chunk);
-      std::span<float> dst(target + i * chunk, n);
-      auto st = overwrite ? kernels::Decode(codec, msg->payload(i), dst)
-                          : kernels::DecodeAccumulate(codec, msg->payload(i), scale, dst);
-      if (!st.ok()) fs->apply_errors.fetch_add(1);  // unreachable after CheckEncodedPayload
-    }
-    fs->last_apply_ns.store(absl::ToInt64Nanoseconds(absl::Now() - t0));
-  });
-  f.weight_sum += rel;
+  if (drop) {
+    ++counters_.pushes_dropped;
+    f.dropped_weight += rel;
+  } else {
+    apply_->Submit(f.spec->id, [msg, fs, target, codec, scale, overwrite] {
+      const absl::Time t0 = absl::Now();
+      const uint64_t chunk = wire::ChunkElements(codec.block);
+      for (size_t i = 0; i < msg->num_payloads(); ++i) {
+        const uint64_t n = std::min<uint64_t>(chunk, fs->spec->numel - i * chunk);
+        std::span<float> dst(target + i * chunk, n);
+        auto st = overwrite ? kernels::Decode(codec, msg->payload(i), dst)
+                            : kernels::DecodeAccumulate(codec, msg->payload(i), scale, dst);
+        if (!st.ok()) fs->apply_errors.fetch_add(1);  // unreachable after CheckEncodedPayload
+      }
+      fs->last_apply_ns.store(absl::ToInt64Nanoseconds(absl::Now() - t0));
+    });
+    ++f.merged;
+    f.weight_sum += rel;
+  }
   const absl::Time now = clock_->Now();
   if (f.round.pushes == 0) f.round.opened = now;
   ++f.round.pushes;
@@ -603,12 +616,12 @@ void Shard::CloseRound(FragmentState& f) {
   apply_->Wait(f.spec->id);  // every push of the round is merged
   counters_.last_apply_ms = f.last_apply_ns.load() / 1e6;
   counters_.apply_errors += f.apply_errors.exchange(0);
-  // The round's weight over what a full round would weigh (1 when nobody live is missing).
-  double share = 1.0;
-  if (!f.dn && opt_.norm == RoundNorm::kExpected && f.weight_ref > 0) {
-    const double missing = ExpectedMissingWeight(f) / f.weight_ref;
-    share = f.weight_sum / (f.weight_sum + missing);
-  }
+  // The merged weight over what a full round would weigh: a dropped push, and with kExpected
+  // a live worker missing from the round, count as zero deltas.
+  double total = f.weight_sum + f.dropped_weight;
+  if (!f.dn && opt_.norm == RoundNorm::kExpected && f.weight_ref > 0)
+    total += ExpectedMissingWeight(f) / f.weight_ref;
+  const double share = f.merged > 0 ? f.weight_sum / total : 0;
   counters_.round_share = counters_.rounds == 0 ? share : Ema(counters_.round_share, share, 0.05);
   if (opt_.merge == MergeRule::kRda) {
     std::vector<std::span<const float>> deltas(f.rda_deltas.begin(), f.rda_deltas.end());
@@ -618,10 +631,13 @@ void Shard::CloseRound(FragmentState& f) {
     f.rda_weights.clear();
     if (share != 1.0)
       for (float& a : f.acc) a *= static_cast<float>(share);
-  } else if (const double inv = share / f.weight_sum; inv != 1.0) {  // a lone, full push: 1
+  } else if (const double inv = f.merged > 0 ? share / f.weight_sum : 1.0; inv != 1.0) {
     for (float& a : f.acc) a *= static_cast<float>(inv);
   }
-  if (f.dn) {
+  if (f.merged == 0) {
+    // Every push of the round was dropped: nothing to step on; the version still moves so that
+    // the contributors' pushes are answered.
+  } else if (f.dn) {
     (void)f.dn->Arrive(f.theta, f.momentum, f.acc);  // sizes match by construction
   } else {
     kernels::NesterovStep(opt_.outer, f.theta, f.momentum, f.acc);
@@ -635,7 +651,8 @@ void Shard::CloseRound(FragmentState& f) {
   }
   f.contributors.clear();
   f.round = OpenRound{};
-  f.weight_sum = f.weight_ref = 0;
+  f.weight_sum = f.weight_ref = f.dropped_weight = 0;
+  f.merged = 0;
   dirty_ = true;
 }
 
@@ -774,8 +791,9 @@ std::string Shard::StatsJson() const {
       ",\"versions\":{", versions, "},\"pushes\":{\"queued\":", c.pushes_queued,
       ",\"duplicate\":", c.pushes_duplicate, ",\"stale\":", c.pushes_stale,
       ",\"refused\":", c.pushes_refused, ",\"no_credit\":", c.pushes_no_credit,
-      "},\"max_held_bytes\":", c.max_held_bytes, ",\"trains_cut\":", trains_.trains_cut(),
-      ",\"partial_trains\":", trains_.partial_trains(), ",\"bad_messages\":", c.messages_bad,
+      ",\"dropped\":", c.pushes_dropped, "},\"max_held_bytes\":", c.max_held_bytes,
+      ",\"trains_cut\":", trains_.trains_cut(), ",\"partial_trains\":", trains_.partial_trains(),
+      ",\"bad_messages\":", c.messages_bad,
       ",\"round_share\":", absl::StrFormat("%.4f", c.round_share), ",\"bytes_in\":", c.bytes_in,
       ",\"bytes_out\":", c.bytes_out, ",\"checkpoints\":", c.checkpoints,
       ",\"checkpoint_failures\":", c.checkpoint_failures, ",\"workers\":", workers_.size(), "}");

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -60,6 +61,9 @@ struct ShardOptions {
   int dn_period = 4;  // Delayed Nesterov: N arrivals per momentum update
   MergeRule merge = MergeRule::kWeightedMean;
   RoundNorm norm = RoundNorm::kExpected;
+  // Test flag (the convergence study): this fraction of pushes, drawn at random (seeded by the
+  // shard index), is acked Applied but never merged, as if lost on the way: a zero delta.
+  double test_drop_pushes = 0;
   int apply_threads = 0;  // decode/merge threads pinned by fragment; 0 = on the caller's thread
   uint64_t max_staleness = 16;
   // Flow control: the most push payload bytes one worker may have held in this shard's open
@@ -88,6 +92,7 @@ struct ShardCounters {
   uint64_t rounds = 0;
   uint64_t pushes_queued = 0, pushes_duplicate = 0, pushes_stale = 0, pushes_refused = 0;
   uint64_t pushes_no_credit = 0;  // refused as over the worker's credit (NoCredit)
+  uint64_t pushes_dropped = 0;    // ShardOptions::test_drop_pushes only
   uint64_t max_held_bytes = 0;    // the most push bytes one worker ever had held at once
   uint64_t messages_bad = 0;
   uint64_t bytes_in = 0, bytes_out = 0;
@@ -195,6 +200,7 @@ class Shard {
   bool dirty_ = false;
   RoundTimings timings_;
   ShardCounters counters_;
+  std::mt19937_64 drop_rng_;  // test_drop_pushes
 };
 
 }  // namespace diloco::server

@@ -575,6 +575,7 @@ void SyncClient::Impl::AskJoin(ShardLink& l, uint32_t fragment) {
 
 void SyncClient::Impl::EncodePush(PushJob& job) {
   FragmentSync& f = frags[job.fragment];
+  if (!opt.error_feedback) std::fill(f.error.begin(), f.error.end(), 0.0f);  // e = delta only
   const uint64_t chunk = wire::ChunkElements(opt.codec.block);
   size_t total = 0;
   for (uint64_t off = 0; off < f.spec->numel; off += chunk)

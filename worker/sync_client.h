@@ -51,6 +51,9 @@ struct SyncOptions {
   // results adopted (or lockstep_timeout passed), so a run is a fixed sequence of steps and
   // rounds whatever the timing (tests; with quorum = all workers, synchronous DiLoCo).
   bool lockstep = false;
+  // Error feedback: a push's quantisation error goes into the next push. Off only to measure
+  // what it is worth (the convergence study).
+  bool error_feedback = true;
   absl::Duration lockstep_timeout = absl::Seconds(60);
   bool dylu = false;   // Dynamic Local Updates: H_w = H * v_w / v_fleet_max
   bool stream = true;  // stagger fragments' pushes over the H steps

@@ -48,6 +48,11 @@ ABSL_FLAG(bool, lockstep, false,
           "deterministic mode: after a push, wait for its answer and adopt it before the next "
           "step (a fixed sequence of steps and rounds; with the shards' --quorum = workers, "
           "synchronous DiLoCo)");
+ABSL_FLAG(bool, error_feedback, true,
+          "keep each push's quantisation error and add it to the next push (false: study only)");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "every N inner steps, write an \"eval\" event with the held-out loss of the local model "
+          "and of the last adopted global one (0: only at the end)");
 ABSL_FLAG(int64_t, steps, 0, "inner steps to run (0: until --duration or a signal)");
 ABSL_FLAG(absl::Duration, duration, absl::InfiniteDuration(), "stop after this long");
 ABSL_FLAG(int, batch, 8, "sequences per inner step");
@@ -189,8 +194,8 @@ absl::StatusOr<std::unique_ptr<diloco::Trainer>> MakeTrainer(
 #if defined(DILOCO_MODEL_HAVE_CUDA)
   const int found = diloco::model::CudaDeviceCount();
   if (found < to.gpus)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device=cuda --gpus=", to.gpus, ": ", found, " CUDA GPUs usable on this machine"));
+    return absl::FailedPreconditionError(absl::StrCat("--device=cuda --gpus=", to.gpus, ": ", found,
+                                                      " CUDA GPUs usable on this machine"));
   auto t = diloco::model::MakeCudaTrainer(to);
   if (!t.ok()) return t.status();
   return std::unique_ptr<diloco::Trainer>(*std::move(t));
@@ -253,13 +258,14 @@ int main(int argc, char** argv) {
     so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
     const std::string adopt = absl::GetFlag(FLAGS_adopt);
     if (adopt != "keep" && adopt != "lerp")
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--adopt=", adopt, ": expected keep or lerp")));
-    so.adopt = adopt == "keep" ? worker::SyncOptions::Adopt::kKeep
-                               : worker::SyncOptions::Adopt::kLerp;
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat("--adopt=", adopt, ": expected keep or lerp")));
+    so.adopt =
+        adopt == "keep" ? worker::SyncOptions::Adopt::kKeep : worker::SyncOptions::Adopt::kLerp;
     if (so.adopt == worker::SyncOptions::Adopt::kKeep && so.adopt_alpha != 0.0f)
       return Fail(absl::InvalidArgumentError("--adopt_alpha applies to --adopt=lerp only"));
     so.lockstep = absl::GetFlag(FLAGS_lockstep);
+    so.error_feedback = absl::GetFlag(FLAGS_error_feedback);
     so.heartbeat = absl::GetFlag(FLAGS_heartbeat);
     so.shard_timeout = absl::GetFlag(FLAGS_shard_timeout);
     so.control_channel = absl::GetFlag(FLAGS_control_channel);
@@ -311,6 +317,7 @@ int main(int argc, char** argv) {
       static_cast<long long>(heldout_tokens), floor_str.c_str());
 
   const int64_t max_steps = absl::GetFlag(FLAGS_steps);
+  const int64_t eval_every = absl::GetFlag(FLAGS_eval_every);
   const absl::Time start = absl::Now();
   const absl::Time end = start + absl::GetFlag(FLAGS_duration);
   const absl::Duration delay = absl::GetFlag(FLAGS_step_delay);
@@ -339,6 +346,15 @@ int main(int argc, char** argv) {
         ev.Add("params_checksum", ParamsChecksum(tr.params()));
         log->Write(ev);
       }
+    }
+    if (eval_every > 0 && (step + 1) % eval_every == 0) {  // curves of the convergence study
+      JsonObject ev;
+      ev.Add("event", "eval").Add("worker", uint64_t{wid}).Add("step", step + 1);
+      ev.Add("tokens", tokens).Add("elapsed_s", absl::ToDoubleSeconds(absl::Now() - start));
+      ev.Add("loss_local", static_cast<double>(tr.EvalLoss()));
+      if (sync && sync->joined())
+        ev.Add("loss_global", static_cast<double>(EvalOnTrainer(tr, sync->global_params())));
+      log->Write(ev);
     }
     const absl::Time now = absl::Now();
     if (now >= next_progress) {

@@ -117,7 +117,7 @@ TEST(Markov, ShardsAreNonIidAndHeldoutIsUniform) {
   o.components = 4;
   auto m = MarkovMixture::Create(o);
   ASSERT_TRUE(m.ok());
-  auto w = m->ShardWeights(5, 0.8);
+  auto w = m->ShardWeights(5, 8, 0.8);
   EXPECT_DOUBLE_EQ(w[1], 0.8);
   EXPECT_NEAR(w[0] + w[2] + w[3], 0.2, 1e-12);
   MarkovStream s = m->Generate(w, 1 << 20, 3);
@@ -128,6 +128,27 @@ TEST(Markov, ShardsAreNonIidAndHeldoutIsUniform) {
   EXPECT_NEAR(m->MixtureEntropyRate(u),
               (m->EntropyRate(0) + m->EntropyRate(1) + m->EntropyRate(2) + m->EntropyRate(3)) / 4,
               1e-12);
+}
+
+// Fewer workers than chains: every chain is some worker's own, none is left to the 20% tail
+// (3 workers of 4 chains once left chain 3 almost untrained, and it was a quarter of the
+// held-out set).
+TEST(Markov, EveryChainIsOwnedByAWorker) {
+  MarkovMixtureOptions o;
+  o.components = 4;
+  auto m = MarkovMixture::Create(o);
+  ASSERT_TRUE(m.ok());
+  std::vector<double> total(4, 0.0);
+  for (int w = 0; w < 3; ++w) {
+    auto s = m->ShardWeights(w, 3, 0.8);
+    EXPECT_NEAR(s[0] + s[1] + s[2] + s[3], 1.0, 1e-12);
+    for (int k = 0; k < 4; ++k) total[k] += s[k];
+  }
+  auto w0 = m->ShardWeights(0, 3, 0.8);
+  EXPECT_DOUBLE_EQ(w0[0], 0.4);  // worker 0 owns chains 0 and 3
+  EXPECT_DOUBLE_EQ(w0[3], 0.4);
+  EXPECT_DOUBLE_EQ(w0[1], 0.1);
+  for (int k = 0; k < 4; ++k) EXPECT_GE(total[k], 0.5) << "chain " << k << " is nobody's";
 }
 
 TEST(Markov, DeterministicInSeeds) {

@@ -159,6 +159,31 @@ TEST(ShardRoundNormTest, ADeadWorkerIsNotExpected) {
               0.3546, 1e-6);
 }
 
+// The study's test flag: a dropped push is answered Applied like any other, but its round
+// leaves theta as it was; about the asked fraction is dropped.
+TEST(ShardDropTest, DroppedPushesAreAnsweredButNeverMerged) {
+  auto o = TinyOptions();
+  o.test_drop_pushes = 0.5;
+  ShardHarness h(o);
+  const uint64_t n = h.fragment(0).numel;
+  h.Hello("a", 1);
+  h.Init("a", 1, 0, Filled(n, 1.0f));
+  int unchanged = 0;
+  for (uint64_t seq = 1; seq <= 40; ++seq) {
+    const float before = h.shard().params(0)[0];
+    h.Push("a", 1, 0, seq, seq, Filled(n, 0.01f));
+    auto out = h.Tick();  // the only live worker pushed: closes at once
+    const Outgoing* u = Only(out, MsgType::FragmentUpdate);
+    ASSERT_NE(u, nullptr);
+    EXPECT_EQ(u->header.ack, AckStatus::Applied);
+    EXPECT_EQ(u->header.version, seq + 1);
+    unchanged += h.shard().params(0)[0] == before;
+  }
+  EXPECT_EQ(static_cast<uint64_t>(unchanged), h.shard().counters().pushes_dropped);
+  EXPECT_GE(unchanged, 10);
+  EXPECT_LE(unchanged, 30);
+}
+
 TEST_F(ShardTest, DuplicatePushIsAckedNotAppliedTwice) {
   SetUpShard(TinyOptions());
   h_->Hello("b", 2);

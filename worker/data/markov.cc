@@ -92,11 +92,20 @@ double MarkovMixture::MixtureEntropyRate(std::span<const double> w) const {
   return r;
 }
 
-std::vector<double> MarkovMixture::ShardWeights(int worker, double own_fraction) const {
+std::vector<double> MarkovMixture::ShardWeights(int worker, int num_workers,
+                                                double own_fraction) const {
   const int K = components();
   if (K == 1) return {1.0};
-  std::vector<double> w(K, (1.0 - own_fraction) / (K - 1));
-  w[worker % K] = own_fraction;
+  std::vector<bool> own(K, false);
+  if (num_workers < K) {
+    for (int k = 0; k < K; ++k) own[k] = k % num_workers == worker % num_workers;
+  } else {
+    own[worker % K] = true;
+  }
+  const int owned = static_cast<int>(std::count(own.begin(), own.end(), true));
+  std::vector<double> w(K);
+  for (int k = 0; k < K; ++k)
+    w[k] = own[k] ? own_fraction / owned : (1.0 - own_fraction) / (K - owned);
   return w;
 }
 

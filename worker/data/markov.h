@@ -55,9 +55,12 @@ class MarkovMixture {
   // sum_k w_k h_k.
   double MixtureEntropyRate(std::span<const double> weights) const;
 
-  // Worker `worker` of `num_workers` (non-IID): own_fraction of the weight on component
-  // worker % K, the rest spread evenly over the other components. K = 1: all on the one chain.
-  std::vector<double> ShardWeights(int worker, double own_fraction) const;
+  // Worker `worker` of `num_workers` (non-IID): own_fraction of the weight spread evenly over
+  // the components it owns, the rest evenly over the others. Ownership covers every component:
+  // with fewer workers than components, worker w owns every k with k % num_workers == w (3
+  // workers, 4 chains: worker 0 owns chains 0 and 3), else component w % K. So a fleet's data
+  // always covers the whole distribution it is evaluated on. K = 1: all on the one chain.
+  std::vector<double> ShardWeights(int worker, int num_workers, double own_fraction) const;
   // The held-out mixture: every component equally.
   std::vector<double> UniformWeights() const;
 

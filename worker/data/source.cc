@@ -31,7 +31,7 @@ absl::StatusOr<DataStreams> LoadData(const DataOptions& o, int vocab) {
     if (!m.ok()) return m.status();
     // One worker alone sees every component equally; several split them non-IID.
     const std::vector<double> w =
-        o.num_workers == 1 ? m->UniformWeights() : m->ShardWeights(o.worker_index, o.own_fraction);
+        o.num_workers == 1 ? m->UniformWeights() : m->ShardWeights(o.worker_index, o.num_workers, o.own_fraction);
     const std::vector<double> u = m->UniformWeights();
     const uint64_t base = mo.seed * 1000003ull;
     d.train = m->Generate(w, o.train_tokens, base + 1 + o.worker_index).tokens;
