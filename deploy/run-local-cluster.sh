@@ -3,27 +3,36 @@
 # 2 server shards and 3 workers training the built-in default model (the "tiny" GPT on synthetic
 # Markov text with a known entropy) on CPU for about a minute. Progress lines show worker loss,
 # pushes and adopted versions, and each shard's rounds and fragment versions. Stops cleanly
-# (SIGTERM -> final checkpoints) and exports the global model to safetensors.
+# (SIGTERM -> final checkpoints), exports the global model to safetensors and prints its
+# held-out loss (the workers' held-out set, every chain of the mixture equally) with the entropy
+# floor. Settings: deploy/flags/local-{worker,server}.flags, the ones the convergence study
+# measures (benchmarks/quality/run.sh, group g); each worker's data is a non-IID share of the
+# mixture (80% from the chains it owns), and every chain is some worker's own.
 #
-# Usage: deploy/run-local-cluster.sh [--duration=60s] [--workers=3] [--shards=2] [--codec=int8:256]
-#                                    [--model=tiny] [--lr=3e-3] [--inner_steps=30] [--device=cpu]
-# --device=cuda trains every worker on this machine's GPU (they share it).
+# Usage: deploy/run-local-cluster.sh [--duration=60s] [--workers=3] [--shards=2] [--codec=C]
+#                                    [--model=M] [--lr=LR] [--inner_steps=H] [--device=cpu]
+# Flags left out take the flag files' values. --device=cuda trains every worker on this
+# machine's GPU (they share it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-duration=60s workers=3 shards=2 codec=int8:256 model=tiny fragments=4 inner=30 lr=3e-3 device=cpu
+duration=60s workers=3 shards=2 device=cpu
+worker_extra=() model_flag=()
 for a in "$@"; do
   case $a in
     --duration=*) duration=${a#*=} ;;
     --workers=*) workers=${a#*=} ;;
     --shards=*) shards=${a#*=} ;;
-    --codec=*) codec=${a#*=} ;;
-    --model=*) model=${a#*=} ;;
-    --lr=*) lr=${a#*=} ;;
-    --inner_steps=*) inner=${a#*=} ;;
+    --codec=* | --lr=* | --inner_steps=*) worker_extra+=("$a") ;;
+    --model=*) model_flag=("$a") ;;
     --device=*) device=${a#*=} ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
   esac
 done
+worker_flags=$root/deploy/flags/local-worker.flags
+server_flags=$root/deploy/flags/local-server.flags
+model=$(sed -n 's/^--model=//p' "$worker_flags")
+[[ ${#model_flag[@]} -eq 0 ]] || model=${model_flag[0]#*=}
+fragments=$(sed -n 's/^--fragments=//p' "$worker_flags")
 
 "$root/deploy/install-deps.sh"
 build=${BUILD_DIR:-$root/build/release}
@@ -37,9 +46,9 @@ cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done;
 trap cleanup EXIT
 
 for ((s = 0; s < shards; s++)); do
-  "$build/server/diloco-server" --bind='tcp://127.0.0.1:*' --port_file="$run/shard$s.endpoint" \
-    --shard=$s --shards=$shards --fragments=$fragments --model=$model --store="$run/store$s" \
-    --progress_interval=5s --metrics_jsonl="$run/shard$s.jsonl" &
+  "$build/server/diloco-server" --flagfile="$server_flags" --model="$model" \
+    --bind='tcp://127.0.0.1:*' --port_file="$run/shard$s.endpoint" --shard=$s --shards=$shards \
+    --store="$run/store$s" --progress_interval=5s --metrics_jsonl="$run/shard$s.jsonl" &
   pids+=($!)
 done
 servers=""
@@ -51,10 +60,9 @@ echo "== shards: $servers"
 
 wpids=()
 for ((w = 0; w < workers; w++)); do
-  "$build/worker/diloco-worker" --servers="$servers" --worker_id=$w --num_workers=$workers \
-    --fragments=$fragments --model=$model --codec=$codec --inner_steps=$inner \
-    --lr=$lr --duration=$duration --threads=1 --device="$device" --progress_interval=5s \
-    --metrics_jsonl="$run/worker$w.jsonl" &
+  "$build/worker/diloco-worker" --flagfile="$worker_flags" --model="$model" "${worker_extra[@]}" \
+    --servers="$servers" --worker_id=$w --num_workers=$workers --duration=$duration \
+    --device="$device" --progress_interval=5s --metrics_jsonl="$run/worker$w.jsonl" &
   wpids+=($!)
   pids+=($!)
 done
@@ -67,7 +75,11 @@ trap - EXIT
 echo "== shard stores after shutdown"
 for ((s = 0; s < shards; s++)); do "$build/ctl/diloco-ctl" show --store="$run/store$s"; done
 stores=$(for ((s = 0; s < shards; s++)); do printf '%s ' "$run/store$s"; done)
-"$build/ctl/diloco-ctl" export --model=$model --fragments=$fragments --shards=$shards \
+"$build/ctl/diloco-ctl" export --model="$model" --fragments=$fragments --shards=$shards \
   --out="$run/global.safetensors" $stores
 echo "== global model exported to $run/global.safetensors"
+echo "== the global model's held-out loss (what a user gets; diloco-ctl eval --data=synthetic)"
+# shellcheck disable=SC2086
+"$build/ctl/diloco-ctl" eval --model="$model" --params="$run/global.safetensors" \
+  --data=synthetic --eval_batches=64
 exit $status

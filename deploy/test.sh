@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (CUDA paths too when nvcc is present), and runs
-# the whole test suite; then fuzzes the message decoder for 60 s (clang, libFuzzer + ASan +
+# the whole test suite and the convergence study's quick mode; then fuzzes the message decoder for 60 s (clang, libFuzzer + ASan +
 # UBSan) and runs the unit tests built with AddressSanitizer + UndefinedBehaviorSanitizer.
 # GPU tests skip where there is no GPU. CI runs exactly this.
 #
@@ -23,6 +23,10 @@ build=${BUILD_DIR:-$root/build/test}
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR=ON
 ninja -C "$build" -j"$jobs"
 ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600
+
+# Training quality: the convergence study's quick mode (< 10 min on 2 cores) fails the run when
+# the fleet's exported model misses its bounds against synchronous DiLoCo and a lone worker.
+"$root/benchmarks/quality/run.sh" --mode=quick --build="$build" --out="$build/quality"
 
 if ((sanitize)); then
   FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-$root/build/fuzz} "$root/tests/fuzz/run_fuzz.sh" "$fuzz_seconds"

@@ -139,6 +139,9 @@ struct SyncClient::Impl {
 
   // I/O thread only.
   std::vector<bool> joined_io;  // a FragmentUpdate for it has arrived
+  // A Duplicate answer: the push was applied before its Applied update got lost, so the update
+  // the pull brings is that push's answer (it holds the push's delta; kKeep takes it out).
+  std::vector<bool> answer_by_pull;
   std::vector<absl::Time> join_asked;
   std::vector<absl::Duration> join_interval;  // doubles with each re-ask (retry_max)
 
@@ -214,6 +217,7 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
   impl->frags.resize(o.num_fragments);
   impl->stats.versions.assign(o.num_fragments, 0);
   impl->joined_io.assign(o.num_fragments, false);
+  impl->answer_by_pull.assign(o.num_fragments, false);
   impl->join_asked.assign(o.num_fragments, absl::InfinitePast());
   impl->join_interval.assign(o.num_fragments, o.join_retry);
   for (uint32_t i = 0; i < o.num_fragments; ++i) {
@@ -752,7 +756,11 @@ void SyncClient::Impl::OnPushAck(ShardLink& l, const wire::Header& h) {
                job.base_version, h.version(), ""});
       }
       Finish(l, it, /*applied=*/!stale);  // a duplicate was applied before its ack got lost
-      Deliver({Arrival::kDone, h.fragment_id(), 0, true, std::nullopt});
+      if (stale) {
+        Deliver({Arrival::kDone, h.fragment_id(), 0, true, std::nullopt});
+      } else {
+        answer_by_pull[h.fragment_id()] = true;  // outstanding until the pulled update comes
+      }
       SendPull(l, h.fragment_id());
       return;
     }
@@ -844,7 +852,8 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control
       }
       joined_io[h.fragment_id()] = true;
       l.shard_version[h.fragment_id()] = h.version();
-      bool answers = false;
+      bool answers = answer_by_pull[h.fragment_id()];
+      answer_by_pull[h.fragment_id()] = false;
       if (h.ack() == AckStatus::Applied && h.worker_id() == opt.worker_id &&
           h.generation() == opt.generation) {
         if (auto it = l.unacked.find({h.fragment_id(), h.seq()}); it != l.unacked.end()) {

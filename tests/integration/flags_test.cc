@@ -106,5 +106,26 @@ TEST(FlagsTest, DeployFlagFilesAreAccepted) {
   EXPECT_EQ(shard.Wait(absl::Seconds(20)), std::optional<int>(0));
 }
 
+// The main job's flag files (deploy/run-local-cluster.sh and the convergence study read them):
+// a shard starts with one, and a worker with the other takes a synced step against it.
+TEST(FlagsTest, MainJobFlagFilesAreAccepted) {
+  const auto dir = TestDir();
+  const std::string flags = std::string(DILOCO_SOURCE_DIR) + "/deploy/flags/";
+  Process shard(
+      {ServerBinary(), "--flagfile=" + flags + "local-server.flags", "--shard=0", "--shards=1",
+       "--bind=tcp://127.0.0.1:*", "--port_file=" + (dir / "port").string()},
+      (dir / "server.log").string());
+  const auto endpoint = WaitForLine(dir / "port", absl::Seconds(20));
+  ASSERT_TRUE(endpoint.has_value()) << "the shard did not start with local-server.flags";
+  const auto [status, log] =
+      RunToExit(WorkerBinary(),
+                {"--flagfile=" + flags + "local-worker.flags", "--servers=" + *endpoint,
+                 "--steps=2", "--join_timeout=20s", "--train_unjoined=false"},
+                dir / "worker.log");
+  EXPECT_EQ(status, 0) << log;
+  shard.Signal(SIGTERM);
+  EXPECT_EQ(shard.Wait(absl::Seconds(20)), std::optional<int>(0));
+}
+
 }  // namespace
 }  // namespace diloco::testing

@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# The convergence study: does the fleet train a better model than one worker alone, and as good
+# a one as synchronous DiLoCo? Every arm is a whole run on 127.0.0.1 (shards + workers, or one
+# worker without sync) of the tiny GPT on the built-in synthetic Markov mixture; every figure is
+# the held-out loss of the model a user gets at the end (the global model exported from the
+# shards' stores, or the lone worker's --save_model file), evaluated by `diloco-ctl eval
+# --data=synthetic` on the same 32,768 held-out tokens that cover every chain equally. Each arm
+# is a ratio to a baseline run in the same study (benchmarks/quality/summarize.py).
+#
+#   a  synchronous DiLoCo, 4 workers (quorum 4, lockstep) vs 1 worker with a 4x batch, equal tokens
+#   b  synchronous replicas 1 / 2 / 4 at equal steps per worker
+#   c  this system's asynchronous rounds (defaults) and naive per-push Nesterov vs synchronous;
+#      full mode also changes one rule at a time: rounds normalised by what arrived, adoption
+#      by replacement, adoption by lerp(0.5)
+#   d  push codecs fp32 / bf16 / int8 / int4, int4 without error feedback (synchronous, 4 workers)
+#   e  10 / 30 / 50% of pushes dropped, and a worker killed half-way (asynchronous, 4 workers)
+#   f  step cost 1x / 2x / 4x across workers, with and without DyLU, vs a homogeneous fleet
+#   g  the main job as shipped (deploy/run-local-cluster.sh's settings) vs one worker, equal wall time
+#
+# Usage: benchmarks/quality/run.sh [--mode=quick|full] [--groups=abcdefg] [--out=DIR]
+#                                  [--build=DIR] [--repeats=N] [--steps=N] [--inner_steps=H]
+#                                  [--outer_lr=LR] [--outer_momentum=MU]
+#   quick (about 6 min on 2 cores, run by deploy/test.sh): groups a, c and g once, 600 steps
+#         per worker at H = 25 (g: 40 s), then summarize.py checks its bounds and fails the run
+#         if one is not met.
+#   full  (about 45 min on 2 cores): every group at 1500 steps per worker and H = 50 (g: 60 s,
+#         three times).
+#   smoke (a minute): the quick groups at 60 steps, to check the script itself.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mode=full groups="" out="" build="$root/build/release" repeats="" steps_flag="" inner_flag=""
+outer_lr=0.7 outer_mu=0.9
+for a in "$@"; do
+  case $a in
+    --mode=*) mode=${a#*=} ;;
+    --groups=*) groups=${a#*=} ;;
+    --out=*) out=${a#*=} ;;
+    --build=*) build=${a#*=} ;;
+    --repeats=*) repeats=${a#*=} ;;
+    --steps=*) steps_flag=${a#*=} ;;
+    --inner_steps=*) inner_flag=${a#*=} ;;
+    --outer_lr=*) outer_lr=${a#*=} ;;
+    --outer_momentum=*) outer_mu=${a#*=} ;;
+    *) echo "unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+case $mode in
+  smoke) steps=60 every=20 main_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 ;;
+  quick) steps=600 every=50 main_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=25 ;;
+  full) steps=1500 every=100 main_secs=60 groups=${groups:-abcdefg} repeats=${repeats:-3} inner=50 ;;
+  *) echo "--mode must be smoke, quick or full" >&2; exit 2 ;;
+esac
+steps=${steps_flag:-$steps} inner=${inner_flag:-$inner}
+for b in server/diloco-server worker/diloco-worker ctl/diloco-ctl; do
+  [[ -x $build/$b ]] || { echo "missing $build/$b (build first, or pass --build=DIR)" >&2; exit 2; }
+done
+out=${out:-$(mktemp -d /tmp/diloco-quality.XXXXXX)}
+mkdir -p "$out/curves" "$out/logs"
+results=$out/results.tsv
+echo -e "arm\tgroup\tworkers\tsteps\ttokens\twall_s\tloss\teval_tokens\tfloor\tcurve_loss" \
+  >"$results"
+echo "== convergence study ($mode): $out"
+
+# The final figure is on 64 held-out batches (32,768 tokens, every chain equally); the curves
+# on 16 of them (8,192 tokens: the same windows' every fourth), which the final model is also
+# evaluated on, for the end-of-run rule. Every worker evaluates on the same schedule, so that
+# worker 0, whose curve is drawn, is not a straggler.
+model=tiny batch=8 seq=64 lr=3e-3 fragments=4 eval_batches=64 curve_batches=16
+common=(--model=$model --fragments=$fragments --lr=$lr --threads=1 --progress_interval=2s
+        --eval_every=$every --eval_batches=$curve_batches)
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+seconds() { awk "BEGIN { printf \"%.1f\", ($2 - $1) / 1e9 }"; }  # t0 t1 in ns
+
+# The held-out loss of a model (ctl eval's model arguments) on `batches` held-out batches.
+evaluate() {  # batches model-args...
+  local b=$1
+  shift
+  "$build/ctl/diloco-ctl" eval --model=$model --data=synthetic --eval_batches="$b" "$@"
+}
+
+# Appends one result line: the final model's loss on the study's tokens and on the curves'.
+record() {  # arm group workers steps tokens wall model-args...
+  local arm=$1 group=$2 n=$3 st=$4 tok=$5 wall=$6 out curve_out loss ntok floor closs
+  shift 6
+  out=$(evaluate $eval_batches "$@")
+  curve_out=$(evaluate $curve_batches "$@")
+  loss=$(sed -n 's/.*loss \([0-9.]*\) over.*/\1/p' <<<"$out" | head -1)
+  ntok=$(sed -n 's/.*over \([0-9]*\) tokens.*/\1/p' <<<"$out" | head -1)
+  floor=$(sed -n 's/.*floor \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
+  closs=$(sed -n 's/.*loss \([0-9.]*\) over.*/\1/p' <<<"$curve_out" | head -1)
+  [[ -n $loss && -n $closs ]] || { echo "arm $arm: no loss in: $out $curve_out" >&2; exit 1; }
+  echo -e "$arm\t$group\t$n\t$st\t$tok\t$wall\t$loss\t$ntok\t${floor:--}\t$closs" >>"$results"
+  printf '   %-14s loss %s over %s tokens (%s workers, %s tokens trained, %ss)\n' \
+    "$arm" "$loss" "$ntok" "$n" "$tok" "$wall"
+}
+
+# One worker without sync, `batch` sequences a step; its local model is the result.
+run_lone() {  # arm group batch [worker flags...]
+  local arm=$1 group=$2 b=$3 t0 t1
+  shift 3
+  t0=$(date +%s%N)
+  "$build/worker/diloco-worker" "${common[@]}" --batch="$b" --threads=2 \
+    --metrics_jsonl="$out/curves/$arm.w0.jsonl" --save_model="$out/logs/$arm.safetensors" \
+    "$@" 2>"$out/logs/$arm.w0.log"
+  t1=$(date +%s%N)
+  local tokens
+  tokens=$(python3 "$root/benchmarks/quality/summarize.py" --tokens --batch="$b" --seq=$seq \
+    "$out/curves/$arm.w0.jsonl")
+  record "$arm" "$group" 1 - "$tokens" "$(seconds "$t0" "$t1")" \
+    --params="$out/logs/$arm.safetensors"
+}
+
+# A fleet: `shards` shards with `server flags`, `workers` workers with `worker flags` (IID data:
+# each worker draws its own windows of the whole mixture). Per-worker extras from the
+# environment: DELAYS (a step delay per worker), KILL (index:seconds, SIGKILL then).
+run_fleet() {  # arm group workers shards "server flags" [worker flags...]
+  local arm=$1 group=$2 n=$3 s_count=$4 sflags=$5 t0 t1 s w
+  shift 5
+  local run=$out/logs/$arm
+  mkdir -p "$run"
+  local spids=() wpids=() servers="" stores=()
+  for ((s = 0; s < s_count; s++)); do
+    # shellcheck disable=SC2086
+    "$build/server/diloco-server" --bind='tcp://127.0.0.1:*' --port_file="$run/shard$s.endpoint" \
+      --shard=$s --shards=$s_count --fragments=$fragments --model=$model --store="$run/store$s" \
+      --progress_interval=1000s --outer_lr=$outer_lr --outer_momentum=$outer_mu $sflags \
+      2>"$run/shard$s.log" &
+    spids+=($!) pids+=($!)
+    stores+=("$run/store$s")
+  done
+  for ((s = 0; s < s_count; s++)); do
+    for _ in $(seq 100); do [[ -s $run/shard$s.endpoint ]] && break; sleep 0.1; done
+    servers+="${servers:+,}$(cat "$run/shard$s.endpoint")"
+  done
+  local delays=(${DELAYS:-})
+  t0=$(date +%s%N)
+  for ((w = 0; w < n; w++)); do
+    "$build/worker/diloco-worker" "${common[@]}" --servers="$servers" --worker_id=$w \
+      --num_workers=1 --seed=$((100 + 7 * w)) --batch=$batch --inner_steps=$inner \
+      --step_delay="${delays[$w]:-0ms}" --metrics_jsonl="$run/worker$w.jsonl" "$@" \
+      2>"$run/worker$w.log" &
+    wpids+=($!) pids+=($!)
+  done
+  if [[ -n ${KILL:-} ]]; then
+    sleep "${KILL#*:}"
+    kill -KILL "${wpids[${KILL%%:*}]}" 2>/dev/null || true
+  fi
+  for p in "${wpids[@]}"; do wait "$p" || true; done
+  t1=$(date +%s%N)
+  for p in "${spids[@]}"; do kill -TERM "$p"; done
+  for p in "${spids[@]}"; do wait "$p" || true; done
+  cp "$run/worker0.jsonl" "$out/curves/$arm.w0.jsonl"
+  local tokens
+  tokens=$(python3 "$root/benchmarks/quality/summarize.py" --tokens --batch=$batch --seq=$seq \
+    "$run"/worker*.jsonl)
+  record "$arm" "$group" "$n" "$steps" "$tokens" "$(seconds "$t0" "$t1")" \
+    --fragments=$fragments --shards=$s_count "${stores[@]}"
+}
+
+sync4=(--lockstep --steps=$steps)
+sync_srv="--quorum=4 --grace_cap=60s"
+
+if [[ $groups == *[acds]* ]]; then
+  echo "== a/c/d: synchronous DiLoCo, 4 workers, int8 pushes"
+  run_fleet a.sync4 a 4 2 "$sync_srv" "${sync4[@]}"
+fi
+if [[ $groups == *a* ]]; then
+  echo "== a: one worker, 4x batch, equal tokens"
+  run_lone a.lone4x a $((4 * batch)) --steps=$steps
+fi
+if [[ $groups == *b* ]]; then
+  echo "== b: synchronous replicas 1 and 2 (4: a.sync4)"
+  run_fleet b.sync1 b 1 2 "--quorum=1" "${sync4[@]}"
+  run_fleet b.sync2 b 2 2 "--quorum=2 --grace_cap=60s" "${sync4[@]}"
+fi
+if [[ $groups == *c* ]]; then
+  echo "== c: asynchronous rounds (defaults) and naive per-push Nesterov, 4 workers"
+  run_fleet c.async4 c 4 2 "" --steps=$steps
+  run_fleet c.naive4 c 4 2 "--grace_cap=0s --round_norm=arrived" --steps=$steps --adopt=lerp
+  if [[ $mode == full ]]; then  # one rule changed at a time from the defaults
+    run_fleet c.arrived4 c 4 2 "--round_norm=arrived" --steps=$steps
+    run_fleet c.replace4 c 4 2 "" --steps=$steps --adopt=lerp
+    run_fleet c.lerp4 c 4 2 "" --steps=$steps --adopt=lerp --adopt_alpha=0.5
+  fi
+fi
+if [[ $groups == *d* ]]; then
+  echo "== d: codecs (int8: a.sync4)"
+  for c in fp32 bf16 int4; do run_fleet "d.$c" d 4 2 "$sync_srv" "${sync4[@]}" --codec=$c; done
+  run_fleet d.int4-noef d 4 2 "$sync_srv" "${sync4[@]}" --codec=int4 --error_feedback=false
+fi
+if [[ $groups == *e* ]]; then
+  echo "== e: dropped pushes and a killed worker (asynchronous; baseline c.async4)"
+  [[ $groups == *c* ]] || run_fleet c.async4 c 4 2 "" --steps=$steps
+  for p in 10 30 50; do
+    run_fleet "e.drop$p" e 4 2 "--test_drop_pushes=0.$p" --steps=$steps
+  done
+  # Worker 3 dies about half-way: its remaining share of the tokens is never trained.
+  KILL="3:$((steps / 40))" run_fleet e.kill1 e 4 2 "" --steps=$steps
+fi
+if [[ $groups == *f* ]]; then
+  echo "== f: step cost 1x/2x/4x (delays) with and without DyLU vs homogeneous"
+  run_fleet f.homog f 4 2 "" --steps=$steps --step_delay=25ms
+  DELAYS="0ms 25ms 75ms 0ms" run_fleet f.hetero f 4 2 "" --steps=$steps
+  DELAYS="0ms 25ms 75ms 0ms" run_fleet f.hetero-dylu f 4 2 "" --steps=$steps --dylu
+fi
+if [[ $groups == *g* ]]; then
+  echo "== g: the main job as shipped vs one worker, ${main_secs}s of wall time each"
+  for ((r = 1; r <= repeats; r++)); do
+    # deploy/run-local-cluster.sh: 3 workers, 2 shards, its flag files, non-IID data shares.
+    run_fleet "g.main.$r" g 3 2 "--flagfile=$root/deploy/flags/local-server.flags" \
+      --flagfile="$root/deploy/flags/local-worker.flags" --num_workers=3 --duration=${main_secs}s
+    # One worker with the same flags on the whole machine (both cores), for as long.
+    run_lone "g.lone.$r" g $batch --flagfile="$root/deploy/flags/local-worker.flags" \
+      --threads=2 --duration=${main_secs}s
+  done
+fi
+trap - EXIT
+/usr/bin/python3 "$root/benchmarks/quality/summarize.py" --mode="$mode" "$out"
