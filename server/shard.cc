@@ -49,7 +49,6 @@ struct Shard::FragmentState {
   uint64_t published = 0;  // visible to workers (== version unless a checkpoint is pending)
   std::vector<float> theta, momentum, acc;
   double weight_sum = 0, weight_ref = 0;  // merged pushes' weights, relative to the first's
-  double dropped_weight = 0;              // test_drop_pushes: pushes acked but not merged
   uint32_t merged = 0;                    // pushes merged into acc this round
   OpenRound round;
   struct Contribution {
@@ -480,7 +479,6 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   FragmentState* fs = &f;
   if (drop) {
     ++counters_.pushes_dropped;
-    f.dropped_weight += rel;
   } else {
     apply_->Submit(f.spec->id, [msg, fs, target, codec, scale, overwrite] {
       const absl::Time t0 = absl::Now();
@@ -616,9 +614,10 @@ void Shard::CloseRound(FragmentState& f) {
   apply_->Wait(f.spec->id);  // every push of the round is merged
   counters_.last_apply_ms = f.last_apply_ns.load() / 1e6;
   counters_.apply_errors += f.apply_errors.exchange(0);
-  // The merged weight over what a full round would weigh: a dropped push, and with kExpected
-  // a live worker missing from the round, count as zero deltas.
-  double total = f.weight_sum + f.dropped_weight;
+  // The merged weight over what a full round would weigh: with kExpected a live worker missing
+  // from the round counts as a zero delta. A dropped push (test flag) counts as neither: the
+  // round is the mean of the pushes that survived, as in DiLoCo's dropped-gradient study.
+  double total = f.weight_sum;
   if (!f.dn && opt_.norm == RoundNorm::kExpected && f.weight_ref > 0)
     total += ExpectedMissingWeight(f) / f.weight_ref;
   const double share = f.merged > 0 ? f.weight_sum / total : 0;
@@ -651,7 +650,7 @@ void Shard::CloseRound(FragmentState& f) {
   }
   f.contributors.clear();
   f.round = OpenRound{};
-  f.weight_sum = f.weight_ref = f.dropped_weight = 0;
+  f.weight_sum = f.weight_ref = 0;
   f.merged = 0;
   dirty_ = true;
 }

@@ -62,7 +62,8 @@ struct ShardOptions {
   MergeRule merge = MergeRule::kWeightedMean;
   RoundNorm norm = RoundNorm::kExpected;
   // Test flag (the convergence study): this fraction of pushes, drawn at random (seeded by the
-  // shard index), is acked Applied but never merged, as if lost on the way: a zero delta.
+  // shard index), is acked Applied but never merged, as if lost on the way: its round is the
+  // mean of the others (a round of dropped pushes only leaves theta as it was).
   double test_drop_pushes = 0;
   int apply_threads = 0;  // decode/merge threads pinned by fragment; 0 = on the caller's thread
   uint64_t max_staleness = 16;

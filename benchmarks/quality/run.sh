@@ -14,7 +14,8 @@
 #      by replacement, adoption by lerp(0.5)
 #   d  push codecs fp32 / bf16 / int8 / int4, int4 without error feedback (synchronous, 4 workers)
 #   e  10 / 30 / 50% of pushes dropped, and a worker killed half-way (asynchronous, 4 workers)
-#   f  step cost 1x / 2x / 4x across workers, with and without DyLU, vs a homogeneous fleet
+#   f  step cost 1x / 2x / 4x across workers, with and without DyLU, vs a homogeneous fleet of
+#      about the same aggregate speed, for the same wall time
 #   g  the main job as shipped (deploy/run-local-cluster.sh's settings) vs one worker, equal wall time
 #
 # Usage: benchmarks/quality/run.sh [--mode=quick|full] [--groups=abcdefg] [--out=DIR]
@@ -45,9 +46,9 @@ for a in "$@"; do
   esac
 done
 case $mode in
-  smoke) steps=60 every=20 main_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 ;;
-  quick) steps=600 every=50 main_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=25 ;;
-  full) steps=1500 every=100 main_secs=60 groups=${groups:-abcdefg} repeats=${repeats:-3} inner=50 ;;
+  smoke) steps=60 every=20 main_secs=8 hetero_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 ;;
+  quick) steps=600 every=50 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=25 ;;
+  full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefg} repeats=${repeats:-3} inner=50 ;;
   *) echo "--mode must be smoke, quick or full" >&2; exit 2 ;;
 esac
 steps=${steps_flag:-$steps} inner=${inner_flag:-$inner}
@@ -202,10 +203,14 @@ if [[ $groups == *e* ]]; then
   KILL="3:$((steps / 40))" run_fleet e.kill1 e 4 2 "" --steps=$steps
 fi
 if [[ $groups == *f* ]]; then
-  echo "== f: step cost 1x/2x/4x (delays) with and without DyLU vs homogeneous"
-  run_fleet f.homog f 4 2 "" --steps=$steps --step_delay=25ms
-  DELAYS="0ms 25ms 75ms 0ms" run_fleet f.hetero f 4 2 "" --steps=$steps
-  DELAYS="0ms 25ms 75ms 0ms" run_fleet f.hetero-dylu f 4 2 "" --steps=$steps --dylu
+  # Every arm trains for the same wall time (a fleet's workers run side by side; with equal
+  # steps each, the fast ones would finish first and leave one slow replica training alone).
+  # Step delays 0/25/75/0 ms make steps of about 1x/2x/4x/1x; the homogeneous fleet's 12 ms on
+  # every worker gives about the same aggregate tokens (the table shows both).
+  echo "== f: step cost 1x/2x/4x (delays) with and without DyLU vs homogeneous, ${hetero_secs}s"
+  run_fleet f.homog f 4 2 "" --duration=${hetero_secs}s --step_delay=12ms
+  DELAYS="0ms 25ms 75ms 0ms" run_fleet f.hetero f 4 2 "" --duration=${hetero_secs}s
+  DELAYS="0ms 25ms 75ms 0ms" run_fleet f.hetero-dylu f 4 2 "" --duration=${hetero_secs}s --dylu
 fi
 if [[ $groups == *g* ]]; then
   echo "== g: the main job as shipped vs one worker, ${main_secs}s of wall time each"

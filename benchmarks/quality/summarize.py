@@ -104,6 +104,10 @@ def main():
                      f"{loss[arm]:.4f} | {base} | {ratio:.4f} | {tgt} | {note} |")
 
     for g, (base, arms) in GROUPS.items():
+        # A group run on its own (run.sh --groups=e) ran its own asynchronous baseline; a study
+        # merged from runs renames it e.async4 to keep it beside group c's.
+        if g == "e" and "e.async4" in loss:
+            base = "e.async4"
         if base not in loss:
             continue
         lines.append(f"| {g} | {base} | {rows[base]['workers']} | {rows[base]['tokens']} | "
@@ -155,6 +159,16 @@ def main():
     return 1 if a.mode == "quick" and missed else 0
 
 
+def group_arms(g, loss):
+    """The arms drawn in group g's panel: its baseline and the arms it is compared with."""
+    if g in GROUPS:
+        base, arms = GROUPS[g]
+        if g == "e" and "e.async4" in loss:
+            base = "e.async4"
+        return [a for a in [base] + [a for a, _, _ in arms] if a in loss]
+    return sorted(a for a in loss if a.startswith(g + "."))
+
+
 def plot(out, loss, rows):
     try:
         import matplotlib
@@ -164,24 +178,35 @@ def plot(out, loss, rows):
         print("(matplotlib not installed: no plots; apt-get install python3-matplotlib)")
         return
     groups = sorted({arm.split(".")[0] for arm in loss})
+    cols = min(4, len(groups))
+    nrows = (len(groups) + cols - 1) // cols
     for x_index, name, xlabel in ((1, "loss_vs_tokens.png", "tokens trained by the fleet"),
                                   (2, "loss_vs_time.png", "wall time, s")):
-        fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
-        for ax, g in zip(axes[0], groups):
-            for arm in sorted(a for a in loss if a.startswith(g + ".")):
+        fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.6 * nrows), squeeze=False)
+        for i, ax in enumerate(axes.flat):
+            if i >= len(groups):
+                ax.axis("off")
+                continue
+            g = groups[i]
+            top = 0
+            for arm in group_arms(g, loss):
                 pts = curve(out, arm)
                 if not pts:
                     continue
                 workers = int(rows[arm]["workers"])
                 xs = [p[x_index] * (workers if x_index == 1 else 1) for p in pts]
-                ax.plot(xs, [p[3] for p in pts], label=f"{arm} (export {loss[arm]:.3f})")
+                ys = [p[3] for p in pts]
+                ax.plot(xs, ys, label=f"{arm} (export {loss[arm]:.3f})")
+                if loss[arm] < 3:  # a diverged arm (naive per-push rounds) leaves the scale
+                    top = max(top, max(ys))
+            ax.set_ylim(1.0, min(top, 4.0) if top else 4.0)  # the floor is about 1.08
             ax.set_title(f"group {g}")
             ax.set_xlabel(xlabel)
             ax.set_ylabel("held-out loss, nats/token")
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(os.path.join(out, name), dpi=90)
+        fig.savefig(os.path.join(out, name), dpi=80)
         plt.close(fig)
 
 
