@@ -70,6 +70,17 @@ struct Shard::FragmentState {
   std::atomic<uint64_t> apply_errors{0};
 };
 
+// What one worker brings to the rounds of one fragment (RoundNorm::kExpected): the moving
+// average of its undiscounted push weight and of the rounds between its pushes. A worker that
+// pushes every fourth round (a slow one, without DyLU) is expected at a quarter of its weight in
+// each round, not at all of it in every round it misses.
+struct PushRate {
+  double weight = 0;          // EMA of the push weight, staleness not discounted
+  double rounds_between = 0;  // EMA of the versions between two of its pushes; 0 = unknown
+  uint64_t last_version = 0;  // the fragment's version at its last push; 0 = none yet
+  double PerRound() const { return weight / std::max(1.0, rounds_between); }
+};
+
 struct Shard::WorkerInfo {
   uint32_t id = 0;
   uint64_t generation = 0;
@@ -78,7 +89,7 @@ struct Shard::WorkerInfo {
   absl::Time last_seen;
   double step_time_us = 0;
   absl::flat_hash_map<uint32_t, uint64_t> applied_seq;  // fragment -> last applied seq
-  absl::flat_hash_map<uint32_t, double> push_weight;    // fragment -> EMA of its push weight
+  absl::flat_hash_map<uint32_t, PushRate> push_rate;    // fragment -> what it brings a round
 };
 
 Shard::Shard(const ShardOptions& o, const Clock* clock, Plan plan)
@@ -459,8 +470,12 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   double wgt = PushWeight(opt_.weights, h.tokens(), h.steps(), staleness, opt_.staleness_alpha);
   // What this worker brings to a round of this fragment, undiscounted: a round it misses
   // counts it as a zero delta of this weight (RoundNorm::kExpected).
-  double& expected = w.push_weight[f.spec->id];
-  expected = Ema(expected, PushWeight(opt_.weights, h.tokens(), h.steps(), 0, 0));
+  PushRate& rate = w.push_rate[f.spec->id];
+  rate.weight = Ema(rate.weight, PushWeight(opt_.weights, h.tokens(), h.steps(), 0, 0));
+  if (rate.last_version > 0 && f.version > rate.last_version)  // two pushes in a round: no gap
+    rate.rounds_between =
+        Ema(rate.rounds_between, static_cast<double>(f.version - rate.last_version));
+  rate.last_version = f.version;
   if (f.weight_ref == 0) f.weight_ref = wgt;
   const float rel = static_cast<float>(wgt / f.weight_ref);
   const bool drop = opt_.test_drop_pushes > 0 &&
@@ -569,11 +584,11 @@ double Shard::ExpectedMissingWeight(const FragmentState& f) const {
   double missing = 0;
   for (const auto& [id, w] : workers_) {
     if (now - w->last_seen > opt_.worker_timeout) continue;
-    auto it = w->push_weight.find(f.spec->id);
-    if (it == w->push_weight.end()) continue;  // never pushed this fragment: nothing expected
+    auto it = w->push_rate.find(f.spec->id);
+    if (it == w->push_rate.end()) continue;  // never pushed this fragment: nothing expected
     bool in = false;
     for (const auto& c : f.contributors) in |= c.worker == id;
-    if (!in) missing += it->second;
+    if (!in) missing += it->second.PerRound();
   }
   return missing;
 }

@@ -168,7 +168,8 @@ class Shard {
   absl::Status WriteCheckpoint(bool sync);
   void FillUpdate(const FragmentState& f, Outgoing* o) const;
   uint32_t LiveMissing(const FragmentState& f) const;
-  // kExpected: the moving-average push weights of the live workers missing from f's round.
+  // kExpected: what the live workers missing from f's round usually bring to one round (their
+  // moving-average push weight over the rounds between their pushes).
   double ExpectedMissingWeight(const FragmentState& f) const;
   // Payload bytes of `worker`'s pushes (this generation) waiting in open rounds.
   uint64_t HeldBytes(uint32_t worker, uint64_t generation) const;

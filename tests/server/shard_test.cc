@@ -159,6 +159,39 @@ TEST(ShardRoundNormTest, ADeadWorkerIsNotExpected) {
               0.3546, 1e-6);
 }
 
+// A worker that pushes every fourth round (a slow one, without DyLU) is expected at a quarter
+// of its weight in the rounds it misses, once its cadence is known: with outer lr 1 and no
+// momentum theta moves by exactly the round's normalised delta.
+TEST(ShardRoundNormTest, ASlowWorkerIsExpectedAtItsPushRate) {
+  auto o = TinyOptions();
+  o.outer.lr = 1.0f;
+  o.outer.mu = 0.0f;
+  o.worker_timeout = absl::Hours(1);  // the slow worker stays live between its pushes
+  ShardHarness h(o);
+  const uint64_t n = h.fragment(0).numel;
+  h.Hello("a", 1);
+  h.Hello("b", 2);
+  h.Init("a", 1, 0, Filled(n, 1.0f));
+  uint64_t seq_a = 0, seq_b = 0;
+  // One round of fragment 0; returns how far theta moved.
+  auto round = [&](bool with_b) {
+    const float before = h.shard().params(0)[0];
+    const uint64_t v = h.shard().published_version(0);
+    h.Push("a", 1, 0, ++seq_a, v, Filled(n, 0.2f));
+    if (with_b) h.Push("b", 2, 0, ++seq_b, v, Filled(n, 0.2f));
+    if (!with_b) h.clock().Advance(o.round.grace_cap);
+    h.Tick();
+    EXPECT_EQ(h.shard().published_version(0), v + 1);
+    return before - h.shard().params(0)[0];
+  };
+  EXPECT_NEAR(round(true), 0.2, 1e-6);   // version 1: both, a full round
+  EXPECT_NEAR(round(false), 0.1, 1e-6);  // b's cadence unknown: expected at its whole weight
+  EXPECT_NEAR(round(false), 0.1, 1e-6);
+  EXPECT_NEAR(round(false), 0.1, 1e-6);
+  EXPECT_NEAR(round(true), 0.2, 1e-6);          // version 5: b again, 4 rounds after its last
+  EXPECT_NEAR(round(false), 0.2 / 1.25, 1e-6);  // b expected at a quarter: 0.2 * 1 / (1 + 1/4)
+}
+
 // The study's test flag: a dropped push is answered Applied like any other, but its round
 // leaves theta as it was; about the asked fraction is dropped.
 TEST(ShardDropTest, DroppedPushesAreAnsweredButNeverMerged) {
