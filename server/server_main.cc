@@ -241,9 +241,13 @@ int main(int argc, char** argv) {
   while (!g_stop) {
     const absl::Duration wait = std::clamp((*shard)->NextDeadline() - absl::Now(),
                                            absl::ZeroDuration(), absl::Milliseconds(50));
-    zmq::pollitem_t item{static_cast<void*>(sock), 0, ZMQ_POLLIN, 0};
+    // The socket, and the checkpoint writer's signal that a write finished (its version may
+    // now be published).
+    zmq::pollitem_t items[2] = {{static_cast<void*>(sock), 0, ZMQ_POLLIN, 0},
+                                {nullptr, (*shard)->checkpoint_wake_fd(), ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(&item, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(wait)));
+      zmq::poll(items, items[1].fd >= 0 ? 2 : 1,
+                std::chrono::milliseconds(absl::ToInt64Milliseconds(wait)));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       return Fail(absl::InternalError(e.what()));

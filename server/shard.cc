@@ -47,6 +47,11 @@ struct Shard::FragmentState {
   const Fragment* spec = nullptr;
   uint64_t version = 0;    // applied
   uint64_t published = 0;  // visible to workers (== version unless a checkpoint is pending)
+  uint64_t durable = 0;    // the version the store's newest checkpoint holds
+  // Its theta and momentum are borrowed by the checkpoint in flight: read-only until the write
+  // is done (its next round closes after it; pushes keep merging into acc meanwhile).
+  bool writing = false;
+  std::vector<Outgoing> init_acks;  // Initialized answers held until theta(0) is durable
   std::vector<float> theta, momentum, acc;
   double weight_sum = 0, weight_ref = 0;  // merged pushes' weights, relative to the first's
   uint32_t merged = 0;                    // pushes merged into acc this round
@@ -137,6 +142,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     if (!store.ok()) return store.status();
     s->store_ = std::move(*store);
     if (auto st = s->Recover(); !st.ok()) return st;
+    s->writer_ = std::make_unique<CheckpointWriter>(s->store_.get(), o.checkpoint_thread,
+                                                    o.test_before_checkpoint_write);
   }
   return s;
 }
@@ -155,7 +162,7 @@ absl::Status Shard::Recover() {
     FragmentState& f = *it->second;
     f.theta = fs.params;
     f.momentum = fs.momentum;
-    f.version = f.published = fs.version;
+    f.version = f.published = f.durable = fs.version;
     if (f.version > 0) {
       auto bytes = std::make_shared<wire::Bytes>(f.theta.size() * sizeof(float));
       std::memcpy(bytes->data(), f.theta.data(), bytes->size());
@@ -371,6 +378,10 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
   if (f.version > 0) {
     ack.header.ack = AckStatus::AlreadyInitialized;
     ack.header.version = f.published;
+    if (f.published == 0) {  // theta(0) is being made durable: answered with the first
+      f.init_acks.push_back(std::move(ack));
+      return;
+    }
     out->push_back(std::move(ack));
     return;
   }
@@ -387,17 +398,18 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
   std::fill(f.momentum.begin(), f.momentum.end(), 0.0f);
   f.version = 1;
   dirty_ = true;
-  // theta(0) is durable before anyone can pull it, in every durability mode.
-  if (store_) {
-    if (auto s = WriteCheckpoint(true); !s.ok()) {
-      f.version = 0;
-      return Refuse(rid, WireError(ErrorCode::Unavailable, s.message()), &h, out);
-    }
-  }
-  Publish(f, out);
   ack.header.ack = AckStatus::Initialized;
-  ack.header.version = f.published;
-  out->push_back(std::move(ack));
+  if (!store_) {
+    Publish(f, out);
+    ack.header.version = f.published;
+    out->push_back(std::move(ack));
+    return;
+  }
+  // theta(0) is durable before anyone can pull it, in every durability mode: the answer waits
+  // for the synced checkpoint holding it (retried after a failed write, never refused).
+  f.init_acks.push_back(std::move(ack));
+  MaybeStartCheckpoint(clock_->Now());
+  PublishReady(out);
 }
 
 void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing>* out) {
@@ -528,7 +540,9 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   ack.header.ack = AckStatus::Queued;
   ack.header.round = counters_.rounds;
   out->push_back(std::move(ack));
-  if (f.dn) CloseRound(f);  // per-arrival mode: Tick publishes (after the checkpoint if due)
+  // Per-arrival mode: Tick publishes (after the checkpoint if due); a fragment whose theta is
+  // being written takes this push in the round Tick closes after the write.
+  if (f.dn && !f.writing) CloseRound(f);
 }
 
 void Shard::OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
@@ -699,90 +713,138 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
 void Shard::Tick(std::vector<Outgoing>* out) {
   const absl::Time now = clock_->Now();
   trains_.DropIdleSince(now - kTrainIdle);
+  if (writer_) {
+    if (auto r = writer_->TakeResult()) {
+      FinishCheckpoint(*r);
+      PublishReady(out);  // before a round closes on the theta that was just made durable
+    }
+  }
   const absl::Duration grace = Grace();
-  std::vector<FragmentState*> closed;
   for (uint32_t id : owned_) {
     FragmentState& f = *fragments_.at(id);
     f.round.live_workers_missing = LiveMissing(f);
+    if (f.writing) continue;  // its theta is being written: the round closes after the write
     // Delayed Nesterov has no rounds: every arrival is applied on its own.
     const bool due = f.dn ? f.round.pushes > 0 : ShouldClose(opt_.round, grace, f.round, now);
-    if (due) {
-      CloseRound(f);
-      closed.push_back(&f);
-    }
+    if (due) CloseRound(f);
   }
-  bool pending = false;
-  for (uint32_t id : owned_) pending |= fragments_.at(id)->published != fragments_.at(id)->version;
-  if (!store_ || !dirty_) {
-    for (uint32_t id : owned_) {
-      auto& f = *fragments_.at(id);
-      if (f.published != f.version) Publish(f, out);
+  MaybeStartCheckpoint(now);
+  PublishReady(out);
+}
+
+bool Shard::Publishable(const FragmentState& f) const {
+  if (f.published == f.version) return false;
+  if (!store_) return true;
+  if (f.published == 0) return f.durable >= 1;  // theta(0) durable in every mode
+  if (opt_.durability == Durability::kPerRound) return f.durable == f.version;
+  return true;
+}
+
+void Shard::PublishReady(std::vector<Outgoing>* out) {
+  for (uint32_t id : owned_) {
+    FragmentState& f = *fragments_.at(id);
+    if (!Publishable(f)) continue;
+    Publish(f, out);
+    for (auto& a : f.init_acks) {
+      a.header.version = f.published;
+      out->push_back(std::move(a));
     }
-    return;
+    f.init_acks.clear();
+  }
+}
+
+void Shard::MaybeStartCheckpoint(absl::Time now) {
+  if (!store_ || writer_->busy() || !dirty_ || now < next_checkpoint_retry_) return;
+  bool init = false, changed = false;
+  for (uint32_t id : owned_) {
+    const FragmentState& f = *fragments_.at(id);
+    init |= f.version > 0 && f.durable == 0;
+    changed |= f.version != f.durable;
   }
   const bool per_round = opt_.durability == Durability::kPerRound;
-  const bool due = (per_round && pending) ||
+  const bool due = init || (per_round && changed) ||
                    counters_.rounds - rounds_at_checkpoint_ >= opt_.checkpoint_every_rounds ||
                    now - last_checkpoint_time_ >= opt_.checkpoint_interval;
-  if (due && now >= next_checkpoint_retry_) {
-    if (auto s = WriteCheckpoint(per_round); !s.ok()) {
-      next_checkpoint_retry_ = now + opt_.checkpoint_retry;
-      if (per_round) return;  // hold the new versions until they are durable
-    }
-  }
-  if (per_round && dirty_) return;
+  if (!due) return;
+  StartCheckpoint(per_round || init);
+  if (auto r = writer_->TakeResult()) FinishCheckpoint(*r);  // written inline
+}
+
+void Shard::StartCheckpoint(bool sync) {
+  CheckpointWriter::Job job;
+  job.id = checkpoint_id_ + 1;
+  job.rounds = counters_.rounds;
+  job.optimizer = {opt_.outer.lr, opt_.outer.mu};
+  job.sync = sync;
+  in_flight_.rounds = counters_.rounds;
+  in_flight_.versions.clear();
   for (uint32_t id : owned_) {
-    auto& f = *fragments_.at(id);
-    if (f.published != f.version) Publish(f, out);
+    FragmentState& f = *fragments_.at(id);
+    job.fragments.push_back({id, f.version, f.theta, f.momentum});
+    f.writing = true;
+    in_flight_.versions.emplace_back(id, f.version);
   }
+  for (const auto& [id, w] : workers_)
+    for (const auto& [frag, seq] : w->applied_seq)
+      job.dedup.push_back({id, frag, w->generation, seq});
+  std::sort(job.dedup.begin(), job.dedup.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.worker_id, a.fragment_id) < std::tie(b.worker_id, b.fragment_id);
+  });
+  dirty_ = false;  // what changes from here on goes into the next checkpoint
+  writer_->Submit(std::move(job));
+}
+
+void Shard::FinishCheckpoint(const CheckpointWriter::Result& r) {
+  for (const auto& [id, version] : in_flight_.versions) {
+    FragmentState& f = *fragments_.at(id);
+    f.writing = false;
+    if (r.status.ok()) f.durable = version;
+  }
+  if (!r.status.ok()) {
+    ++counters_.checkpoint_failures;
+    next_checkpoint_retry_ = clock_->Now() + opt_.checkpoint_retry;
+    dirty_ = true;
+    return;
+  }
+  checkpoint_id_ = r.id;
+  ++counters_.checkpoints;
+  rounds_at_checkpoint_ = in_flight_.rounds;
+  last_checkpoint_time_ = clock_->Now();
+  counters_.last_checkpoint_ms = r.write_ms;
+  counters_.last_checkpoint_bytes = r.bytes;
 }
 
 absl::Time Shard::NextDeadline() const {
   absl::Time t = absl::InfiniteFuture();
   const absl::Duration grace = Grace();
+  bool unpublished = false;
   for (uint32_t id : owned_) {
     const auto& f = *fragments_.at(id);
-    t = std::min(t, CloseDeadline(opt_.round, grace, f.round));
-    if (f.published != f.version) t = std::min(t, next_checkpoint_retry_);
+    if (!f.writing) t = std::min(t, CloseDeadline(opt_.round, grace, f.round));
+    unpublished |= f.published != f.version;
   }
-  if (store_ && dirty_) t = std::min(t, last_checkpoint_time_ + opt_.checkpoint_interval);
+  // A write in flight wakes the loop through checkpoint_wake_fd().
+  if (store_ && !writer_->busy()) {
+    if (unpublished) t = std::min(t, next_checkpoint_retry_);
+    if (dirty_) t = std::min(t, last_checkpoint_time_ + opt_.checkpoint_interval);
+  }
   return t;
-}
-
-absl::Status Shard::WriteCheckpoint(bool sync) {
-  const absl::Time t0 = absl::Now();
-  std::vector<storage::FragmentView> views;
-  for (uint32_t id : owned_) {
-    const auto& f = *fragments_.at(id);
-    views.push_back({id, f.version, f.theta, f.momentum});
-  }
-  std::vector<storage::DedupEntry> dedup;
-  for (const auto& [id, w] : workers_)
-    for (const auto& [frag, seq] : w->applied_seq) dedup.push_back({id, frag, w->generation, seq});
-  std::sort(dedup.begin(), dedup.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.worker_id, a.fragment_id) < std::tie(b.worker_id, b.fragment_id);
-  });
-  storage::OptimizerMeta meta{opt_.outer.lr, opt_.outer.mu};
-  auto s = store_->Write(checkpoint_id_ + 1, counters_.rounds, meta, views, dedup, sync);
-  if (!s.ok()) {
-    ++counters_.checkpoint_failures;
-    return s;
-  }
-  ++checkpoint_id_;
-  ++counters_.checkpoints;
-  rounds_at_checkpoint_ = counters_.rounds;
-  last_checkpoint_time_ = clock_->Now();
-  dirty_ = false;
-  counters_.last_checkpoint_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
-  counters_.last_checkpoint_bytes = 0;
-  for (const auto& v : views) counters_.last_checkpoint_bytes += 8 * v.params.size();
-  return absl::OkStatus();
 }
 
 absl::Status Shard::CheckpointNow() {
   if (!store_) return absl::OkStatus();
-  return WriteCheckpoint(true);
+  if (auto r = writer_->WaitResult()) FinishCheckpoint(*r);
+  StartCheckpoint(true);
+  auto r = writer_->WaitResult();
+  FinishCheckpoint(*r);
+  return r->status;
 }
+
+void Shard::AwaitCheckpoint() {
+  if (writer_) writer_->WaitDone();
+}
+
+int Shard::checkpoint_wake_fd() const { return writer_ ? writer_->wake_fd() : -1; }
 
 uint64_t Shard::published_version(uint32_t fragment) const {
   auto it = fragments_.find(fragment);

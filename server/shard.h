@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,6 +25,7 @@
 #include "schema/train.h"
 #include "schema/transport.h"
 #include "server/apply_pool.h"
+#include "server/checkpoint_writer.h"
 #include "server/clock.h"
 #include "server/round_policy.h"
 #include "storage/checkpoint_store.h"
@@ -78,6 +80,11 @@ struct ShardOptions {
   uint32_t checkpoint_every_rounds = 20;
   absl::Duration checkpoint_interval = absl::Seconds(30);
   absl::Duration checkpoint_retry = absl::Seconds(2);
+  // Checkpoints are written by a writer thread while the loop keeps serving (default); false
+  // writes them inside Tick/Handle (tests that want synchronous checkpoints).
+  bool checkpoint_thread = true;
+  // Test hook: runs on the writing thread before each checkpoint write (e.g. blocks on a gate).
+  std::function<void()> test_before_checkpoint_write;
 };
 
 // A message to send: routing id, header, payload frames.
@@ -118,8 +125,16 @@ class Shard {
   void Tick(std::vector<Outgoing>* out);
   // When Tick next has work without new messages.
   absl::Time NextDeadline() const;
-  // Writes a checkpoint of the current state now (shutdown). Synced.
+  // Writes a checkpoint of the current state now (shutdown): waits for the write in flight,
+  // then writes and syncs one more. Blocks.
   absl::Status CheckpointNow();
+  // Blocks until the checkpoint write in flight (if any) is done; the next Tick takes its
+  // result and publishes what it made durable (tests; the loop never blocks on it).
+  void AwaitCheckpoint();
+  // Readable while a finished checkpoint write waits for Tick (poll it beside the socket);
+  // -1 without a store or writer thread.
+  int checkpoint_wake_fd() const;
+  bool checkpoint_in_flight() const { return writer_ && writer_->busy(); }
 
   // Introspection (tests, stats, ctl).
   uint64_t incarnation() const { return incarnation_; }
@@ -165,7 +180,16 @@ class Shard {
   void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void CloseRound(FragmentState& f);
   void Publish(FragmentState& f, std::vector<Outgoing>* out);
-  absl::Status WriteCheckpoint(bool sync);
+  // May f's version go out now? Without a store always; theta(0) only once durable; in
+  // per-round mode only the durable version.
+  bool Publishable(const FragmentState& f) const;
+  // Publishes every publishable fragment and answers the Init pushes it held.
+  void PublishReady(std::vector<Outgoing>* out);
+  // Starts a checkpoint when one is due and none is in flight (inline: also finishes it).
+  void MaybeStartCheckpoint(absl::Time now);
+  // Hands the current state to the writer: fragments whose data it borrows are frozen.
+  void StartCheckpoint(bool sync);
+  void FinishCheckpoint(const CheckpointWriter::Result& r);
   void FillUpdate(const FragmentState& f, Outgoing* o) const;
   uint32_t LiveMissing(const FragmentState& f) const;
   // kExpected: what the live workers missing from f's round usually bring to one round (their
@@ -194,6 +218,11 @@ class Shard {
   absl::flat_hash_map<std::string, Binding> bound_;  // routing id -> worker; two per worker at most
   wire::TrainAssembler trains_;                      // chunks of payload trains, per connection
   std::unique_ptr<storage::CheckpointStore> store_;
+  std::unique_ptr<CheckpointWriter> writer_;  // after store_ and fragments_: joined first
+  struct InFlight {
+    uint64_t rounds = 0;
+    std::vector<std::pair<uint32_t, uint64_t>> versions;  // fragment -> version in the job
+  } in_flight_;
   std::unique_ptr<ApplyPool> apply_;  // declared after fragments_: joined before they go
   uint64_t checkpoint_id_ = 0;
   uint64_t rounds_at_checkpoint_ = 0;

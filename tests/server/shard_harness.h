@@ -20,6 +20,7 @@ inline ShardOptions TinyOptions(uint32_t fragments = 2, uint32_t shards = 1) {
   o.num_shards = shards;
   o.round.quorum = 1;
   o.round.grace_cap = absl::Seconds(5);
+  o.checkpoint_thread = false;  // synchronous checkpoints; shard_writer_test runs the thread
   return o;
 }
 
