@@ -39,7 +39,8 @@ CheckpointWriter::Result CheckpointWriter::Run(const Job& job) {
   if (before_write_) before_write_();
   Result r;
   r.id = job.id;
-  for (const auto& f : job.fragments) r.bytes += f.params.size_bytes() + f.momentum.size_bytes();
+  for (const auto& f : job.fragments)
+    if (!f.unchanged) r.bytes += f.params.size_bytes() + f.momentum.size_bytes();
   const absl::Time t0 = absl::Now();
   r.status = store_->Write(job.id, job.rounds, job.optimizer, job.fragments, job.dedup, job.sync);
   r.write_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);

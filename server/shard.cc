@@ -152,16 +152,16 @@ absl::Status Shard::Recover() {
   auto cp = store_->LoadLatest();
   if (!cp.ok()) return cp.status();
   if (!cp->has_value()) return absl::OkStatus();
-  const storage::Checkpoint& c = **cp;
-  for (const auto& fs : c.fragments) {
+  storage::Checkpoint& c = **cp;
+  for (auto& fs : c.fragments) {
     auto it = fragments_.find(fs.id);
     if (it == fragments_.end() || fs.params.size() != it->second->spec->numel ||
         fs.momentum.size() != fs.params.size())
       return absl::DataLossError(
           absl::StrCat("checkpoint ", c.id, ": fragment ", fs.id, " does not fit the plan"));
     FragmentState& f = *it->second;
-    f.theta = fs.params;
-    f.momentum = fs.momentum;
+    f.theta = std::move(fs.params);  // the loaded buffers become the live state: no copy
+    f.momentum = std::move(fs.momentum);
     f.version = f.published = f.durable = fs.version;
     if (f.version > 0) {
       auto bytes = std::make_shared<wire::Bytes>(f.theta.size() * sizeof(float));
@@ -780,9 +780,15 @@ void Shard::StartCheckpoint(bool sync) {
   in_flight_.versions.clear();
   for (uint32_t id : owned_) {
     FragmentState& f = *fragments_.at(id);
+    in_flight_.versions.emplace_back(id, f.version);
+    // Incremental: a fragment the newest checkpoint holds at this version is named, not
+    // written (the store reads only the spans' length), and stays free to close its next round.
+    if (f.version == f.durable) {
+      job.fragments.push_back({id, f.version, f.theta, f.momentum, /*unchanged=*/true});
+      continue;
+    }
     job.fragments.push_back({id, f.version, f.theta, f.momentum});
     f.writing = true;
-    in_flight_.versions.emplace_back(id, f.version);
   }
   for (const auto& [id, w] : workers_)
     for (const auto& [frag, seq] : w->applied_seq)

@@ -1,4 +1,5 @@
-// RocksDB implementation of CheckpointStore. Layout and value format: storage/record_format.h.
+// RocksDB + tensor-file implementation of CheckpointStore. Layout and value format:
+// storage/record_format.h (RocksDB records) and storage/tensor_file.h (tensors).
 #include "storage/checkpoint_store.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,6 +23,7 @@
 #include "storage/info_log.h"
 #include "storage/record_format.h"
 #include "storage/rocksdb_status.h"
+#include "storage/tensor_file.h"
 
 namespace diloco::storage {
 namespace {
@@ -29,12 +32,10 @@ namespace fs = std::filesystem;
 using format::MetaKey;
 using format::MetaTag;
 
-enum Cf : int { kDefault = 0, kMeta, kParams, kMomentum, kDedup, kNumCf };
+enum Cf : int { kDefault = 0, kMeta, kDedup, kNumCf };
 const std::array<std::string, kNumCf> kCfNames = {rocksdb::kDefaultColumnFamilyName,
-                                                  format::kMetaCf, format::kParamsCf,
-                                                  format::kMomentumCf, format::kDedupCf};
+                                                  format::kMetaCf, format::kDedupCf};
 
-rocksdb::Slice ToSlice(std::string_view s) { return {s.data(), s.size()}; }
 std::string_view ToView(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
@@ -58,8 +59,8 @@ struct Db {
 
 rocksdb::DBOptions MakeDbOptions() {
   rocksdb::DBOptions o;
-  // All column families flush together, so a flush never separates a checkpoint's tensors
-  // from its meta record and the WAL is released as soon as the tensors are flushed.
+  // All column families flush together, so a flush never separates a manifest from its dedup
+  // entries.
   o.atomic_flush = true;
   o.keep_log_file_num = 3;
   o.max_manifest_file_size = 64ull << 20;
@@ -75,15 +76,8 @@ rocksdb::ColumnFamilyOptions MakeCfOptions(const StoreOptions& so, Cf cf) {
   rocksdb::ColumnFamilyOptions c;
   c.compression = rocksdb::kNoCompression;  // fp32 noise does not compress; keys are tiny
   // The WAL preallocates 1.1x the largest write buffer, so the small families stay small.
+  // Only small records live in RocksDB (tensors are files of their own).
   c.write_buffer_size = std::min<uint64_t>(so.memtable_bytes, 4ull << 20);
-  if (cf == kParams || cf == kMomentum) {
-    c.write_buffer_size = so.memtable_bytes;
-    c.enable_blob_files = so.use_blob_files;
-    c.min_blob_size = so.min_blob_bytes;
-    // Retention deletes whole checkpoints: a blob file becomes entirely garbage and is
-    // dropped once compaction removes its keys, so relocating live blobs is not needed.
-    c.enable_blob_garbage_collection = false;
-  }
   return c;
 }
 
@@ -95,7 +89,7 @@ absl::Status NotAStore(const std::string& path, std::string_view why) {
 
 // Names RocksDB writes into a directory before CURRENT exists (an interrupted creation).
 bool IsRocksCreationFile(const std::string& name) {
-  return name == "LOCK" || name == "IDENTITY" || name.starts_with("LOG") ||
+  return name == "LOCK" || name == kTensorDir || name == "IDENTITY" || name.starts_with("LOG") ||
          name.starts_with("MANIFEST-") || name.starts_with("OPTIONS-") ||
          name.ends_with(".dbtmp") || name.ends_with(".log");
 }
@@ -148,7 +142,8 @@ absl::StatusOr<Header> ReadHeader(const std::string& path) {
   rocksdb::Status s = rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &present);
   if (!s.ok()) return FromRocks(s, absl::StrCat("checkpoint store '", path, "' is unreadable"));
   for (const std::string& name : present) {
-    if (std::find(kCfNames.begin(), kCfNames.end(), name) == kCfNames.end())
+    if (std::find(kCfNames.begin(), kCfNames.end(), name) == kCfNames.end() &&
+        name != format::kLegacyParamsCf && name != format::kLegacyMomentumCf)
       return NotAStore(path, absl::StrCat("unexpected column family '", name, "'"));
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
@@ -226,13 +221,37 @@ class RocksCheckpointStore final : public CheckpointStore {
         identity_(identity),
         options_(options),
         read_only_(read_only),
-        db_(std::move(db)) {}
+        db_(std::move(db)),
+        tensor_dir_(path_ + "/" + kTensorDir) {}
 
+  // Lists the kept checkpoints and their manifests; a writable store also removes tensor files
+  // no kept manifest names (a write cut by a crash). An undecodable manifest is left for Load to
+  // report as DataLoss, and then nothing is removed.
   absl::Status Init() {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<std::vector<uint64_t>> ids = ScanIds(nullptr);
     if (!ids.ok()) return ids.status();
     ids_ = *std::move(ids);
+    for (uint64_t id : ids_) {
+      absl::StatusOr<format::CheckpointRecord> r = ReadRecord(id, nullptr);
+      if (r.ok()) records_[id] = *std::move(r);
+    }
+    if (read_only_) return absl::OkStatus();
+    std::error_code ec;
+    fs::create_directories(tensor_dir_, ec);
+    if (ec)
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create '", tensor_dir_, "': ", ec.message()));
+    if (records_.size() != ids_.size()) return absl::OkStatus();
+    const absl::flat_hash_set<std::pair<uint32_t, uint64_t>> live = Referenced();
+    for (const fs::directory_entry& e : fs::directory_iterator(tensor_dir_, ec)) {
+      const std::string name = e.path().filename().string();
+      uint32_t frag = 0;
+      uint64_t holder = 0;
+      const bool ours = ParseTensorFileName(name, &frag, &holder);
+      if (name.ends_with(".tensor.tmp") || (ours && !live.contains({frag, holder})))
+        fs::remove(e.path(), ec);
+    }
     return absl::OkStatus();
   }
 
@@ -265,6 +284,17 @@ class RocksCheckpointStore final : public CheckpointStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AddRetention(uint64_t id, rocksdb::WriteBatch* batch, std::vector<uint64_t>* kept)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<format::CheckpointRecord> ReadRecord(uint64_t id, const rocksdb::Snapshot* snap)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (fragment, holder) of every tensor file a kept manifest names.
+  absl::flat_hash_set<std::pair<uint32_t, uint64_t>> Referenced() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::flat_hash_set<std::pair<uint32_t, uint64_t>> live;
+    for (const auto& [_, r] : records_)
+      for (const format::FragmentRecord& f : r.fragments)
+        if (f.holder != 0) live.insert({f.id, f.holder});
+    return live;
+  }
 
   const std::string path_;
   const StoreIdentity identity_;
@@ -274,6 +304,9 @@ class RocksCheckpointStore final : public CheckpointStore {
   std::unique_ptr<Db> db_ ABSL_GUARDED_BY(mu_);     // null while a reopen is pending
   std::vector<uint64_t> ids_ ABSL_GUARDED_BY(mu_);  // kept checkpoints, ascending
   bool broken_ ABSL_GUARDED_BY(mu_) = false;        // a write failed: reopen before the next
+  const std::string tensor_dir_;
+  // The kept checkpoints' manifests (those that decode), by id.
+  absl::flat_hash_map<uint64_t, format::CheckpointRecord> records_ ABSL_GUARDED_BY(mu_);
 };
 
 // RocksDB's own recovery from a failed WAL append is not usable here: Resume() keeps the WAL
@@ -316,10 +349,8 @@ absl::Status RocksCheckpointStore::AddRetention(uint64_t id, rocksdb::WriteBatch
   const uint64_t first = kept->front();
   const uint64_t oldest_kept = (*kept)[kept->size() - keep];
   const std::string from = format::IdPrefix(first), to = format::IdPrefix(oldest_kept);
-  for (Cf c : {kParams, kMomentum, kDedup}) {
-    rocksdb::Status s = batch->DeleteRange(cf(c), from, to);
-    if (!s.ok()) return FromRocks(s, "checkpoint store: retention");
-  }
+  if (rocksdb::Status s = batch->DeleteRange(cf(kDedup), from, to); !s.ok())
+    return FromRocks(s, "checkpoint store: retention");
   rocksdb::Status s = batch->DeleteRange(cf(kMeta), MetaKey(MetaTag::kCheckpoint, first),
                                          MetaKey(MetaTag::kCheckpoint, oldest_kept));
   if (!s.ok()) return FromRocks(s, "checkpoint store: retention");
@@ -342,20 +373,43 @@ absl::Status RocksCheckpointStore::Write(uint64_t id, uint64_t rounds,
   if (!ids_.empty() && id <= ids_.back())
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint id ", id, " does not exceed the newest kept checkpoint ", ids_.back()));
+  const format::CheckpointRecord* prev = nullptr;
+  if (!ids_.empty())
+    if (auto it = records_.find(ids_.back()); it != records_.end()) prev = &it->second;
   format::CheckpointRecord rec;
   rec.rounds = rounds;
   rec.optimizer = optimizer;
   absl::flat_hash_set<uint32_t> seen;
-  uint64_t bytes = 0;
+  std::vector<const FragmentView*> to_write;
   for (const FragmentView& f : fragments) {
-    if (f.params.size() != f.momentum.size())
+    if (!seen.insert(f.id).second)
+      return absl::InvalidArgumentError(absl::StrCat("fragment ", f.id, " given twice"));
+    if (!f.unchanged && f.params.size() != f.momentum.size())
       return absl::InvalidArgumentError(absl::StrCat("fragment ", f.id, ": ", f.params.size(),
                                                      " params but ", f.momentum.size(),
                                                      " momentum values"));
-    if (!seen.insert(f.id).second)
-      return absl::InvalidArgumentError(absl::StrCat("fragment ", f.id, " given twice"));
-    rec.fragments.push_back({f.id, f.version, f.params.size()});
-    bytes += 2 * f.params.size_bytes() + 128;
+    if (f.version == 0) {  // no theta yet: nothing to write or keep
+      rec.fragments.push_back({f.id, 0, f.params.size(), 0});
+      continue;
+    }
+    if (f.unchanged) {
+      const format::FragmentRecord* old = nullptr;
+      if (prev)
+        for (const format::FragmentRecord& r : prev->fragments)
+          if (r.id == f.id) old = &r;
+      if (!old || old->version != f.version || old->holder == 0 ||
+          (!f.params.empty() && f.params.size() != old->numel))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "fragment ", f.id, " is marked unchanged at version ", f.version,
+            " but the newest checkpoint ",
+            ids_.empty() ? std::string("(none)") : absl::StrCat(ids_.back()),
+            old ? absl::StrCat(" holds version ", old->version, " of ", old->numel, " values")
+                : std::string(" does not hold it")));
+      rec.fragments.push_back(*old);
+      continue;
+    }
+    rec.fragments.push_back({f.id, f.version, f.params.size(), id});
+    to_write.push_back(&f);
   }
   absl::flat_hash_set<std::pair<uint32_t, uint32_t>> seen_dedup;
   for (const DedupEntry& d : dedup)
@@ -364,25 +418,21 @@ absl::Status RocksCheckpointStore::Write(uint64_t id, uint64_t rounds,
                                                      " fragment ", d.fragment_id, " given twice"));
   rec.dedup_entries = static_cast<uint32_t>(dedup.size());
 
-  rocksdb::WriteBatch batch(bytes + dedup.size() * 64 + 4096);
-  for (const FragmentView& f : fragments) {
-    for (Cf c : {kParams, kMomentum}) {
-      const std::string key = format::TensorKey(id, f.id);
-      const std::string header = c == kParams ? format::ParamsHeader(f.version, f.params.size())
-                                              : format::MomentumHeader(f.params.size());
-      const std::string_view floats = format::FloatBytes(c == kParams ? f.params : f.momentum);
-      const std::string_view body[] = {header, floats};
-      const uint64_t sum = format::RecordChecksum(key, body);
-      char trailer[format::kChecksumSize];
-      std::memcpy(trailer, &sum, sizeof(sum));
-      const rocksdb::Slice kparts[] = {ToSlice(key)};
-      const rocksdb::Slice vparts[] = {ToSlice(header), ToSlice(floats),
-                                       rocksdb::Slice(trailer, sizeof(trailer))};
-      rocksdb::Status s =
-          batch.Put(cf(c), rocksdb::SliceParts(kparts, 1), rocksdb::SliceParts(vparts, 3));
-      if (!s.ok()) return FromRocks(s, absl::StrCat("checkpoint store: fragment ", f.id));
-    }
+  // The tensors first, each written once and synced; the batch below is the commit point, so a
+  // crash before it leaves files no manifest names (removed at the next Open).
+  for (const FragmentView* f : to_write) {
+    absl::Status s = WriteTensorFile(tensor_dir_, {f->id, id, f->version, f->params.size()},
+                                     f->params, f->momentum);
+    if (!s.ok())
+      return absl::Status(
+          s.code(), absl::StrCat("checkpoint store: writing checkpoint ", id, ": ", s.message()));
   }
+  if (!to_write.empty())
+    if (absl::Status s = SyncDirectory(tensor_dir_); !s.ok())
+      return absl::Status(
+          s.code(), absl::StrCat("checkpoint store: writing checkpoint ", id, ": ", s.message()));
+
+  rocksdb::WriteBatch batch;
   for (const DedupEntry& d : dedup) {
     const std::string key = format::DedupKey(id, d.worker_id, d.fragment_id);
     rocksdb::Status s =
@@ -410,13 +460,36 @@ absl::Status RocksCheckpointStore::Write(uint64_t id, uint64_t rounds,
       broken_ = !s.ok();
     }
   }
+  // A failed batch leaves its tensor files: unnamed by any manifest, replaced by a retry of the
+  // same id or removed at the next Open.
   if (!s.ok()) return FromRocks(s, absl::StrCat("checkpoint store: writing checkpoint ", id));
+
+  // Retention: drop the manifests that left, then the files no kept manifest names (only when
+  // every kept manifest is known; otherwise the next Open's sweep decides).
+  std::vector<format::CheckpointRecord> dropped;
+  for (uint64_t old : ids_)
+    if (std::find(kept.begin(), kept.end(), old) == kept.end()) {
+      if (auto it = records_.find(old); it != records_.end()) {
+        dropped.push_back(std::move(it->second));
+        records_.erase(it);
+      }
+    }
   ids_ = std::move(kept);
+  records_[id] = std::move(rec);
+  if (records_.size() == ids_.size()) {
+    const absl::flat_hash_set<std::pair<uint32_t, uint64_t>> live = Referenced();
+    for (const format::CheckpointRecord& r : dropped)
+      for (const format::FragmentRecord& f : r.fragments)
+        if (f.holder != 0 && !live.contains({f.id, f.holder})) {
+          std::error_code ec;
+          fs::remove(tensor_dir_ + "/" + TensorFileName(f.id, f.holder), ec);
+        }
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Checkpoint> RocksCheckpointStore::LoadAt(uint64_t id,
-                                                        const rocksdb::Snapshot* snap) {
+absl::StatusOr<format::CheckpointRecord> RocksCheckpointStore::ReadRecord(
+    uint64_t id, const rocksdb::Snapshot* snap) {
   rocksdb::ReadOptions ro;
   ro.snapshot = snap;
   ro.verify_checksums = true;
@@ -426,38 +499,35 @@ absl::StatusOr<Checkpoint> RocksCheckpointStore::LoadAt(uint64_t id,
   if (s.IsNotFound())
     return absl::NotFoundError(absl::StrCat("checkpoint ", id, " is not kept in this store"));
   if (!s.ok()) return FromRocks(s, absl::StrCat("checkpoint store: reading checkpoint ", id));
-  absl::StatusOr<format::CheckpointRecord> rec = format::DecodeCheckpointRecord(rec_key, rec_value);
+  return format::DecodeCheckpointRecord(rec_key, rec_value);
+}
+
+absl::StatusOr<Checkpoint> RocksCheckpointStore::LoadAt(uint64_t id,
+                                                        const rocksdb::Snapshot* snap) {
+  absl::StatusOr<format::CheckpointRecord> rec = ReadRecord(id, snap);
   if (!rec.ok()) return rec.status();
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snap;
+  ro.verify_checksums = true;
+  ro.fill_cache = false;
 
   Checkpoint c;
   c.id = id;
   c.rounds = rec->rounds;
   c.optimizer = rec->optimizer;
-  ro.fill_cache = false;
   for (const format::FragmentRecord& fr : rec->fragments) {
-    const std::string key = format::TensorKey(id, fr.id);
     FragmentState f;
     f.id = fr.id;
     f.version = fr.version;
-    for (Cf which : {kParams, kMomentum}) {
-      const char* what = which == kParams ? "params" : "momentum";
-      rocksdb::PinnableSlice value;
-      s = db_->db->Get(ro, cf(which), key, &value);
-      if (s.IsNotFound())
-        return absl::DataLossError(
-            absl::StrCat("checkpoint ", id, " lacks the ", what, " of fragment ", fr.id));
-      if (!s.ok()) return FromRocks(s, absl::StrCat("checkpoint store: reading ", what));
-      absl::StatusOr<format::DecodedTensor> t = which == kParams
-                                                    ? format::DecodeParams(key, ToView(value))
-                                                    : format::DecodeMomentum(key, ToView(value));
-      if (!t.ok()) return t.status();
-      if (t->floats.size() != fr.numel * sizeof(float) ||
-          (which == kParams && t->version != fr.version))
-        return absl::DataLossError(absl::StrCat("checkpoint ", id, ": the ", what, " of fragment ",
-                                                fr.id, " disagree with the checkpoint record"));
-      std::vector<float>& out = which == kParams ? f.params : f.momentum;
-      out.resize(fr.numel);
-      if (!out.empty()) std::memcpy(out.data(), t->floats.data(), t->floats.size());
+    f.params.assign(fr.numel, 0.0f);  // version 0: theta not set yet, zeros as at start
+    f.momentum.assign(fr.numel, 0.0f);
+    if ((fr.version == 0) != (fr.holder == 0) || fr.holder > id)
+      return absl::DataLossError(absl::StrCat("checkpoint ", id, ": fragment ", fr.id, " version ",
+                                              fr.version, " names holder ", fr.holder));
+    if (fr.holder != 0) {
+      absl::Status s = ReadTensorFile(tensor_dir_, {fr.id, fr.holder, fr.version, fr.numel},
+                                      f.params, f.momentum);
+      if (!s.ok()) return s;
     }
     c.fragments.push_back(std::move(f));
   }
@@ -529,6 +599,9 @@ uint64_t RocksCheckpointStore::ApproximateSizeBytes() {
   db_->db->GetAllColumnFamilyMetaData(&cfs);
   uint64_t total = 0;
   for (const rocksdb::ColumnFamilyMetaData& m : cfs) total += m.size + m.blob_file_size;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(tensor_dir_, ec))
+    if (e.is_regular_file(ec)) total += e.file_size(ec);
   rocksdb::VectorLogPtr wals;
   if (db_->db->GetSortedWalFiles(wals).ok())
     for (const auto& w : wals) total += w->SizeFileBytes();

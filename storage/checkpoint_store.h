@@ -1,13 +1,16 @@
-// A shard's durable state in RocksDB. One checkpoint = one WriteBatch holding every owned
-// fragment's params, momentum and version, the shard's dedup table and the round counter, so
-// on disk they always belong to the same round (DESIGN.md section 9, invariant 4).
+// A shard's durable state: RocksDB for the small records, one file per (fragment, checkpoint)
+// for the tensors. A checkpoint writes the fragments whose version moved (params and momentum,
+// storage/tensor_file.h, each byte written once and fsync'd), then one WriteBatch holding the
+// manifest record, which names for every fragment its version and the checkpoint whose file
+// holds it, the shard's dedup table and the round counter. The batch is the commit point, so on
+// disk params, momentum, versions and dedup always belong to the same round for each fragment
+// (DESIGN.md section 9, invariant 4).
 //
-// Column families: "meta" (schema version, plan fingerprint, shard, hyper-parameters, the
-// newest complete checkpoint id), "params", "momentum", "dedup". Keys are fixed-width
-// big-endian: (checkpoint id u64, fragment id u32) for tensors, (checkpoint id u64, worker id
-// u32, fragment id u32) for dedup; large values go to blob files. Every value carries a checksum,
-// so a damaged value reads as DataLoss. Retention keeps the newest `keep` checkpoints.
-// storage/record_format.h has the byte layout; docs/storage.md the durability contract.
+// Column families: "meta" (schema version, plan fingerprint, shard, the manifests, the newest
+// complete checkpoint id), "dedup". Keys are fixed-width big-endian. Every value and file
+// carries a checksum, so damage reads as DataLoss. Retention keeps the newest `keep` manifests
+// and the files they name. storage/record_format.h has the byte layout; docs/storage.md the
+// durability contract.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,10 @@ struct FragmentView {  // borrowed from the shard's live state while Write() run
   uint64_t version = 0;
   std::span<const float> params;
   std::span<const float> momentum;
+  // The newest checkpoint already holds this fragment at this version: its data is not read
+  // or written again, the new manifest names the file that holds it (params and momentum may
+  // be empty). A version-0 fragment (no theta yet) is never written either way.
+  bool unchanged = false;
 };
 
 // Per (worker, fragment): the newest generation seen and the last sequence number of it whose
@@ -69,10 +76,8 @@ struct Checkpoint {
 };
 
 struct StoreOptions {
-  int keep = 3;  // checkpoints retained (>= 1)
-  bool use_blob_files = true;
-  uint64_t min_blob_bytes = 4096;         // values at least this large go to blob files
-  uint64_t memtable_bytes = 64ull << 20;  // per column family; a flush follows when full
+  int keep = 3;                           // checkpoints retained (>= 1)
+  uint64_t memtable_bytes = 16ull << 20;  // per column family; a flush follows when full
 };
 
 class CheckpointStore {
@@ -88,8 +93,9 @@ class CheckpointStore {
 
   virtual ~CheckpointStore() = default;
 
-  // Writes checkpoint `id` (must exceed every earlier id) atomically in one WriteBatch; with
-  // `sync` it is on stable storage when this returns. On error nothing of it is visible and
+  // Writes checkpoint `id` (must exceed every earlier id): the tensor files of the fragments
+  // not `unchanged` (always fsync'd), then one WriteBatch with the manifest; with `sync` that
+  // batch is on stable storage when this returns. On error nothing of it is visible and
   // the previous checkpoint stays the newest (a failed write may still surface after a crash,
   // whole or not at all). A full disk gives ResourceExhausted; the next Write first clears
   // RocksDB's background-error state, so writing resumes once space is freed.
@@ -105,7 +111,7 @@ class CheckpointStore {
   virtual StoreIdentity identity() const = 0;
   // Ids of the checkpoints kept, oldest first.
   virtual absl::StatusOr<std::vector<uint64_t>> ListCheckpoints() = 0;
-  // Bytes on disk (approximate, from RocksDB's live files).
+  // Bytes on disk (approximate: RocksDB's live files and the tensor files).
   virtual uint64_t ApproximateSizeBytes() = 0;
 };
 

@@ -92,12 +92,6 @@ std::string IdPrefix(uint64_t checkpoint_id) {
   return k;
 }
 
-std::string TensorKey(uint64_t checkpoint_id, uint32_t fragment) {
-  std::string k = IdPrefix(checkpoint_id);
-  AppendBigEndian(&k, fragment, 4);
-  return k;
-}
-
 std::string DedupKey(uint64_t checkpoint_id, uint32_t worker, uint32_t fragment) {
   std::string k = IdPrefix(checkpoint_id);
   AppendBigEndian(&k, worker, 4);
@@ -189,6 +183,7 @@ std::string EncodeCheckpointRecord(std::string_view key, const CheckpointRecord&
     AppendLittle(&v, f.id);
     AppendLittle(&v, f.version);
     AppendLittle(&v, f.numel);
+    AppendLittle(&v, f.holder);
   }
   AppendLittle(&v, r.dedup_entries);
   AppendChecksum(key, &v);
@@ -205,58 +200,17 @@ absl::StatusOr<CheckpointRecord> DecodeCheckpointRecord(std::string_view key,
   r.optimizer.outer_lr = c.Read<float>();
   r.optimizer.outer_momentum = c.Read<float>();
   const uint32_t n = c.Read<uint32_t>();
-  if (!c.Ok() || c.Left() < uint64_t{n} * 20) return Corrupt("checkpoint", key);
+  if (!c.Ok() || c.Left() < uint64_t{n} * 28) return Corrupt("checkpoint", key);
   r.fragments.resize(n);
   for (FragmentRecord& f : r.fragments) {
     f.id = c.Read<uint32_t>();
     f.version = c.Read<uint64_t>();
     f.numel = c.Read<uint64_t>();
+    f.holder = c.Read<uint64_t>();
   }
   r.dedup_entries = c.Read<uint32_t>();
   if (!c.Ok() || c.Left() != 0) return Corrupt("checkpoint", key);
   return r;
-}
-
-std::string ParamsHeader(uint64_t version, uint64_t numel) {
-  std::string h;
-  AppendLittle(&h, version);
-  AppendLittle(&h, numel);
-  return h;
-}
-
-std::string MomentumHeader(uint64_t numel) {
-  std::string h;
-  AppendLittle(&h, numel);
-  return h;
-}
-
-std::string_view FloatBytes(std::span<const float> v) {
-  return {reinterpret_cast<const char*>(v.data()), v.size_bytes()};
-}
-
-absl::StatusOr<DecodedTensor> DecodeParams(std::string_view key, std::string_view value) {
-  absl::StatusOr<std::string_view> body = VerifiedBody("params", key, value);
-  if (!body.ok()) return body.status();
-  Cursor c(*body);
-  DecodedTensor t;
-  t.version = c.Read<uint64_t>();
-  const uint64_t numel = c.Read<uint64_t>();
-  if (!c.Ok() || c.Left() / sizeof(float) != numel || c.Left() % sizeof(float) != 0)
-    return Corrupt("params", key);
-  t.floats = c.Take(c.Left());
-  return t;
-}
-
-absl::StatusOr<DecodedTensor> DecodeMomentum(std::string_view key, std::string_view value) {
-  absl::StatusOr<std::string_view> body = VerifiedBody("momentum", key, value);
-  if (!body.ok()) return body.status();
-  Cursor c(*body);
-  DecodedTensor t;
-  const uint64_t numel = c.Read<uint64_t>();
-  if (!c.Ok() || c.Left() / sizeof(float) != numel || c.Left() % sizeof(float) != 0)
-    return Corrupt("momentum", key);
-  t.floats = c.Take(c.Left());
-  return t;
 }
 
 std::string EncodeDedupValue(std::string_view key, const DedupValue& v) {

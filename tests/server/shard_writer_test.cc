@@ -175,6 +175,48 @@ TEST_F(ShardWriterTest, PerRoundServesWhileWritingAndPublishesOnlyDurableVersion
   EXPECT_NE(theta2, theta3);
 }
 
+TEST_F(ShardWriterTest, AWriteHoldsOnlyTheFragmentsItWrites) {
+  h_ = std::make_unique<ShardHarness>(Options(Durability::kPerRound));
+  const uint64_t n0 = h_->fragment(0).numel, n1 = h_->fragment(1).numel;
+  h_->Hello("a", 1);
+  h_->Init("a", 1, 0, Filled(n0, 1.0f));
+  ASSERT_TRUE(gate_.WaitEntered(1));
+  FinishWrite();
+  h_->Init("a", 1, 1, Filled(n1, 1.0f));
+  ASSERT_TRUE(gate_.WaitEntered(2));
+  FinishWrite();
+  ASSERT_EQ(h_->shard().published_version(1), 1u);
+
+  h_->Push("a", 1, 0, 1, 1, Filled(n0, 0.25f));
+  EXPECT_TRUE(h_->Tick().empty());  // fragment 0's version 2 is being written (only it)
+  ASSERT_TRUE(gate_.WaitEntered(3));
+  h_->Push("a", 1, 1, 1, 1, Filled(n1, 0.25f));
+  EXPECT_TRUE(h_->Tick().empty());  // fragment 1 is not held: its round closes meanwhile
+  EXPECT_EQ(h_->shard().counters().rounds, 2u);
+  EXPECT_EQ(h_->shard().published_version(1), 1u);  // not durable yet
+
+  auto out = FinishWrite();  // fragment 0 goes out; fragment 1's checkpoint starts
+  ASSERT_EQ(Count(out, MsgType::FragmentUpdate), 1);
+  EXPECT_EQ(Only(out, MsgType::FragmentUpdate)->header.fragment_id, 0u);
+  ASSERT_TRUE(gate_.WaitEntered(4));
+  out = FinishWrite();
+  ASSERT_EQ(Count(out, MsgType::FragmentUpdate), 1);
+  EXPECT_EQ(Only(out, MsgType::FragmentUpdate)->header.fragment_id, 1u);
+  EXPECT_EQ(h_->shard().published_version(1), 2u);
+  EXPECT_EQ(h_->shard().counters().checkpoints, 4u);
+
+  // Recovery reads fragment 1 from the last checkpoint and fragment 0 from the one before.
+  const auto p0 = h_->shard().params(0), p1 = h_->shard().params(1);
+  h_.reset();
+  auto o = Options(Durability::kPerRound);
+  o.checkpoint_thread = false;
+  h_ = std::make_unique<ShardHarness>(o);
+  EXPECT_EQ(h_->shard().published_version(0), 2u);
+  EXPECT_EQ(h_->shard().published_version(1), 2u);
+  EXPECT_EQ(h_->shard().params(0), p0);
+  EXPECT_EQ(h_->shard().params(1), p1);
+}
+
 TEST_F(ShardWriterTest, PeriodicPublishesWithoutWaitingForTheWrite) {
   h_ = std::make_unique<ShardHarness>(Options(Durability::kPeriodic));
   const uint64_t n = h_->fragment(0).numel;

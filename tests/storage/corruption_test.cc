@@ -1,7 +1,9 @@
 // A catalogue of on-disk damage, one short test each (in the spirit of LevelDB's log_test):
-// every case is written through a raw RocksDB handle on a closed store, and the store must
-// answer DataLoss or FailedPrecondition, never garbage or a crash.
+// every case is written through a raw RocksDB handle, or into a tensor file, of a closed store,
+// and the store must answer DataLoss or FailedPrecondition, never garbage or a crash.
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "gmock/gmock.h"
@@ -9,6 +11,7 @@
 #include "rocksdb/db.h"
 #include "storage/checkpoint_store.h"
 #include "storage/record_format.h"
+#include "storage/tensor_file.h"
 #include "tests/storage/test_util.h"
 
 namespace diloco::storage {
@@ -21,15 +24,14 @@ using testutil::TestIdentity;
 using testutil::WriteContents;
 namespace format = storage::format;
 
-enum Cf { kDefault, kMeta, kParams, kMomentum, kDedup };
+enum Cf { kDefault, kMeta, kDedup };
 
 // Opens the store's RocksDB directly and hands `edit` the DB and its column families.
 void RawEdit(
     const std::string& path,
     const std::function<void(rocksdb::DB*, std::vector<rocksdb::ColumnFamilyHandle*>&)>& edit) {
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
-  for (const char* n :
-       {"default", format::kMetaCf, format::kParamsCf, format::kMomentumCf, format::kDedupCf})
+  for (const char* n : {"default", format::kMetaCf, format::kDedupCf})
     descs.emplace_back(n, rocksdb::ColumnFamilyOptions());
   std::vector<rocksdb::ColumnFamilyHandle*> cfs;
   rocksdb::DB* db = nullptr;
@@ -68,6 +70,21 @@ class CorruptionTest : public ::testing::Test {
     EXPECT_EQ(latest.status().code(), code) << latest.status();
   }
 
+  // Applies `edit` to the bytes of fragment `frag`'s tensor file of checkpoint `holder`.
+  void ExpectFileLoadFails(uint32_t frag, uint64_t holder,
+                           const std::function<void(std::string&)>& edit) {
+    const std::string file = path_ + "/tensors/" + TensorFileName(frag, holder);
+    std::string bytes;
+    {
+      std::ifstream in(file, std::ios::binary);
+      ASSERT_TRUE(in.good()) << file;
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    edit(bytes);
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    ExpectLoadFails([](auto*, auto&) {});
+  }
+
   TempDir dir_;
   std::string path_;
 };
@@ -77,64 +94,58 @@ TEST_F(CorruptionTest, UntouchedStoreLoads) {
 }
 
 TEST_F(CorruptionTest, FlippedParamsByte) {
-  ExpectLoadFails([](rocksdb::DB* db, auto& cfs) {
-    const std::string key = format::TensorKey(2, 1);
-    std::string v = Get(db, cfs[kParams], key);
-    v[100] ^= 0x10;
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), cfs[kParams], key, v).ok());
-  });
+  ExpectFileLoadFails(1, 2, [](std::string& b) { b[kTensorHeaderBytes + 100] ^= 0x10; });
 }
 
 TEST_F(CorruptionTest, FlippedMomentumByte) {
-  ExpectLoadFails([](rocksdb::DB* db, auto& cfs) {
-    const std::string key = format::TensorKey(2, 0);
-    std::string v = Get(db, cfs[kMomentum], key);
-    v[v.size() / 2] ^= 0x01;
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), cfs[kMomentum], key, v).ok());
-  });
+  ExpectFileLoadFails(0, 2, [](std::string& b) { b[b.size() - 100] ^= 0x01; });
 }
 
-TEST_F(CorruptionTest, TruncatedParams) {
-  ExpectLoadFails([](rocksdb::DB* db, auto& cfs) {
-    const std::string key = format::TensorKey(2, 0);
-    std::string v = Get(db, cfs[kParams], key);
-    v.resize(v.size() - 4);
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), cfs[kParams], key, v).ok());
-  });
+TEST_F(CorruptionTest, FlippedHeaderByte) {
+  ExpectFileLoadFails(0, 2, [](std::string& b) { b[20] ^= 0x01; });  // the version
 }
 
-TEST_F(CorruptionTest, ShortValue) {
-  ExpectLoadFails([](rocksdb::DB* db, auto& cfs) {
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), cfs[kParams], format::TensorKey(2, 0), "x").ok());
-  });
+TEST_F(CorruptionTest, TruncatedTensorFile) {
+  ExpectFileLoadFails(0, 2, [](std::string& b) { b.resize(b.size() - 4); });
 }
 
-TEST_F(CorruptionTest, ValueFromAnotherKey) {
-  // A value that is internally valid but belongs to fragment 0 of the older checkpoint: the
-  // checksum covers the key, so the swap is caught.
-  ExpectLoadFails([](rocksdb::DB* db, auto& cfs) {
-    std::string v = Get(db, cfs[kParams], format::TensorKey(1, 0));
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), cfs[kParams], format::TensorKey(2, 0), v).ok());
-  });
+TEST_F(CorruptionTest, ShortTensorFile) {
+  ExpectFileLoadFails(0, 2, [](std::string& b) { b = "x"; });
 }
 
-TEST_F(CorruptionTest, MomentumLengthDiffersFromParams) {
-  // A well-formed momentum value (valid checksum) of the wrong length.
-  ExpectLoadFails([](rocksdb::DB* db, auto& cfs) {
-    const std::string key = format::TensorKey(2, 0);
-    std::vector<float> m(10, 1.0f);
-    const std::string header = format::MomentumHeader(m.size());
-    const std::string_view body[] = {header, format::FloatBytes(m)};
-    const uint64_t sum = format::RecordChecksum(key, body);
-    std::string v = header + std::string(format::FloatBytes(m));
-    v.append(reinterpret_cast<const char*>(&sum), sizeof(sum));
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), cfs[kMomentum], key, v).ok());
-  });
+TEST_F(CorruptionTest, TensorFileOfAnotherCheckpoint) {
+  // A file that is internally valid but belongs to fragment 0 of the older checkpoint: its
+  // header names another checkpoint and version, so the swap is caught.
+  std::filesystem::copy_file(path_ + "/tensors/" + TensorFileName(0, 1),
+                             path_ + "/tensors/" + TensorFileName(0, 2),
+                             std::filesystem::copy_options::overwrite_existing);
+  ExpectLoadFails([](auto*, auto&) {});
 }
 
-TEST_F(CorruptionTest, MissingMomentum) {
+TEST_F(CorruptionTest, WellFormedTensorFileOfAnotherLength) {
+  // A valid file (checksum and labels right) holding fewer values than the manifest says.
+  std::vector<float> p(10, 1.0f), m(10, 2.0f);
+  const uint64_t version = MakeContents(2, {0, 1}, 3000).fragments[0].version;
+  ASSERT_TRUE(WriteTensorFile(path_ + "/tensors", {0, 2, version, 10}, p, m).ok());
+  ExpectLoadFails([](auto*, auto&) {});
+}
+
+TEST_F(CorruptionTest, MissingTensorFile) {
+  std::filesystem::remove(path_ + "/tensors/" + TensorFileName(1, 2));
+  ExpectLoadFails([](auto*, auto&) {});
+}
+
+TEST_F(CorruptionTest, ManifestNamingAnOlderFile) {
+  // A valid manifest (checksum right) whose fragment 0 points at checkpoint 1's file, which
+  // holds another version: the file's header disagrees with the manifest.
   ExpectLoadFails([](rocksdb::DB* db, auto& cfs) {
-    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), cfs[kMomentum], format::TensorKey(2, 1)).ok());
+    const std::string key = format::MetaKey(format::MetaTag::kCheckpoint, 2);
+    auto rec = format::DecodeCheckpointRecord(key, Get(db, cfs[kMeta], key));
+    ASSERT_TRUE(rec.ok()) << rec.status();
+    rec->fragments[0].holder = 1;
+    ASSERT_TRUE(
+        db->Put(rocksdb::WriteOptions(), cfs[kMeta], key, format::EncodeCheckpointRecord(key, *rec))
+            .ok());
   });
 }
 
@@ -188,6 +199,36 @@ TEST_F(CorruptionTest, OtherSchemaVersionIsRefused) {
   EXPECT_THAT(std::string(store.status().message()), HasSubstr("schema version 99"));
   EXPECT_EQ(CheckpointStore::OpenForRead(path_).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(LegacyStoreTest, SchemaOneStoreIsRefusedByItsVersion) {
+  // The layout before tensor files: params and momentum families, schema record 1.
+  TempDir dir;
+  const std::string path = dir.Sub("old");
+  {
+    rocksdb::DBOptions o;
+    o.create_if_missing = true;
+    o.create_missing_column_families = true;
+    std::vector<rocksdb::ColumnFamilyDescriptor> descs;
+    for (const char* n : {"default", "meta", "params", "momentum", "dedup"})
+      descs.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> cfs;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, path, descs, &cfs, &db).ok());
+    const std::string sk = format::MetaKey(format::MetaTag::kSchema);
+    const std::string ik = format::MetaKey(format::MetaTag::kIdentity);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), cfs[1], sk, format::EncodeSchema(sk, 1)).ok());
+    ASSERT_TRUE(
+        db->Put(rocksdb::WriteOptions(), cfs[1], ik, format::EncodeIdentity(ik, TestIdentity()))
+            .ok());
+    for (auto* h : cfs) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+    ASSERT_TRUE(db->Close().ok());
+    delete db;
+  }
+  auto store = CheckpointStore::Open(path, TestIdentity());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
+  EXPECT_THAT(std::string(store.status().message()),
+              HasSubstr("schema version 1; this build reads version 2"));
 }
 
 TEST_F(CorruptionTest, CorruptIdentityIsDataLoss) {

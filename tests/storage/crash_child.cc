@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   uint64_t next = latest->has_value() ? (*latest)->id + 1 : 1;
   for (;; ++next) {
     const testutil::Contents c = testutil::CrashContents(next);
-    absl::Status s = testutil::WriteContents(**store, c, /*sync=*/true);
+    const std::vector<FragmentView> views = testutil::CrashViews(c);
+    absl::Status s = (*store)->Write(c.id, c.rounds, c.optimizer, views, c.dedup, /*sync=*/true);
     if (!s.ok()) {
       std::fprintf(stderr, "crash child: %s\n", s.ToString().c_str());
       return 4;

@@ -17,6 +17,7 @@
 namespace diloco::storage {
 namespace {
 
+using testutil::Contents;
 using testutil::ExpectEqual;
 using testutil::MakeContents;
 using testutil::TempDir;
@@ -41,6 +42,8 @@ class TmpfsMount {
   bool mounted_ = false;
 };
 
+Contents Sized(uint64_t id) { return MakeContents(id, {0, 1}, 40000 + 20000 * id); }
+
 TEST(DiskFullTest, FailedWriteKeepsThePreviousAndWritingResumesAfterSpaceIsFreed) {
   TempDir dir;
   TmpfsMount mnt(dir.Sub("mnt"), "8m");
@@ -60,8 +63,10 @@ TEST(DiskFullTest, FailedWriteKeepsThePreviousAndWritingResumesAfterSpaceIsFreed
 
   uint64_t id = 1, last_ok = 0;
   absl::Status failure;
-  for (; id < 200; ++id) {  // ~640 KiB per checkpoint: the disk fills within a few dozen
-    absl::Status s = WriteContents(**store, MakeContents(id, {0, 1}, 40000), /*sync=*/true);
+  // Retention frees the older checkpoint's files, so checkpoints grow (0.3 MB + 0.16 MB per
+  // id) until one does not fit beside its predecessor.
+  for (; id < 200; ++id) {
+    absl::Status s = WriteContents(**store, Sized(id), /*sync=*/true);
     if (!s.ok()) {
       failure = s;
       break;
@@ -73,15 +78,15 @@ TEST(DiskFullTest, FailedWriteKeepsThePreviousAndWritingResumesAfterSpaceIsFreed
   EXPECT_EQ(failure.code(), absl::StatusCode::kResourceExhausted) << failure;
   auto latest = (*store)->LoadLatest();
   ASSERT_TRUE(latest.ok()) << latest.status();
-  ExpectEqual(**latest, MakeContents(last_ok, {0, 1}, 40000));
+  ExpectEqual(**latest, Sized(last_ok));
 
   // The next write reopens the database (replaying and flushing the old WAL, which may free
   // space): it succeeds or fails cleanly, and the store stays readable and consistent.
-  absl::Status again = WriteContents(**store, MakeContents(id + 1, {0, 1}, 40000), true);
+  absl::Status again = WriteContents(**store, Sized(id + 1), true);
   if (again.ok()) last_ok = id + 1;
   latest = (*store)->LoadLatest();
   ASSERT_TRUE(latest.ok()) << latest.status();
-  ExpectEqual(**latest, MakeContents(last_ok, {0, 1}, 40000));
+  ExpectEqual(**latest, Sized(last_ok));
 
   // RocksDB's own recovery polls free space every few seconds; a write meanwhile fails with
   // ResourceExhausted or Unavailable and is retried, as the server would at its next interval.
@@ -90,7 +95,7 @@ TEST(DiskFullTest, FailedWriteKeepsThePreviousAndWritingResumesAfterSpaceIsFreed
   absl::Status s;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   for (; std::chrono::steady_clock::now() < give_up; ++next) {
-    s = WriteContents(**store, MakeContents(next, {0, 1}, 40000), true);
+    s = WriteContents(**store, Sized(next), true);
     if (s.ok()) break;
     EXPECT_TRUE(s.code() == absl::StatusCode::kResourceExhausted ||
                 s.code() == absl::StatusCode::kUnavailable)
@@ -98,11 +103,11 @@ TEST(DiskFullTest, FailedWriteKeepsThePreviousAndWritingResumesAfterSpaceIsFreed
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_TRUE(s.ok()) << "writing did not resume after space was freed: " << s;
-  ExpectEqual(**(*store)->LoadLatest(), MakeContents(next, {0, 1}, 40000));
+  ExpectEqual(**(*store)->LoadLatest(), Sized(next));
   store->reset();
   auto reopened = CheckpointStore::Open(path, TestIdentity(), o);
   ASSERT_TRUE(reopened.ok()) << reopened.status();
-  ExpectEqual(**(*reopened)->LoadLatest(), MakeContents(next, {0, 1}, 40000));
+  ExpectEqual(**(*reopened)->LoadLatest(), Sized(next));
 }
 
 }  // namespace
