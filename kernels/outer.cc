@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/optim.h"
 #include "kernels/thread_pool.h"
 
 namespace diloco::kernels {
@@ -60,6 +61,28 @@ absl::Status RdaMerge(std::span<const std::span<const float>> deltas,
 float StalenessDiscount(int64_t staleness, float alpha) {
   if (alpha == 0.0f || staleness <= 0) return 1.0f;
   return static_cast<float>(std::pow(1.0 + static_cast<double>(staleness), -alpha));
+}
+
+absl::Status PartialNesterovStep(const NesterovParams& p, double share, std::span<float> theta,
+                                 std::span<float> m, std::span<const float> d) {
+  if (theta.size() != m.size() || theta.size() != d.size())
+    return absl::InvalidArgumentError(absl::StrCat("partial Nesterov step on spans of ",
+                                                   theta.size(), ", ", m.size(), ", ", d.size()));
+  if (!(share > 0 && share <= 1))
+    return absl::InvalidArgumentError(absl::StrCat("round share ", share, " not in (0, 1]"));
+  if (share == 1) {
+    NesterovStep(p, theta, m, d);
+    return absl::OkStatus();
+  }
+  const float decay = static_cast<float>(1 - share * (1 - static_cast<double>(p.mu)));
+  const float look = static_cast<float>(share * p.mu);
+  ParallelFor(theta.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      m[i] = decay * m[i] + d[i];
+      theta[i] = theta[i] - p.lr * (d[i] + look * m[i]);
+    }
+  });
+  return absl::OkStatus();
 }
 
 DelayedNesterov::DelayedNesterov(NesterovParams p, int period, size_t size)

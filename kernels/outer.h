@@ -19,6 +19,15 @@
 //   Nesterov step (optim.h) on the mean of the N deltas; between momentum updates each arrival
 //   takes a plain SGD step, so N simultaneous pushes never compound momentum N times.
 //
+// Partial Nesterov step (a round that holds a share s in (0, 1] of a full round's work, the
+// delta d already scaled by s): the optimizer advances by s of one step,
+//     m = (1 - s*(1 - mu))*m + d;  theta -= lr*(d + s*mu*m)
+// s = 1 is NesterovStep exactly. Rounds of share s, 1/s per full round, with d = s*D reach the
+// same velocity as full rounds of D (m -> D/(1 - mu), lr*D/(1 - mu) per full round's worth,
+// with the momentum's memory measured in full rounds' worth), and a round that holds a sliver
+// of the work after full ones (one worker's push, the last pushes of a run) moves theta by a
+// sliver of the momentum too; a whole step would add lr*mu*m, most of a full round's move.
+//
 // Staleness discount (optional, off by default): weight factor (1 + s)^-alpha for a push of
 // staleness s = v_p - base_version >= 0; alpha = 0 gives 1.
 #pragma once
@@ -37,6 +46,10 @@ absl::Status RdaMerge(std::span<const std::span<const float>> deltas,
                       std::span<const float> weights, std::span<float> out);
 
 float StalenessDiscount(int64_t staleness, float alpha);
+
+// theta, m and d must have the same size; share in (0, 1] (InvalidArgument otherwise).
+absl::Status PartialNesterovStep(const NesterovParams& p, double share, std::span<float> theta,
+                                 std::span<float> m, std::span<const float> d);
 
 class DelayedNesterov {
  public:

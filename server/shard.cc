@@ -76,14 +76,14 @@ struct Shard::FragmentState {
 };
 
 // What one worker brings to the rounds of one fragment (RoundNorm::kExpected): the moving
-// average of its undiscounted push weight and of the rounds between its pushes. A worker that
-// pushes every fourth round (a slow one, without DyLU) is expected at a quarter of its weight in
-// each round, not at all of it in every round it misses.
+// averages of its undiscounted push weight and of the time between its pushes. A full round is
+// one push of every live worker at the fastest worker's cadence; a worker that pushes a quarter
+// as often (a slow one, without DyLU) is expected at a quarter of its weight in each round it
+// misses, not at all of it. How the fleet's pushes are cut into rounds does not matter.
 struct PushRate {
-  double weight = 0;          // EMA of the push weight, staleness not discounted
-  double rounds_between = 0;  // EMA of the versions between two of its pushes; 0 = unknown
-  uint64_t last_version = 0;  // the fragment's version at its last push; 0 = none yet
-  double PerRound() const { return weight / std::max(1.0, rounds_between); }
+  double weight = 0;      // EMA of the push weight, staleness not discounted
+  double interval_s = 0;  // EMA of the seconds between two of its pushes; 0 = unknown
+  absl::Time last = absl::InfinitePast();
 };
 
 struct Shard::WorkerInfo {
@@ -484,10 +484,11 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   // counts it as a zero delta of this weight (RoundNorm::kExpected).
   PushRate& rate = w.push_rate[f.spec->id];
   rate.weight = Ema(rate.weight, PushWeight(opt_.weights, h.tokens(), h.steps(), 0, 0));
-  if (rate.last_version > 0 && f.version > rate.last_version)  // two pushes in a round: no gap
-    rate.rounds_between =
-        Ema(rate.rounds_between, static_cast<double>(f.version - rate.last_version));
-  rate.last_version = f.version;
+  if (const absl::Time now = clock_->Now(); now > rate.last) {
+    if (rate.last != absl::InfinitePast())
+      rate.interval_s = Ema(rate.interval_s, absl::ToDoubleSeconds(now - rate.last));
+    rate.last = now;
+  }
   if (f.weight_ref == 0) f.weight_ref = wgt;
   const float rel = static_cast<float>(wgt / f.weight_ref);
   const bool drop = opt_.test_drop_pushes > 0 &&
@@ -595,14 +596,25 @@ uint32_t Shard::LiveMissing(const FragmentState& f) const {
 
 double Shard::ExpectedMissingWeight(const FragmentState& f) const {
   const absl::Time now = clock_->Now();
+  const uint32_t id = f.spec->id;
+  auto live = [&](const WorkerInfo& w) { return now - w.last_seen <= opt_.worker_timeout; };
+  double fastest = 0;  // the fleet's cadence: the shortest known push interval of a live worker
+  for (const auto& [_, w] : workers_) {
+    auto it = w->push_rate.find(id);
+    if (it != w->push_rate.end() && it->second.interval_s > 0 && live(*w))
+      fastest = fastest == 0 ? it->second.interval_s : std::min(fastest, it->second.interval_s);
+  }
   double missing = 0;
-  for (const auto& [id, w] : workers_) {
-    if (now - w->last_seen > opt_.worker_timeout) continue;
-    auto it = w->push_rate.find(f.spec->id);
+  for (const auto& [wid, w] : workers_) {
+    if (!live(*w)) continue;
+    auto it = w->push_rate.find(id);
     if (it == w->push_rate.end()) continue;  // never pushed this fragment: nothing expected
     bool in = false;
-    for (const auto& c : f.contributors) in |= c.worker == id;
-    if (!in) missing += it->second.PerRound();
+    for (const auto& c : f.contributors) in |= c.worker == wid;
+    if (in) continue;
+    const PushRate& r = it->second;
+    const double per_round = r.interval_s > 0 && fastest > 0 ? fastest / r.interval_s : 1.0;
+    missing += r.weight * per_round;
   }
   return missing;
 }
@@ -667,6 +679,8 @@ void Shard::CloseRound(FragmentState& f) {
     // the contributors' pushes are answered.
   } else if (f.dn) {
     (void)f.dn->Arrive(f.theta, f.momentum, f.acc);  // sizes match by construction
+  } else if (opt_.step == RoundStep::kPartial) {
+    (void)kernels::PartialNesterovStep(opt_.outer, share, f.theta, f.momentum, f.acc);
   } else {
     kernels::NesterovStep(opt_.outer, f.theta, f.momentum, f.acc);
   }

@@ -44,12 +44,19 @@ enum class OuterMode { kRounds, kDelayedNesterov };
 enum class MergeRule { kWeightedMean, kRda };
 // What a round's weighted sum of deltas is divided by:
 //   kExpected: the round's weight plus the expected weight of every live worker that did not
-//     push into it (its moving-average push weight for the fragment): an absent worker counts
-//     as a zero delta, so a round holding a fraction of the fleet's work moves theta by about
-//     that fraction of a full round's step (default);
+//     push into it (its moving-average push weight for the fragment, scaled by its push rate
+//     over the fastest live worker's): an absent worker counts as a zero delta, so a round
+//     holding a fraction of the fleet's work moves theta by about that fraction of a full
+//     round's delta (default);
 //   kArrived: the round's own weight (the weighted mean of what arrived): one lone push then
 //     carries a whole step, and rounds of single pushes degenerate into per-push Nesterov.
 enum class RoundNorm { kExpected, kArrived };
+// How far a round's Nesterov step goes (kernels/outer.h, PartialNesterovStep):
+//   kPartial: a round holding a share s of a full round's work (RoundNorm) advances the
+//     momentum by s of a step too: decay and look-ahead scaled by s (default);
+//   kFull: every round is a whole Nesterov step on its normalised delta; a round holding one
+//     worker's push still takes a whole momentum step.
+enum class RoundStep { kPartial, kFull };
 
 struct ShardOptions {
   uint32_t shard = 0;
@@ -63,6 +70,7 @@ struct ShardOptions {
   int dn_period = 4;  // Delayed Nesterov: N arrivals per momentum update
   MergeRule merge = MergeRule::kWeightedMean;
   RoundNorm norm = RoundNorm::kExpected;
+  RoundStep step = RoundStep::kPartial;
   // Test flag (the convergence study): this fraction of pushes, drawn at random (seeded by the
   // shard index), is acked Applied but never merged, as if lost on the way: its round is the
   // mean of the others (a round of dropped pushes only leaves theta as it was).
@@ -193,7 +201,7 @@ class Shard {
   void FillUpdate(const FragmentState& f, Outgoing* o) const;
   uint32_t LiveMissing(const FragmentState& f) const;
   // kExpected: what the live workers missing from f's round usually bring to one round (their
-  // moving-average push weight over the rounds between their pushes).
+  // moving-average push weight, scaled by their push rate over the fastest live worker's).
   double ExpectedMissingWeight(const FragmentState& f) const;
   // Payload bytes of `worker`'s pushes (this generation) waiting in open rounds.
   uint64_t HeldBytes(uint32_t worker, uint64_t generation) const;

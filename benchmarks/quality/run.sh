@@ -184,6 +184,7 @@ if [[ $groups == *c* ]]; then
   run_fleet c.naive4 c 4 2 "--grace_cap=0s --round_norm=arrived" --steps=$steps --adopt=lerp
   if [[ $mode == full ]]; then  # one rule changed at a time from the defaults
     run_fleet c.arrived4 c 4 2 "--round_norm=arrived" --steps=$steps
+    run_fleet c.fullstep4 c 4 2 "--round_step=full" --steps=$steps
     run_fleet c.replace4 c 4 2 "" --steps=$steps --adopt=lerp
     run_fleet c.lerp4 c 4 2 "" --steps=$steps --adopt=lerp --adopt_alpha=0.5
   fi

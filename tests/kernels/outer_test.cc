@@ -1,4 +1,4 @@
-// RDA merge and the staleness discount.
+// RDA merge, the partial Nesterov step and the staleness discount.
 #include "kernels/outer.h"
 
 #include <gtest/gtest.h>
@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/optim.h"
 #include "tests/kernels/test_data.h"
 
 namespace diloco::kernels {
@@ -60,6 +61,68 @@ TEST(RdaMerge, ZeroDeltaAndErrors) {
   EXPECT_FALSE(RdaMerge(deltas, neg_w, out).ok());
   std::vector<float> short_out(7);
   EXPECT_FALSE(RdaMerge(deltas, w, short_out).ok());
+}
+
+TEST(PartialNesterovStep, AFullShareIsTheNesterovStep) {
+  const NesterovParams p{.lr = 0.7f, .mu = 0.9f};
+  std::vector<float> theta(64, 1.0f), m(64, 0.3f), d(64, -0.2f);
+  std::vector<float> theta2 = theta, m2 = m;
+  ASSERT_TRUE(PartialNesterovStep(p, 1.0, theta, m, d).ok());
+  NesterovStep(p, theta2, m2, d);
+  EXPECT_EQ(theta, theta2);
+  EXPECT_EQ(m, m2);
+}
+
+TEST(PartialNesterovStep, AQuarterShareDecaysAndLooksAheadByAQuarter) {
+  // m = (1 - 0.25 * 0.1) * 0.3 + 0.05 = 0.3425; theta = 1 - 0.7 * (0.05 + 0.225 * 0.3425).
+  const NesterovParams p{.lr = 0.7f, .mu = 0.9f};
+  std::vector<float> theta(8, 1.0f), m(8, 0.3f), d(8, 0.05f);
+  ASSERT_TRUE(PartialNesterovStep(p, 0.25, theta, m, d).ok());
+  EXPECT_NEAR(m[0], 0.3425, 1e-6);
+  EXPECT_NEAR(theta[0], 1 - 0.7 * (0.05 + 0.225 * 0.3425), 1e-6);
+}
+
+TEST(PartialNesterovStep, SplitRoundsReachTheVelocityOfFullRounds) {
+  // A constant full-round delta D = 1: 200 full rounds against 800 rounds of a quarter share
+  // with d = D / 4. Both settle at m = D / (1 - mu) and move theta by lr * D / (1 - mu) per full
+  // round's worth.
+  const NesterovParams p{.lr = 0.7f, .mu = 0.9f};
+  std::vector<float> full(4, 0.0f), mf(4, 0.0f), dfull(4, 1.0f);
+  std::vector<float> split(4, 0.0f), ms(4, 0.0f), dq(4, 0.25f);
+  for (int r = 0; r < 200; ++r) {
+    const float before_f = full[0], before_s = split[0];
+    NesterovStep(p, full, mf, dfull);
+    for (int k = 0; k < 4; ++k) ASSERT_TRUE(PartialNesterovStep(p, 0.25, split, ms, dq).ok());
+    if (r == 199) {
+      EXPECT_NEAR(before_f - full[0], 7.0, 1e-3);
+      EXPECT_NEAR(before_s - split[0], 7.0, 1e-2);
+      EXPECT_NEAR(ms[0], 10.0, 1e-2);
+    }
+  }
+}
+
+TEST(PartialNesterovStep, ASliverRoundAfterFullRoundsMovesByASliver) {
+  // At the velocity of full rounds of D = 1 (m = 10), one round holding a tenth of the work
+  // (d = 0.1): the partial step moves theta by 0.7 * (0.1 + 0.09 * 10) = 0.7, a tenth of a full
+  // round's 7; a whole Nesterov step would move it by 0.7 * (0.1 + 0.9 * 9.1) = 5.803.
+  const NesterovParams p{.lr = 0.7f, .mu = 0.9f};
+  std::vector<float> theta(4, 0.0f), m(4, 10.0f), d(4, 0.1f);
+  std::vector<float> theta_full = theta, m_full = m;
+  ASSERT_TRUE(PartialNesterovStep(p, 0.1, theta, m, d).ok());
+  NesterovStep(p, theta_full, m_full, d);
+  EXPECT_NEAR(-theta[0], 0.7, 1e-5);
+  EXPECT_NEAR(-theta_full[0], 5.803, 1e-4);
+}
+
+TEST(PartialNesterovStep, BadShareOrSizesAreRefusedAndChangeNothing) {
+  const NesterovParams p{};
+  std::vector<float> theta(4, 1.0f), m(4, 0.5f), d(4, 0.1f), short_d(3, 0.1f);
+  EXPECT_EQ(PartialNesterovStep(p, 0.0, theta, m, d).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartialNesterovStep(p, 1.5, theta, m, d).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartialNesterovStep(p, 0.5, theta, m, short_d).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(theta, std::vector<float>(4, 1.0f));
+  EXPECT_EQ(m, std::vector<float>(4, 0.5f));
 }
 
 TEST(StalenessDiscount, Values) {

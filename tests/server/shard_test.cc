@@ -123,9 +123,11 @@ TEST_F(ShardTest, QuorumThenGraceWindow) {
 // A full round (both live workers), then a round only worker 1 makes: with the default norm the
 // absent worker 2 counts as a zero delta of its usual weight, so d = 0.2 / 2; with kArrived the
 // lone push carries the whole step.
-double ThetaAfterALoneRound(RoundNorm norm, absl::Duration absent_for, absl::Duration timeout) {
+double ThetaAfterALoneRound(RoundNorm norm, absl::Duration absent_for, absl::Duration timeout,
+                            RoundStep step = RoundStep::kPartial) {
   auto o = TinyOptions();
   o.norm = norm;
+  o.step = step;
   o.worker_timeout = timeout;
   ShardHarness h(o);
   const uint64_t n = h.fragment(0).numel;
@@ -145,8 +147,13 @@ double ThetaAfterALoneRound(RoundNorm norm, absl::Duration absent_for, absl::Dur
 
 TEST(ShardRoundNormTest, AnAbsentLiveWorkerCountsAsAZeroDelta) {
   // Round 1: d = 0.2, m = 0.2, theta = 1 - 0.7 * 0.38 = 0.734.
-  // Round 2, expected: d = 0.1, m = 0.28, theta = 0.734 - 0.7 * (0.1 + 0.252) = 0.4876.
+  // Round 2, expected: share 1/2, d = 0.1, and half a momentum step (kernels/outer.h):
+  // m = (1 - 0.5 * 0.1) * 0.2 + 0.1 = 0.29, theta = 0.734 - 0.7 * (0.1 + 0.45 * 0.29) = 0.57265.
   EXPECT_NEAR(ThetaAfterALoneRound(RoundNorm::kExpected, absl::ZeroDuration(), absl::Seconds(10)),
+              0.57265, 1e-6);
+  // The same with whole momentum steps: m = 0.28, theta = 0.734 - 0.7 * (0.1 + 0.252) = 0.4876.
+  EXPECT_NEAR(ThetaAfterALoneRound(RoundNorm::kExpected, absl::ZeroDuration(), absl::Seconds(10),
+                                   RoundStep::kFull),
               0.4876, 1e-6);
   // Round 2, arrived: d = 0.2, m = 0.38, theta = 0.734 - 0.7 * (0.2 + 0.342) = 0.3546.
   EXPECT_NEAR(ThetaAfterALoneRound(RoundNorm::kArrived, absl::ZeroDuration(), absl::Seconds(10)),
@@ -159,9 +166,10 @@ TEST(ShardRoundNormTest, ADeadWorkerIsNotExpected) {
               0.3546, 1e-6);
 }
 
-// A worker that pushes every fourth round (a slow one, without DyLU) is expected at a quarter
-// of its weight in the rounds it misses, once its cadence is known: with outer lr 1 and no
-// momentum theta moves by exactly the round's normalised delta.
+// A worker that pushes a quarter as often as the fastest (a slow one, without DyLU) is expected
+// at a quarter of its weight in the rounds it misses, once its cadence is known. Worker a
+// pushes every 10 s, b every 40 s; with outer lr 1 and no momentum theta moves by exactly the
+// round's normalised delta.
 TEST(ShardRoundNormTest, ASlowWorkerIsExpectedAtItsPushRate) {
   auto o = TinyOptions();
   o.outer.lr = 1.0f;
@@ -173,23 +181,52 @@ TEST(ShardRoundNormTest, ASlowWorkerIsExpectedAtItsPushRate) {
   h.Hello("b", 2);
   h.Init("a", 1, 0, Filled(n, 1.0f));
   uint64_t seq_a = 0, seq_b = 0;
-  // One round of fragment 0; returns how far theta moved.
+  // One round of fragment 0, 10 s after the last began; returns how far theta moved.
   auto round = [&](bool with_b) {
+    h.clock().Advance(o.round.grace_cap);
     const float before = h.shard().params(0)[0];
     const uint64_t v = h.shard().published_version(0);
     h.Push("a", 1, 0, ++seq_a, v, Filled(n, 0.2f));
     if (with_b) h.Push("b", 2, 0, ++seq_b, v, Filled(n, 0.2f));
-    if (!with_b) h.clock().Advance(o.round.grace_cap);
+    if (!with_b) h.clock().Advance(o.round.grace_cap);  // b is live: the round waits its cap
     h.Tick();
     EXPECT_EQ(h.shard().published_version(0), v + 1);
+    if (with_b) h.clock().Advance(o.round.grace_cap);  // every round takes 10 s
     return before - h.shard().params(0)[0];
   };
-  EXPECT_NEAR(round(true), 0.2, 1e-6);   // version 1: both, a full round
+  EXPECT_NEAR(round(true), 0.2, 1e-6);   // both: a full round
   EXPECT_NEAR(round(false), 0.1, 1e-6);  // b's cadence unknown: expected at its whole weight
   EXPECT_NEAR(round(false), 0.1, 1e-6);
   EXPECT_NEAR(round(false), 0.1, 1e-6);
-  EXPECT_NEAR(round(true), 0.2, 1e-6);          // version 5: b again, 4 rounds after its last
+  EXPECT_NEAR(round(true), 0.2, 1e-6);          // b again, 40 s after its first push
   EXPECT_NEAR(round(false), 0.2 / 1.25, 1e-6);  // b expected at a quarter: 0.2 * 1 / (1 + 1/4)
+}
+
+// Rounds cut finer than the workers' cadence (each round holds half the fleet) still count
+// every worker at its whole weight: two workers pushing at the same cadence, alternately.
+TEST(ShardRoundNormTest, RoundsCutFinerThanTheCadenceStillExpectEveryWorker) {
+  auto o = TinyOptions();
+  o.outer.lr = 1.0f;
+  o.outer.mu = 0.0f;
+  o.worker_timeout = absl::Hours(1);
+  ShardHarness h(o);
+  const uint64_t n = h.fragment(0).numel;
+  h.Hello("a", 1);
+  h.Hello("b", 2);
+  h.Init("a", 1, 0, Filled(n, 1.0f));
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    for (auto [rid, worker] : {std::pair{"a", 1u}, std::pair{"b", 2u}}) {
+      const float before = h.shard().params(0)[0];
+      const uint64_t v = h.shard().published_version(0);
+      h.Push(rid, worker, 0, seq, v, Filled(n, 0.2f));
+      h.clock().Advance(o.round.grace_cap);  // the other one is live: the round waits its cap
+      h.Tick();
+      ASSERT_EQ(h.shard().published_version(0), v + 1);
+      if (seq > 1) {  // both cadences known
+        EXPECT_NEAR(before - h.shard().params(0)[0], 0.1, 1e-6) << seq;
+      }
+    }
+  }
 }
 
 // The study's test flag: a dropped push is answered Applied like any other, but its round
