@@ -4,13 +4,16 @@
 #include <atomic>
 #include <cstring>
 #include <random>
+#include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checksum.h"
 #include "kernels/codec.h"
 #include "kernels/outer.h"
 #include "server/payload_check.h"
+#include "server/process_memory.h"
 
 namespace diloco::server {
 
@@ -52,7 +55,14 @@ struct Shard::FragmentState {
   // is done (its next round closes after it; pushes keep merging into acc meanwhile).
   bool writing = false;
   std::vector<Outgoing> init_acks;  // Initialized answers held until theta(0) is durable
-  std::vector<float> theta, momentum, acc;
+  // The live theta, in a shared buffer: once published it is also `snapshot` (sends read it
+  // zero-copy), and the next round that changes it copies it first (MakeThetaWritable).
+  std::shared_ptr<wire::Bytes> theta_buf;
+  std::vector<float> momentum;
+  // The round's accumulator, from the shard's pool while the round is open (null otherwise).
+  std::shared_ptr<wire::Bytes> acc_buf;
+  std::span<float> theta() const { return Floats(*theta_buf); }
+  std::span<float> acc() const { return Floats(*acc_buf); }
   double weight_sum = 0, weight_ref = 0;  // merged pushes' weights, relative to the first's
   uint32_t merged = 0;                    // pushes merged into acc this round
   OpenRound round;
@@ -65,7 +75,6 @@ struct Shard::FragmentState {
   std::vector<Contribution> contributors;       // in the open round
   std::vector<Contribution> unacked;            // applied, Applied ack held until published
   std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
-  std::vector<std::shared_ptr<wire::Bytes>> snapshot_pool;     // reused once no send holds them
   std::shared_ptr<const std::vector<uint64_t>> snapshot_sums;  // per chunk, hashed once
   std::unique_ptr<kernels::DelayedNesterov> dn;                // kDelayedNesterov only
   std::vector<std::vector<float>> rda_deltas;  // kRda only: one dense delta per push
@@ -124,16 +133,22 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   s->incarnation_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
                     static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   s->owned_ = s->plan_.FragmentsOfShard(o.shard);
+  uint64_t largest = 0;
   for (uint32_t id : s->owned_) {
     auto f = std::make_unique<FragmentState>();
     f->spec = &s->plan_.fragment(id);
-    f->theta.assign(f->spec->numel, 0.0f);
+    f->theta_buf = std::make_shared<wire::Bytes>(f->spec->numel * sizeof(float));
     f->momentum.assign(f->spec->numel, 0.0f);
-    f->acc.assign(f->spec->numel, 0.0f);
+    largest = std::max<uint64_t>(largest, f->spec->numel * sizeof(float));
+    s->owned_params_ += f->spec->numel;
     if (o.outer_mode == OuterMode::kDelayedNesterov)
       f->dn = std::make_unique<kernels::DelayedNesterov>(o.outer, o.dn_period, f->spec->numel);
     s->fragments_[id] = std::move(f);
   }
+  // One accumulator and one theta copy of the largest fragment: a shard whose rounds close
+  // one at a time (streamed pushes) reuses them; more open rounds take fresh buffers, freed
+  // again as they close.
+  s->pool_ = BufferPool(2 * largest);
   s->last_checkpoint_time_ = clock->Now();
   if (!o.store_path.empty()) {
     storage::StoreIdentity ident{s->plan_.fingerprint(), s->model_fingerprint_, o.shard,
@@ -149,6 +164,17 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
 }
 
 absl::Status Shard::Recover() {
+  // The zeroed state goes before the checkpoint is loaded, so that recovery never holds both.
+  for (auto& [_, f] : fragments_) {
+    f->theta_buf.reset();
+    std::vector<float>().swap(f->momentum);
+  }
+  absl::Cleanup zero_the_rest = [this] {
+    for (auto& [_, f] : fragments_) {
+      if (!f->theta_buf) f->theta_buf = std::make_shared<wire::Bytes>(f->spec->numel * 4);
+      if (f->momentum.empty()) f->momentum.assign(f->spec->numel, 0.0f);
+    }
+  };
   auto cp = store_->LoadLatest();
   if (!cp.ok()) return cp.status();
   if (!cp->has_value()) return absl::OkStatus();
@@ -160,13 +186,13 @@ absl::Status Shard::Recover() {
       return absl::DataLossError(
           absl::StrCat("checkpoint ", c.id, ": fragment ", fs.id, " does not fit the plan"));
     FragmentState& f = *it->second;
-    f.theta = std::move(fs.params);  // the loaded buffers become the live state: no copy
-    f.momentum = std::move(fs.momentum);
+    f.theta_buf = std::make_shared<wire::Bytes>(fs.params.size() * sizeof(float));
+    std::memcpy(f.theta_buf->data(), fs.params.data(), f.theta_buf->size());
+    std::vector<float>().swap(fs.params);  // one fragment's copy at a time
+    f.momentum = std::move(fs.momentum);   // the loaded buffer becomes the live state
     f.version = f.published = f.durable = fs.version;
-    if (f.version > 0) {
-      auto bytes = std::make_shared<wire::Bytes>(f.theta.size() * sizeof(float));
-      std::memcpy(bytes->data(), f.theta.data(), bytes->size());
-      f.snapshot = std::move(bytes);
+    if (f.version > 0) {  // published as it is: the snapshot is theta itself
+      f.snapshot = f.theta_buf;
       f.snapshot_sums = SnapshotChecksums(*f.snapshot);
     }
   }
@@ -393,7 +419,7 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
   const uint64_t chunk = wire::ChunkElements(wire::kFragmentCodec.block);
   for (size_t i = 0; i < m.num_payloads(); ++i) {
     auto p = m.payload(i);
-    std::memcpy(f.theta.data() + i * chunk, p.data(), p.size());
+    std::memcpy(f.theta().data() + i * chunk, p.data(), p.size());
   }
   std::fill(f.momentum.begin(), f.momentum.end(), 0.0f);
   f.version = 1;
@@ -493,7 +519,10 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   const float rel = static_cast<float>(wgt / f.weight_ref);
   const bool drop = opt_.test_drop_pushes > 0 &&
                     std::uniform_real_distribution<double>(0, 1)(drop_rng_) < opt_.test_drop_pushes;
-  float* target = f.acc.data();                  // weighted mean: accumulate in place
+  // Weighted mean: accumulate in place, in the pooled buffer the round holds while open.
+  if (!f.acc_buf && opt_.merge != MergeRule::kRda && !drop)
+    f.acc_buf = pool_.Take(f.spec->numel * sizeof(float));
+  float* target = f.acc_buf ? f.acc().data() : nullptr;
   if (opt_.merge == MergeRule::kRda && !drop) {  // RDA: keep this push's delta whole
     f.rda_deltas.emplace_back(f.spec->numel, 0.0f);
     f.rda_weights.push_back(rel);
@@ -664,26 +693,29 @@ void Shard::CloseRound(FragmentState& f) {
   const double share = f.merged > 0 ? f.weight_sum / total : 0;
   counters_.round_share = counters_.rounds == 0 ? share : Ema(counters_.round_share, share, 0.05);
   if (opt_.merge == MergeRule::kRda) {
+    if (!f.acc_buf) f.acc_buf = pool_.Take(f.spec->numel * sizeof(float));  // RdaMerge's output
     std::vector<std::span<const float>> deltas(f.rda_deltas.begin(), f.rda_deltas.end());
-    auto s = kernels::RdaMerge(deltas, f.rda_weights, f.acc);
-    if (!s.ok()) std::fill(f.acc.begin(), f.acc.end(), 0.0f);  // all-zero weights: no move
+    auto s = kernels::RdaMerge(deltas, f.rda_weights, f.acc());
+    if (!s.ok()) std::fill(f.acc().begin(), f.acc().end(), 0.0f);  // all-zero weights: no move
     f.rda_deltas.clear();
     f.rda_weights.clear();
     if (share != 1.0)
-      for (float& a : f.acc) a *= static_cast<float>(share);
+      for (float& a : f.acc()) a *= static_cast<float>(share);
   } else if (const double inv = f.merged > 0 ? share / f.weight_sum : 1.0; inv != 1.0) {
-    for (float& a : f.acc) a *= static_cast<float>(inv);
+    for (float& a : f.acc()) a *= static_cast<float>(inv);
   }
+  if (f.merged > 0) MakeThetaWritable(f);
   if (f.merged == 0) {
     // Every push of the round was dropped: nothing to step on; the version still moves so that
     // the contributors' pushes are answered.
   } else if (f.dn) {
-    (void)f.dn->Arrive(f.theta, f.momentum, f.acc);  // sizes match by construction
+    (void)f.dn->Arrive(f.theta(), f.momentum, f.acc());  // sizes match by construction
   } else if (opt_.step == RoundStep::kPartial) {
-    (void)kernels::PartialNesterovStep(opt_.outer, share, f.theta, f.momentum, f.acc);
+    (void)kernels::PartialNesterovStep(opt_.outer, share, f.theta(), f.momentum, f.acc());
   } else {
-    kernels::NesterovStep(opt_.outer, f.theta, f.momentum, f.acc);
+    kernels::NesterovStep(opt_.outer, f.theta(), f.momentum, f.acc());
   }
+  pool_.Give(std::move(f.acc_buf));  // the round is closed: its accumulator goes back
   ++f.version;
   ++counters_.rounds;
   for (const auto& c : f.contributors) {
@@ -698,18 +730,16 @@ void Shard::CloseRound(FragmentState& f) {
   dirty_ = true;
 }
 
+void Shard::MakeThetaWritable(FragmentState& f) {
+  if (f.theta_buf.use_count() == 1) return;  // neither published nor being sent
+  auto copy = pool_.Take(f.theta_buf->size());
+  std::memcpy(copy->data(), f.theta_buf->data(), copy->size());
+  pool_.Give(std::exchange(f.theta_buf, std::move(copy)));  // reused once no send holds it
+}
+
 void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
-  // Reuse a snapshot buffer no send still holds (fresh pages cost ~10x a copy, TOOLCHAIN.md).
-  f.snapshot.reset();
-  std::shared_ptr<wire::Bytes> bytes;
-  for (auto& b : f.snapshot_pool)
-    if (b.use_count() == 1) bytes = b;
-  if (!bytes) {
-    bytes = std::make_shared<wire::Bytes>(f.theta.size() * sizeof(float));
-    if (f.snapshot_pool.size() < 4) f.snapshot_pool.push_back(bytes);
-  }
-  std::memcpy(bytes->data(), f.theta.data(), bytes->size());
-  f.snapshot = std::move(bytes);
+  // No copy: the snapshot is the live theta, which the next round copies before changing it.
+  f.snapshot = f.theta_buf;
   f.snapshot_sums = SnapshotChecksums(*f.snapshot);
   f.published = f.version;
   for (const auto& c : f.unacked) {
@@ -798,10 +828,10 @@ void Shard::StartCheckpoint(bool sync) {
     // Incremental: a fragment the newest checkpoint holds at this version is named, not
     // written (the store reads only the spans' length), and stays free to close its next round.
     if (f.version == f.durable) {
-      job.fragments.push_back({id, f.version, f.theta, f.momentum, /*unchanged=*/true});
+      job.fragments.push_back({id, f.version, f.theta(), f.momentum, /*unchanged=*/true});
       continue;
     }
-    job.fragments.push_back({id, f.version, f.theta, f.momentum});
+    job.fragments.push_back({id, f.version, f.theta(), f.momentum});
     f.writing = true;
   }
   for (const auto& [id, w] : workers_)
@@ -832,6 +862,8 @@ void Shard::FinishCheckpoint(const CheckpointWriter::Result& r) {
   last_checkpoint_time_ = clock_->Now();
   counters_.last_checkpoint_ms = r.write_ms;
   counters_.last_checkpoint_bytes = r.bytes;
+  counters_.checkpoint_bytes_total += r.bytes;
+  counters_.checkpoint_ms_total += r.write_ms;
 }
 
 absl::Time Shard::NextDeadline() const {
@@ -873,14 +905,20 @@ uint64_t Shard::published_version(uint32_t fragment) const {
 
 std::vector<float> Shard::params(uint32_t fragment) const {
   auto it = fragments_.find(fragment);
-  return it == fragments_.end() ? std::vector<float>{} : it->second->theta;
+  if (it == fragments_.end()) return {};
+  const auto t = it->second->theta();
+  return {t.begin(), t.end()};
 }
 
 std::string Shard::StatsJson() const {
-  std::string versions;
-  for (uint32_t id : owned_)
+  std::string versions, durable;
+  for (uint32_t id : owned_) {
     absl::StrAppend(&versions, versions.empty() ? "" : ",", "\"", id,
                     "\":", fragments_.at(id)->published);
+    absl::StrAppend(&durable, durable.empty() ? "" : ",", "\"", id,
+                    "\":", fragments_.at(id)->durable);
+  }
+  const ProcessMemory mem = ReadProcessMemory().value_or(ProcessMemory{});
   const auto& c = counters_;
   return absl::StrCat(
       "{\"shard\":", opt_.shard, ",\"incarnation\":", incarnation_, ",\"rounds\":", c.rounds,
@@ -892,7 +930,12 @@ std::string Shard::StatsJson() const {
       ",\"bad_messages\":", c.messages_bad,
       ",\"round_share\":", absl::StrFormat("%.4f", c.round_share), ",\"bytes_in\":", c.bytes_in,
       ",\"bytes_out\":", c.bytes_out, ",\"checkpoints\":", c.checkpoints,
-      ",\"checkpoint_failures\":", c.checkpoint_failures, ",\"workers\":", workers_.size(), "}");
+      ",\"checkpoint_failures\":", c.checkpoint_failures,
+      ",\"checkpoint_bytes\":", c.checkpoint_bytes_total,
+      ",\"checkpoint_ms\":", absl::StrFormat("%.1f", c.checkpoint_ms_total), ",\"durable\":{",
+      durable, "},\"params\":", owned_params_, ",\"resident_bytes\":", mem.resident_bytes,
+      ",\"peak_resident_bytes\":", mem.peak_resident_bytes,
+      ",\"pool_fresh_buffers\":", pool_.fresh_allocations(), ",\"workers\":", workers_.size(), "}");
 }
 
 }  // namespace diloco::server

@@ -25,6 +25,7 @@
 #include "schema/train.h"
 #include "schema/transport.h"
 #include "server/apply_pool.h"
+#include "server/buffer_pool.h"
 #include "server/checkpoint_writer.h"
 #include "server/clock.h"
 #include "server/round_policy.h"
@@ -114,6 +115,8 @@ struct ShardCounters {
   uint64_t bytes_in = 0, bytes_out = 0;
   uint64_t checkpoints = 0, checkpoint_failures = 0;
   uint64_t last_checkpoint_bytes = 0;
+  uint64_t checkpoint_bytes_total = 0;  // tensor bytes of every finished checkpoint
+  double checkpoint_ms_total = 0;       // their time inside CheckpointStore::Write
   double last_checkpoint_ms = 0, last_apply_ms = 0;
   uint64_t apply_errors = 0;  // decode failures after validation: never expected
   double round_share = 1;     // EMA of a closed round's weight over a full round's (RoundNorm)
@@ -188,6 +191,9 @@ class Shard {
   void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void CloseRound(FragmentState& f);
   void Publish(FragmentState& f, std::vector<Outgoing>* out);
+  // Before theta changes: a theta the published snapshot (or a send) still holds is copied to
+  // a pooled buffer first, and the copy becomes the live theta.
+  void MakeThetaWritable(FragmentState& f);
   // May f's version go out now? Without a store always; theta(0) only once durable; in
   // per-round mode only the durable version.
   bool Publishable(const FragmentState& f) const;
@@ -218,6 +224,10 @@ class Shard {
   uint64_t incarnation_ = 0;
   std::vector<uint32_t> owned_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<FragmentState>> fragments_;
+  // Accumulators of open rounds and theta copies on write: keeps two of the largest owned
+  // fragment's buffers for reuse.
+  BufferPool pool_{0};
+  uint64_t owned_params_ = 0;
   absl::flat_hash_map<uint32_t, std::unique_ptr<WorkerInfo>> workers_;  // by worker id
   struct Binding {
     uint32_t worker = 0;
