@@ -9,8 +9,12 @@
 //      (Nesterov reads acc and reads+writes theta and momentum: 20; the published snapshot
 //      copy: 8) + 8 when the round merged several pushes (normalisation);
 //   3. loopback: real diloco-server processes (1..4 shards) fed over ZeroMQ by 1..8 pushing
-//      threads; pushes applied/s and parameters/s end to end.
+//      threads; pushes applied/s and parameters/s end to end;
+//   4. --at_size=1 (alone): 124M and 1B-parameter shards with a store in each durability mode:
+//      rounds/s, wire bytes per parameter, checkpoint MB/s against a synced write, resident
+//      bytes per parameter (at_size.cc).
 // Usage: diloco-bench-server [--model=SPEC] [--fragments=P] [--seconds=S] [--loopback=0|1]
+//                            [--at_size=1]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +36,7 @@
 #include "server/shard.h"
 
 int Loopback(const std::string& model, uint32_t fragments, double seconds, double memcpy_gbps);
+int AtSize(double seconds);
 
 namespace {
 
@@ -80,6 +85,7 @@ struct Setup {
   uint32_t fragments = 8;
   double seconds = 2.0;
   bool loopback = true;
+  bool at_size = false;
 };
 
 void InProcess(const Setup& s, double memcpy_gbps) {
@@ -181,13 +187,16 @@ int main(int argc, char** argv) {
       (void)absl::SimpleAtod(a.substr(10), &s.seconds);
     else if (a.starts_with("--loopback="))
       s.loopback = a.substr(11) != "0";
+    else if (a == "--at_size=1")
+      s.at_size = true;
     else {
       std::fprintf(stderr,
                    "usage: diloco-bench-server [--model=SPEC] [--fragments=P] "
-                   "[--seconds=S] [--loopback=0|1]\n");
+                   "[--seconds=S] [--loopback=0|1] [--at_size=1]\n");
       return 2;
     }
   }
+  if (s.at_size) return AtSize(s.seconds);
   auto manifest = GptManifest(*ParseGptConfig(s.model));
   std::printf("diloco-bench-server: model %s, %lu parameters, %u fragments\n", s.model.c_str(),
               static_cast<unsigned long>(manifest->total_elements()), s.fragments);
