@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checksum.h"
@@ -86,9 +87,11 @@ struct Shard::FragmentState {
 
 // What one worker brings to the rounds of one fragment (RoundNorm::kExpected): the moving
 // averages of its undiscounted push weight and of the time between its pushes. A full round is
-// one push of every live worker at the fastest worker's cadence; a worker that pushes a quarter
-// as often (a slow one, without DyLU) is expected at a quarter of its weight in each round it
-// misses, not at all of it. How the fleet's pushes are cut into rounds does not matter.
+// one push of every live worker at the fleet's cadence (the lower median of the live workers'
+// intervals: robust to one worker's jitter); a worker that pushes a quarter as often (a slow
+// one, without DyLU) is expected at a quarter of its weight in each round it misses, not at all
+// of it, and one at the fleet's cadence or faster at all of it. How the fleet's pushes are cut
+// into rounds does not matter.
 struct PushRate {
   double weight = 0;      // EMA of the push weight, staleness not discounted
   double interval_s = 0;  // EMA of the seconds between two of its pushes; 0 = unknown
@@ -627,11 +630,17 @@ double Shard::ExpectedMissingWeight(const FragmentState& f) const {
   const absl::Time now = clock_->Now();
   const uint32_t id = f.spec->id;
   auto live = [&](const WorkerInfo& w) { return now - w.last_seen <= opt_.worker_timeout; };
-  double fastest = 0;  // the fleet's cadence: the shortest known push interval of a live worker
+  absl::InlinedVector<double, 16> intervals;  // the live workers' known push intervals
   for (const auto& [_, w] : workers_) {
     auto it = w->push_rate.find(id);
     if (it != w->push_rate.end() && it->second.interval_s > 0 && live(*w))
-      fastest = fastest == 0 ? it->second.interval_s : std::min(fastest, it->second.interval_s);
+      intervals.push_back(it->second.interval_s);
+  }
+  double cadence = 0;  // the fleet's: the lower median of those intervals, 0 when none is known
+  if (!intervals.empty()) {
+    auto mid = intervals.begin() + (intervals.size() - 1) / 2;
+    std::nth_element(intervals.begin(), mid, intervals.end());
+    cadence = *mid;
   }
   double missing = 0;
   for (const auto& [wid, w] : workers_) {
@@ -642,7 +651,8 @@ double Shard::ExpectedMissingWeight(const FragmentState& f) const {
     for (const auto& c : f.contributors) in |= c.worker == wid;
     if (in) continue;
     const PushRate& r = it->second;
-    const double per_round = r.interval_s > 0 && fastest > 0 ? fastest / r.interval_s : 1.0;
+    const double per_round =
+        r.interval_s > 0 && cadence > 0 ? std::min(1.0, cadence / r.interval_s) : 1.0;
     missing += r.weight * per_round;
   }
   return missing;

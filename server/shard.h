@@ -46,7 +46,7 @@ enum class MergeRule { kWeightedMean, kRda };
 // What a round's weighted sum of deltas is divided by:
 //   kExpected: the round's weight plus the expected weight of every live worker that did not
 //     push into it (its moving-average push weight for the fragment, scaled by its push rate
-//     over the fastest live worker's): an absent worker counts as a zero delta, so a round
+//     over the fleet's, at most 1): an absent worker counts as a zero delta, so a round
 //     holding a fraction of the fleet's work moves theta by about that fraction of a full
 //     round's delta (default);
 //   kArrived: the round's own weight (the weighted mean of what arrived): one lone push then
@@ -207,7 +207,7 @@ class Shard {
   void FillUpdate(const FragmentState& f, Outgoing* o) const;
   uint32_t LiveMissing(const FragmentState& f) const;
   // kExpected: what the live workers missing from f's round usually bring to one round (their
-  // moving-average push weight, scaled by their push rate over the fastest live worker's).
+  // moving-average push weight, scaled by their push rate over the fleet's cadence, at most 1).
   double ExpectedMissingWeight(const FragmentState& f) const;
   // Payload bytes of `worker`'s pushes (this generation) waiting in open rounds.
   uint64_t HeldBytes(uint32_t worker, uint64_t generation) const;
