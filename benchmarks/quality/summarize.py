@@ -36,11 +36,14 @@ GROUPS = {
 # Quick mode (deploy/test.sh): what must hold for the run to pass. Margins cover the scatter of
 # 600-step (H = 25) asynchronous runs on a 2-core box; the code before the round and adoption
 # rules (naive per-push rounds, replacement) misses the async bound by far.
-# (arm, baseline, bound on arm / baseline). Measured in quick mode here: 1.056 (three times),
-# 1.029-1.042 (asynchronous runs scatter), below 0.01 (naive per-push Nesterov diverges), and
-# 0.965-1.012 (40 s of wall time; the code before the round and adoption rules exported 1.4-1.7x
-# the lone worker's loss).
-QUICK_BOUNDS = [("a.sync4", "a.lone4x", 1.08), ("c.async4", "a.sync4", 1.08),
+# (arm, baseline, bound on arm / baseline). Measured in quick mode here: 1.056 (every run: the
+# synchronous arms are deterministic); asynchronous runs scatter: 1.029-1.042 with whole
+# momentum steps per round, 1.043-1.082 with the partial step of the round's share (three runs
+# on 2026-12-01; the same day's one whole-step run 1.029: at this scale the partial step is
+# slower, at the full study's 1500 steps and H = 50 it is 0.952x the whole step); below 0.01
+# (naive per-push Nesterov diverges); 0.964-1.012 (40 s of wall time; the code before the
+# round and adoption rules exported 1.4-1.7x the lone worker's loss).
+QUICK_BOUNDS = [("a.sync4", "a.lone4x", 1.08), ("c.async4", "a.sync4", 1.10),
                 ("c.async4", "c.naive4", 0.67), ("g.main.1", "g.lone.1", 1.05)]
 MAIN_JOB_TARGET = 0.95  # group g: the fleet's export at least 5% below the lone worker, every run
 END_OF_RUN_TARGET = {"full": 1.01, "quick": 1.02}  # export vs the best late global version
