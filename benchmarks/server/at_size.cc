@@ -30,6 +30,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "benchmarks/server/spawn.h"
 #include "schema/transport.h"
 #include "server/process_memory.h"
 #include "tests/integration/synthetic_pusher.h"
@@ -39,20 +40,6 @@ namespace {
 using namespace diloco;
 
 constexpr double kBound = 12.5;
-
-pid_t SpawnServer(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    FILE* f = std::freopen(log.c_str(), "a", stderr);
-    (void)f;
-    std::vector<char*> a;
-    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    ::execv(a[0], a.data());
-    ::_exit(127);
-  }
-  return pid;
-}
 
 std::string ReadLine(const std::filesystem::path& p, absl::Duration timeout) {
   const absl::Time end = absl::Now() + timeout;
@@ -118,14 +105,15 @@ void Run(const Config& c, const std::string& durability, double seconds) {
   std::vector<pid_t> pids;
   std::vector<std::string> eps;
   for (uint32_t s = 0; s < c.shards; ++s)
-    pids.push_back(SpawnServer({DILOCO_SERVER_BINARY, "--bind=tcp://127.0.0.1:*",
-                                absl::StrCat("--port_file=", (dir / absl::StrCat("p", s)).string()),
-                                absl::StrCat("--shard=", s), absl::StrCat("--shards=", c.shards),
-                                absl::StrCat("--fragments=", c.fragments), "--model=" + c.model,
-                                absl::StrCat("--store=", (dir / absl::StrCat("store", s)).string()),
-                                "--durability=" + durability, "--quorum=1", "--worker_timeout=60s",
-                                "--progress_interval=1000s"},
-                               (dir / "server.log").string()));
+    pids.push_back(
+        bench::Spawn({DILOCO_SERVER_BINARY, "--bind=tcp://127.0.0.1:*",
+                      absl::StrCat("--port_file=", (dir / absl::StrCat("p", s)).string()),
+                      absl::StrCat("--shard=", s), absl::StrCat("--shards=", c.shards),
+                      absl::StrCat("--fragments=", c.fragments), "--model=" + c.model,
+                      absl::StrCat("--store=", (dir / absl::StrCat("store", s)).string()),
+                      "--durability=" + durability, "--quorum=1", "--worker_timeout=60s",
+                      "--progress_interval=1000s"},
+                     (dir / "server.log").string()));
   for (uint32_t s = 0; s < c.shards; ++s)
     eps.push_back(ReadLine(dir / absl::StrCat("p", s), absl::Seconds(60)));
   auto stop = [&] {

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "benchmarks/server/spawn.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
 #include "kernels/codec.h"
@@ -26,20 +27,6 @@
 namespace {
 
 using namespace diloco;
-
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    FILE* f = std::freopen(log.c_str(), "a", stderr);
-    (void)f;
-    std::vector<char*> a;
-    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    ::execv(a[0], a.data());
-    ::_exit(127);
-  }
-  return pid;
-}
 
 std::string WaitEndpoint(const std::filesystem::path& p) {
   for (int i = 0; i < 400; ++i) {
@@ -92,12 +79,13 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
         std::vector<pid_t> pids;
         std::vector<std::string> eps;
         for (uint32_t s = 0; s < shards; ++s)
-          pids.push_back(Spawn({DILOCO_SERVER_BINARY, "--bind=tcp://127.0.0.1:*",
-                                absl::StrCat("--port_file=", (dir / absl::StrCat("p", s)).string()),
-                                absl::StrCat("--shard=", s), absl::StrCat("--shards=", shards),
-                                absl::StrCat("--fragments=", fragments), "--model=" + model,
-                                absl::StrCat("--quorum=", workers), "--progress_interval=1000s"},
-                               (dir / "server.log").string()));
+          pids.push_back(
+              bench::Spawn({DILOCO_SERVER_BINARY, "--bind=tcp://127.0.0.1:*",
+                            absl::StrCat("--port_file=", (dir / absl::StrCat("p", s)).string()),
+                            absl::StrCat("--shard=", s), absl::StrCat("--shards=", shards),
+                            absl::StrCat("--fragments=", fragments), "--model=" + model,
+                            absl::StrCat("--quorum=", workers), "--progress_interval=1000s"},
+                           (dir / "server.log").string()));
         for (uint32_t s = 0; s < shards; ++s)
           eps.push_back(WaitEndpoint(dir / absl::StrCat("p", s)));
         std::atomic<uint64_t> applied{0}, params{0};
