@@ -59,7 +59,10 @@ ABSL_FLAG(int, batch, 8, "sequences per inner step");
 ABSL_FLAG(int, seq_len, 0, "tokens per sequence (0: the model's context)");
 ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay");
-ABSL_FLAG(uint64_t, seed, 1234, "seed of theta(0) and of the batch order");
+ABSL_FLAG(uint64_t, seed, 1234, "seed of the batch order (and of theta(0) unless --init_seed)");
+ABSL_FLAG(uint64_t, init_seed, 0,
+          "seed of theta(0) (0: --seed). Workers of one fleet that train with different --seed "
+          "and one --init_seed start from the same theta(0), whichever Init reaches a shard first");
 ABSL_FLAG(std::string, data, "synthetic",
           "synthetic, bin:PATH (llm.c token file) or text:PATH (bytes)");
 ABSL_FLAG(int, num_workers, 0, "workers sharing the data (0: the number of --worker_id + 1)");
@@ -231,6 +234,7 @@ int main(int argc, char** argv) {
   to.adamw.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   to.adamw.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   to.seed = absl::GetFlag(FLAGS_seed);
+  to.init_seed = absl::GetFlag(FLAGS_init_seed) != 0 ? absl::GetFlag(FLAGS_init_seed) : to.seed;
   to.data = *data;
   to.eval_batches = absl::GetFlag(FLAGS_eval_batches);
   to.threads = absl::GetFlag(FLAGS_threads);

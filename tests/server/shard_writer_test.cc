@@ -101,7 +101,8 @@ class ShardWriterTest : public ::testing::Test {
     if (published > 0) {
       auto pull = h_->Base(MsgType::Pull, 1);
       pull.fragment_id = fragment;
-      const Outgoing* up = Only(h_->Send("a", pull), MsgType::FragmentUpdate);
+      auto pulled = h_->Send("a", pull);  // Only points into it: keep it alive
+      const Outgoing* up = Only(pulled, MsgType::FragmentUpdate);
       ASSERT_NE(up, nullptr);
       EXPECT_EQ(up->header.version, published);
     }

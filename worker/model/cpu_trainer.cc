@@ -26,7 +26,7 @@ class CpuTrainer final : public Trainer {
         v_(gpt_->params().size(), 0.0f),
         inputs_(size_t(o.batch_size) * o.seq_len),
         targets_(inputs_.size()) {
-    InitGpt2(gpt_->layout(), o.seed, gpt_->params());
+    InitGpt2(gpt_->layout(), o.init_seed, gpt_->params());
   }
 
   const Manifest& manifest() const override { return gpt_->layout().manifest; }

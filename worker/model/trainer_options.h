@@ -23,8 +23,9 @@ struct TrainerOptions {
   // [warmup_steps, decay_steps]; constant min_lr after. 0 = constant lr after the warm-up.
   int decay_steps = 0;
   float min_lr_fraction = 0.1f;
-  float grad_clip = 1.0f;  // clip the global gradient norm to this (0 = off)
-  uint64_t seed = 1234;    // initial parameters (GPT-2 init) and the batch order
+  float grad_clip = 1.0f;     // clip the global gradient norm to this (0 = off)
+  uint64_t seed = 1234;       // the batch order
+  uint64_t init_seed = 1234;  // initial parameters (GPT-2 init)
   data::DataOptions data;
   int eval_batches = 8;  // held-out batches of (batch_size, seq_len) per EvalLoss
   int threads = 0;       // CPU: OpenBLAS threads (process-wide); 0 = leave OpenBLAS's default

@@ -110,7 +110,7 @@ absl::StatusOr<std::unique_ptr<CudaTrainer>> MakeCudaTrainer(const TrainerOption
                        std::span<int32_t>(t->eval_inputs_).subspan(i * per, per),
                        std::span<int32_t>(t->eval_targets_).subspan(i * per, per));
   t->host_params_.assign(t->layout_.total, 0.f);
-  InitGpt2(t->layout_, o->seed, t->host_params_);
+  InitGpt2(t->layout_, o->init_seed, t->host_params_);
   if (absl::Status st = t->CopyParamsToDevice(); !st.ok()) return st;
   return t;
 }
