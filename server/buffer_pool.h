@@ -5,10 +5,13 @@
 // Why: a per-fragment accumulator and snapshot cost 8 bytes per parameter however few rounds
 // are open; pooled, a fragment holds them only while its round is open or its old theta is
 // still on the wire, so the shard's steady state is theta + momentum (8 B/param) plus the
-// fragments in flight. The pool keeps at most `keep_bytes` of given-back buffers for reuse
-// (fresh pages cost ~10x a copy, TOOLCHAIN.md); beyond that a buffer is freed when its last
-// holder (a send, a snapshot) lets go. A kept buffer is handed out only once nothing else
-// holds it.
+// buffers its rounds actually use. Given-back buffers are kept for reuse, because fresh pages
+// are the dominant cost of a round at real sizes (the kernel zeroes every page on first touch;
+// at 124M parameters, eight 62 MB fragments closing together spent 2 of a 4.4 s loop pass
+// there), up to `keep_bytes`. A kept buffer nobody took for `idle` is freed, so a burst of
+// rounds closing together (non-streamed pushes) keeps its buffers while the bursts go on and
+// returns them once rounds close one at a time again. A kept buffer is handed out only once
+// nothing else holds it.
 #pragma once
 
 #include <cstdint>
@@ -16,28 +19,42 @@
 #include <span>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "schema/transport.h"
 
 namespace diloco::server {
 
 class BufferPool {
  public:
-  explicit BufferPool(uint64_t keep_bytes) : keep_bytes_(keep_bytes) {}
+  // Fresh buffers reserve `slot_bytes` (the largest fragment's bytes) whatever they are taken
+  // for, so that any kept buffer serves any fragment: fragments differ in size (tensors are
+  // bin-packed), and a pool matching exact sizes reused almost nothing.
+  BufferPool(uint64_t keep_bytes, absl::Duration idle, uint64_t slot_bytes = 0)
+      : keep_bytes_(keep_bytes), slot_bytes_(slot_bytes), idle_(idle) {}
 
-  // A buffer of exactly `bytes` bytes, contents unspecified: a kept one nothing else holds, or
-  // a fresh (zeroed) one.
+  // A buffer of exactly `bytes` bytes, contents unspecified: the smallest kept one with room
+  // that nothing else holds (among equals the most recently given back: its pages are the
+  // likeliest to be warm), or a fresh (zeroed) one.
   std::shared_ptr<wire::Bytes> Take(uint64_t bytes);
-  // Hands `b` back (it may still be held by sends or a snapshot): kept while the pool holds
-  // under keep_bytes, else dropped.
-  void Give(std::shared_ptr<wire::Bytes> b);
+  // Hands `b` back at `now` (it may still be held by sends or a snapshot): kept while the pool
+  // holds under keep_bytes, else dropped.
+  void Give(std::shared_ptr<wire::Bytes> b, absl::Time now);
+  // Frees the kept buffers nothing holds that were given back before now - idle.
+  void Trim(absl::Time now);
 
-  uint64_t kept_bytes() const;
+  uint64_t kept_bytes() const;  // reserved bytes of the kept buffers
   uint64_t fresh_allocations() const { return fresh_; }
 
  private:
+  struct Kept {
+    std::shared_ptr<wire::Bytes> buffer;
+    absl::Time given;
+  };
   uint64_t keep_bytes_;
+  uint64_t slot_bytes_;
+  absl::Duration idle_;
   uint64_t fresh_ = 0;
-  std::vector<std::shared_ptr<wire::Bytes>> kept_;
+  std::vector<Kept> kept_;  // oldest given back first
 };
 
 // The float view of a pooled buffer (operator new aligns it for floats).

@@ -72,6 +72,10 @@ ABSL_FLAG(std::string, metrics_address, "",
 
 namespace {
 
+// The longest one pass of the event loop spends taking messages in before it closes due
+// rounds and sends what is ready (Shard::Tick has its own close budget).
+constexpr absl::Duration kReceiveBudget = absl::Milliseconds(50);
+
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
@@ -262,7 +266,10 @@ int main(int argc, char** argv) {
       if (e.num() == EINTR) continue;
       return Fail(absl::InternalError(e.what()));
     }
-    for (int budget = 0; budget < 256; ++budget) {
+    // Take what has arrived for at most kReceiveBudget, then close due rounds and send:
+    // heartbeats are answered every pass, however much payload is queued.
+    const absl::Time pass_start = absl::Now();
+    for (int budget = 0; budget < 256 && absl::Now() - pass_start < kReceiveBudget; ++budget) {
       auto frames = wire::TryRecvMultipart(sock);
       if (!frames) break;
       if (frames->size() < 2) continue;  // a ROUTER always prepends the routing id

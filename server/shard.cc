@@ -136,22 +136,28 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   s->incarnation_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
                     static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   s->owned_ = s->plan_.FragmentsOfShard(o.shard);
+  // Kept for reuse: enough for every owned fragment's round open at once (non-streamed
+  // pushes): one accumulator each plus one theta copy, since rounds close in turn and each
+  // round's accumulator serves the next round's copy. That is 4 (F + 1) / F bytes per owned
+  // parameter for F fragments of about equal size, so 8 fragments per shard keep the shard
+  // within 12.5 B/param. Rounds closing one at a time (streamed pushes) circulate a few;
+  // buffers no round took for buffer_idle are freed.
+  // Every buffer, theta's first one too, reserves the largest fragment's bytes, so that any
+  // buffer the pool keeps serves any fragment.
   uint64_t largest = 0;
+  for (uint32_t id : s->owned_)
+    largest = std::max<uint64_t>(largest, s->plan_.fragment(id).numel * sizeof(float));
+  s->pool_ = BufferPool((s->owned_.size() + 1) * largest, o.buffer_idle, largest);
   for (uint32_t id : s->owned_) {
     auto f = std::make_unique<FragmentState>();
     f->spec = &s->plan_.fragment(id);
-    f->theta_buf = std::make_shared<wire::Bytes>(f->spec->numel * sizeof(float));
+    f->theta_buf = s->pool_.Take(f->spec->numel * sizeof(float));  // fresh: zeroed
     f->momentum.assign(f->spec->numel, 0.0f);
-    largest = std::max<uint64_t>(largest, f->spec->numel * sizeof(float));
     s->owned_params_ += f->spec->numel;
     if (o.outer_mode == OuterMode::kDelayedNesterov)
       f->dn = std::make_unique<kernels::DelayedNesterov>(o.outer, o.dn_period, f->spec->numel);
     s->fragments_[id] = std::move(f);
   }
-  // One accumulator and one theta copy of the largest fragment: a shard whose rounds close
-  // one at a time (streamed pushes) reuses them; more open rounds take fresh buffers, freed
-  // again as they close.
-  s->pool_ = BufferPool(2 * largest);
   s->last_checkpoint_time_ = clock->Now();
   if (!o.store_path.empty()) {
     storage::StoreIdentity ident{s->plan_.fingerprint(), s->model_fingerprint_, o.shard,
@@ -189,7 +195,7 @@ absl::Status Shard::Recover() {
       return absl::DataLossError(
           absl::StrCat("checkpoint ", c.id, ": fragment ", fs.id, " does not fit the plan"));
     FragmentState& f = *it->second;
-    f.theta_buf = std::make_shared<wire::Bytes>(fs.params.size() * sizeof(float));
+    f.theta_buf = pool_.Take(fs.params.size() * sizeof(float));
     std::memcpy(f.theta_buf->data(), fs.params.data(), f.theta_buf->size());
     std::vector<float>().swap(fs.params);  // one fragment's copy at a time
     f.momentum = std::move(fs.momentum);   // the loaded buffer becomes the live state
@@ -725,7 +731,8 @@ void Shard::CloseRound(FragmentState& f) {
   } else {
     kernels::NesterovStep(opt_.outer, f.theta(), f.momentum, f.acc());
   }
-  pool_.Give(std::move(f.acc_buf));  // the round is closed: its accumulator goes back
+  // The round is closed: its accumulator goes back.
+  pool_.Give(std::move(f.acc_buf), clock_->Now());
   ++f.version;
   ++counters_.rounds;
   for (const auto& c : f.contributors) {
@@ -744,7 +751,8 @@ void Shard::MakeThetaWritable(FragmentState& f) {
   if (f.theta_buf.use_count() == 1) return;  // neither published nor being sent
   auto copy = pool_.Take(f.theta_buf->size());
   std::memcpy(copy->data(), f.theta_buf->data(), copy->size());
-  pool_.Give(std::exchange(f.theta_buf, std::move(copy)));  // reused once no send holds it
+  // The old theta is reused once no send or snapshot holds it.
+  pool_.Give(std::exchange(f.theta_buf, std::move(copy)), clock_->Now());
 }
 
 void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
@@ -767,6 +775,7 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
 void Shard::Tick(std::vector<Outgoing>* out) {
   const absl::Time now = clock_->Now();
   trains_.DropIdleSince(now - kTrainIdle);
+  pool_.Trim(now);
   if (writer_) {
     if (auto r = writer_->TakeResult()) {
       FinishCheckpoint(*r);
@@ -774,13 +783,23 @@ void Shard::Tick(std::vector<Outgoing>* out) {
     }
   }
   const absl::Duration grace = Grace();
-  for (uint32_t id : owned_) {
-    FragmentState& f = *fragments_.at(id);
+  // Due rounds close in turn from where the last call stopped, within opt_.close_budget, so a
+  // pass of the event loop, and with it the answer to every heartbeat, stays short at real
+  // sizes. A round left due keeps NextDeadline() in the past: the loop comes straight back.
+  const size_t n = owned_.size();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t at = (close_cursor_ + k) % n;
+    FragmentState& f = *fragments_.at(owned_[at]);
     f.round.live_workers_missing = LiveMissing(f);
     if (f.writing) continue;  // its theta is being written: the round closes after the write
     // Delayed Nesterov has no rounds: every arrival is applied on its own.
     const bool due = f.dn ? f.round.pushes > 0 : ShouldClose(opt_.round, grace, f.round, now);
-    if (due) CloseRound(f);
+    if (!due) continue;
+    CloseRound(f);
+    if (clock_->Now() - now >= opt_.close_budget) {
+      close_cursor_ = (at + 1) % n;
+      break;
+    }
   }
   MaybeStartCheckpoint(now);
   PublishReady(out);

@@ -84,6 +84,13 @@ struct ShardOptions {
   uint64_t worker_credit_bytes = 0;
   kernels::NesterovParams outer;
   absl::Duration worker_timeout = absl::Seconds(10);
+  // Rounds due together close in turn within one Tick until this much time has gone (at least
+  // one per call); the rest close on the next call. At real sizes a round's step and copy take
+  // ~0.1 s per 100M parameters on a busy core, and a loop pass that closes eight of them in a
+  // row leaves every worker's heartbeat unanswered for longer than its --shard_timeout.
+  absl::Duration close_budget = absl::Milliseconds(100);
+  // A pooled buffer (accumulator, theta copy) no round took for this long is freed.
+  absl::Duration buffer_idle = absl::Seconds(30);
   std::string store_path;  // empty: no persistence (tests only)
   Durability durability = Durability::kPeriodic;
   uint32_t checkpoint_every_rounds = 20;
@@ -224,9 +231,10 @@ class Shard {
   uint64_t incarnation_ = 0;
   std::vector<uint32_t> owned_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<FragmentState>> fragments_;
-  // Accumulators of open rounds and theta copies on write: keeps two of the largest owned
-  // fragment's buffers for reuse.
-  BufferPool pool_{0};
+  // Accumulators of open rounds and theta copies on write, kept for reuse while rounds use
+  // them (at most one of each per owned fragment).
+  BufferPool pool_{0, absl::ZeroDuration()};
+  size_t close_cursor_ = 0;  // where the next Tick starts closing due rounds (owned_ index)
   uint64_t owned_params_ = 0;
   absl::flat_hash_map<uint32_t, std::unique_ptr<WorkerInfo>> workers_;  // by worker id
   struct Binding {

@@ -57,6 +57,9 @@ struct PushJob {
   std::vector<uint64_t> checksums;             // per chunk frame, hashed while still in cache
   bool poisoned = false;                       // a non-finite delta was zeroed: nothing to undo
   bool in_flight = false;  // sent on this connection and counted against the shard's credit
+  // The shard answered Queued on this connection: it holds the push, and a new incarnation
+  // (OnWelcome) is what would lose it, so only retry_max's last-resort resend remains.
+  bool queued = false;
   absl::Time sent = absl::InfinitePast();
   absl::Time not_before = absl::InfinitePast();  // after a NoCredit refusal
   absl::Duration resend_interval;                // doubles with each resend (retry_max)
@@ -90,6 +93,7 @@ struct ShardLink {
   uint64_t fleet_step_time_us = 0;  // this shard's latest view; 0 = unknown
   uint64_t credit_bytes = 0;        // from Welcome: push bytes in flight at once; 0 = no limit
   absl::Time last_heard, last_hello = absl::InfinitePast(), last_heartbeat = absl::InfinitePast();
+  absl::Time last_data = absl::InfinitePast();  // anything, a chunk too, on the data connection
   absl::Time last_control_hello = absl::InfinitePast();
   absl::Duration backoff = absl::Milliseconds(100);
   // At most one per fragment of this shard (the outstanding rule), so bounded by construction.
@@ -134,7 +138,8 @@ struct SyncClient::Impl {
   std::deque<SyncEvent> events;
   uint64_t pending_pushes = 0;  // queued or unacked
   bool draining = false;
-  std::string fatal;  // a non-retryable refusal (wrong plan or model)
+  std::atomic<bool> drained{false};  // Drain returned: nothing more is sent (or re-sent)
+  std::string fatal;                 // a non-retryable refusal (wrong plan or model)
   SyncStats stats;
 
   // I/O thread only.
@@ -282,7 +287,7 @@ absl::Status SyncClient::Join(std::span<float> params, absl::Duration deadline) 
 
 absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) {
   Impl& im = *impl_;
-  const absl::Time end = absl::Now() + timeout;
+  absl::Time end = absl::Now() + timeout;
   absl::Status status = absl::OkStatus();
   for (;;) {
     std::deque<Arrival> arrived;
@@ -290,8 +295,10 @@ absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) 
     {
       std::unique_lock<std::mutex> lk(im.mu);
       im.draining = true;
+      const uint64_t before = im.pending_pushes;
       if (im.pending_pushes > 0 && absl::Now() < end)
         im.cv.wait_for(lk, std::chrono::milliseconds(20));
+      if (im.pending_pushes < before) end = absl::Now() + timeout;  // an answer: still serving
       arrived.swap(im.arrivals);
       done = im.pending_pushes == 0 || absl::Now() >= end;
       if (im.pending_pushes > 0 && done)
@@ -299,7 +306,10 @@ absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) 
             absl::StrCat("sync: ", im.pending_pushes, " pushes still unanswered at exit"));
     }
     for (auto& a : arrived) im.Process([params] { return params; }, a);
-    if (done) return status;
+    if (done) {
+      im.drained = true;
+      return status;
+    }
   }
 }
 
@@ -707,6 +717,7 @@ void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
       Deliver({Arrival::kDone, fragment, 0, true, std::nullopt});
     } else if (it->second.in_flight) {
       it->second.in_flight = false;  // counted afresh against the (new) credit
+      it->second.queued = false;
       it->second.resend_interval = opt.resend_after;
       std::lock_guard<std::mutex> g(mu);
       ++stats.resends;
@@ -735,7 +746,10 @@ void SyncClient::Impl::OnPushAck(ShardLink& l, const wire::Header& h) {
   const auto key = std::make_pair(h.fragment_id(), h.seq());
   switch (h.ack()) {
     case AckStatus::Queued:  // keep it until Applied: a crash before then means resend
-      if (auto it = l.unacked.find(key); it != l.unacked.end()) it->second.sent = absl::Now();
+      if (auto it = l.unacked.find(key); it != l.unacked.end()) {
+        it->second.sent = absl::Now();
+        it->second.queued = true;
+      }
       return;
     case AckStatus::Initialized:
     case AckStatus::AlreadyInitialized:
@@ -901,7 +915,11 @@ void SyncClient::Impl::IoLoop() {
         zmq::socket_t* s = via_control ? l.control.get() : l.socket.get();
         wire::TrainAssembler& trains = via_control ? l.control_trains : l.trains;
         for (int budget = 0; s && budget < 64; ++budget) {
+          const uint64_t partial = trains.partial_bytes();
           auto m = wire::TryRecvMessage(*s, trains);
+          // Chunks of a fragment still arriving are progress too (a join is being answered).
+          if (!via_control && (!m.ok() || m->has_value() || trains.partial_bytes() != partial))
+            l.last_data = absl::Now();
           if (!m.ok()) {
             std::lock_guard<std::mutex> g(mu);
             ++stats.errors;
@@ -950,18 +968,30 @@ void SyncClient::Impl::IoLoop() {
       if (l.welcomed && l.control && !l.control_welcomed && now - l.last_control_hello > l.backoff)
         SendControlHello(l);
       if (l.welcomed && now - l.last_heartbeat > opt.heartbeat) SendHeartbeat(l);
-      if (l.welcomed) {
+      if (l.welcomed && !drained) {
         PumpPushes(l);
         for (auto& [_, job] : l.unacked) {
-          if (job.in_flight && now - job.sent > job.resend_interval) {
+          // A push the shard has not taken (no Queued yet) goes again once its interval has
+          // passed with the data connection quiet: a shard answering other pushes meanwhile
+          // is working through pushes sent together (at real sizes, seconds), and a resend
+          // there costs a whole push for a Duplicate. A Queued push waits for its round (and,
+          // per-round durability, its checkpoint). retry_max bounds either wait.
+          const bool quiet = now - l.last_data > opt.resend_after;
+          const bool due = job.queued ? now - job.sent > opt.retry_max
+                                      : now - job.sent > job.resend_interval &&
+                                            (quiet || now - job.sent > opt.retry_max);
+          if (job.in_flight && due) {
             SendPush(l, job);
             job.resend_interval = std::min(job.resend_interval * 2, opt.retry_max);
             std::lock_guard<std::mutex> g(mu);
             ++stats.resends;
           }
         }
+        // Ask again only after the interval passed with nothing arriving on the data
+        // connection: at real sizes and on slow links, the answers to the first asks take
+        // longer than join_retry to arrive, and each re-ask costs a whole fragment.
         for (uint32_t id : l.fragments) {
-          if (!joined_io[id] && now - join_asked[id] > join_interval[id]) {
+          if (!joined_io[id] && now - std::max(join_asked[id], l.last_data) > join_interval[id]) {
             AskJoin(l, id);
             join_interval[id] = std::min(join_interval[id] * 2, opt.retry_max);
           }

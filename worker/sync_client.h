@@ -131,8 +131,10 @@ class SyncClient {
   using ParamsFn = absl::FunctionRef<std::span<float>()>;
   void AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step_time);
 
-  // Clean stop, on the training thread: takes no new pushes, waits up to `timeout` until every
-  // push is answered, and adopts what arrives meanwhile into `params`.
+  // Clean stop, on the training thread: takes no new pushes, waits until every push is
+  // answered, and adopts what arrives meanwhile into `params`. Gives up when `timeout` passes
+  // with no answer arriving (a shard still answering is slow, not gone: at real sizes the
+  // rounds of pushes sent together close one after another).
   absl::Status Drain(std::span<float> params, absl::Duration timeout);
 
   SyncStats stats() const;

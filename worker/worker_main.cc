@@ -93,8 +93,9 @@ ABSL_FLAG(absl::Duration, shard_timeout, absl::Seconds(3),
 ABSL_FLAG(bool, control_channel, true,
           "heartbeats on a second connection per shard, never behind a payload (off only to "
           "diagnose: on a slow link a long transfer then reads as a dead shard)");
-ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(3),
-          "on a clean stop, wait this long for in-flight pushes to be answered");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
+          "on a clean stop, wait for in-flight pushes to be answered until this long passes with "
+          "no answer");
 ABSL_FLAG(std::string, curve_server_key, "",
           "CURVE: the shards' public key (Z85 text or a file holding it); empty: no encryption");
 ABSL_FLAG(std::string, curve_secret_key_file, "",

@@ -122,6 +122,13 @@ std::optional<double> JsonNumber(const std::string& json, const std::string& key
   return std::nullopt;
 }
 
+LocalShards::~LocalShards() {
+  shards.clear();
+  if (dir.empty() || ::testing::Test::HasFailure()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
 std::unique_ptr<Process> LocalShards::StartShard(int i, int n, const std::string& bind,
                                                  const std::vector<std::string>& extra) {
   std::filesystem::remove(dir / absl::StrCat("port", i));

@@ -36,7 +36,7 @@ class Process {
   int status_ = 0;
 };
 
-// A per-test directory, removed afterwards.
+// A per-test directory (LocalShards removes its own when the test passes).
 std::filesystem::path TestDir();
 
 // Waits until `path` exists and holds a line; returns it.
@@ -59,6 +59,10 @@ std::string WorkerBinary();
 // multi-process tests share (4 fragments, grace cap 1 s, liveness timeout 2 s, a store each);
 // `extra` flags come last and so win.
 struct LocalShards {
+  // Stops the shards; removes `dir` (stores, logs) unless the test failed, when it is kept
+  // for a look. At model size a test's stores are gigabytes.
+  ~LocalShards();
+
   std::filesystem::path dir;
   std::string model = "tiny";
   std::vector<std::unique_ptr<Process>> shards;

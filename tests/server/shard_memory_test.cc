@@ -15,13 +15,15 @@ namespace {
 using wire::AckStatus;
 using wire::MsgType;
 
+const absl::Time kT0 = absl::UnixEpoch() + absl::Hours(1);
+
 TEST(BufferPoolTest, HandsOutAKeptBufferOnlyOnceNothingElseHoldsIt) {
-  BufferPool pool(64);
+  BufferPool pool(64, absl::Seconds(1));
   auto a = pool.Take(32);
   EXPECT_EQ(pool.fresh_allocations(), 1u);
   const wire::Bytes* raw = a.get();
   std::shared_ptr<const wire::Bytes> send = a;  // e.g. a snapshot being sent
-  pool.Give(std::move(a));
+  pool.Give(std::move(a), kT0);
   auto b = pool.Take(32);  // the kept one is still held: a fresh one
   EXPECT_NE(b.get(), raw);
   EXPECT_EQ(pool.fresh_allocations(), 2u);
@@ -32,16 +34,105 @@ TEST(BufferPoolTest, HandsOutAKeptBufferOnlyOnceNothingElseHoldsIt) {
 }
 
 TEST(BufferPoolTest, KeepsNoMoreThanItsBudgetAndMakesRoomFromFreeBuffers) {
-  BufferPool pool(64);
-  pool.Give(pool.Take(32));
-  pool.Give(pool.Take(16));  // reuses nothing (size differs): kept beside it, 48 bytes
+  BufferPool pool(64, absl::Seconds(1));
+  auto a = pool.Take(32), b = pool.Take(16);  // two taken at once: two buffers
+  const wire::Bytes* raw_a = a.get();
+  pool.Give(std::move(a), kT0);
+  pool.Give(std::move(b), kT0 + absl::Seconds(1));
   EXPECT_EQ(pool.kept_bytes(), 48u);
-  auto held = pool.Take(32);
+  auto held = pool.Take(32);  // the 32 (the 16 has no room for it)
+  EXPECT_EQ(held.get(), raw_a);
+  auto extra = pool.Take(32);  // fresh
   std::shared_ptr<const wire::Bytes> send = held;
-  pool.Give(std::move(held));  // 48 kept + 32 > 64: the free 16 goes, the held 32 stays
-  EXPECT_LE(pool.kept_bytes(), 64u);
-  pool.Give(std::make_shared<wire::Bytes>(128));  // bigger than the budget: dropped
-  EXPECT_LE(pool.kept_bytes(), 64u);
+  pool.Give(std::move(held), kT0);   // 16 + 32 kept
+  pool.Give(std::move(extra), kT0);  // 48 + 32 > 64: the free 16 goes; the held 32 stays
+  EXPECT_EQ(pool.kept_bytes(), 64u);
+  pool.Give(std::make_shared<wire::Bytes>(128), kT0);  // bigger than the budget: dropped
+  EXPECT_EQ(pool.kept_bytes(), 64u);
+}
+
+TEST(BufferPoolTest, FreesWhatNobodyTookForItsIdleTimeAndHandsOutTheWarmestFirst) {
+  BufferPool pool(1024, absl::Seconds(10));
+  auto a = pool.Take(32), b = pool.Take(32);
+  const wire::Bytes* raw_b = b.get();
+  pool.Give(std::move(a), kT0);
+  pool.Give(std::move(b), kT0 + absl::Seconds(5));
+  pool.Trim(kT0 + absl::Seconds(10));  // neither is idle for longer than 10 s yet
+  EXPECT_EQ(pool.kept_bytes(), 64u);
+  pool.Trim(kT0 + absl::Seconds(11));  // a is
+  EXPECT_EQ(pool.kept_bytes(), 32u);
+  auto c = pool.Take(32);
+  EXPECT_EQ(c.get(), raw_b);
+  EXPECT_EQ(pool.fresh_allocations(), 2u);
+  std::shared_ptr<const wire::Bytes> send = c;  // a holder keeps it past its idle time
+  pool.Give(std::move(c), kT0 + absl::Seconds(12));
+  pool.Trim(kT0 + absl::Minutes(5));
+  EXPECT_EQ(pool.kept_bytes(), 32u);
+  send.reset();
+  pool.Trim(kT0 + absl::Minutes(5));
+  EXPECT_EQ(pool.kept_bytes(), 0u);
+}
+
+TEST(BufferPoolTest, AKeptBufferServesAnySizeUpToItsSlot) {
+  BufferPool pool(1024, absl::Seconds(10), /*slot_bytes=*/64);
+  auto a = pool.Take(40);  // reserves the slot, uses 40
+  EXPECT_EQ(a->size(), 40u);
+  const wire::Bytes* raw = a.get();
+  pool.Give(std::move(a), kT0);
+  auto b = pool.Take(64);  // a fragment of another size: the same buffer, grown in place
+  EXPECT_EQ(b.get(), raw);
+  EXPECT_EQ(b->size(), 64u);
+  pool.Give(std::move(b), kT0);
+  auto c = pool.Take(16);
+  EXPECT_EQ(c.get(), raw);
+  EXPECT_EQ(c->size(), 16u);
+  EXPECT_EQ(pool.fresh_allocations(), 1u);
+  auto d = pool.Take(100);  // bigger than any slot: fresh
+  EXPECT_EQ(d->size(), 100u);
+  EXPECT_EQ(pool.fresh_allocations(), 2u);
+}
+
+uint64_t FreshBuffers(Shard& s) {
+  const std::string json = s.StatsJson();
+  const std::string key = "\"pool_fresh_buffers\":";
+  const size_t at = json.find(key);
+  EXPECT_NE(at, std::string::npos) << json;
+  return std::stoull(json.substr(at + key.size()));
+}
+
+// All fragments pushed at once (the worker's --stream=false) close their rounds together:
+// the second and later such rounds reuse the first one's accumulators and theta copies
+// instead of faulting in fresh pages; once the rounds stop, the buffers are freed.
+TEST(ShardMemoryTest, RoundsClosingTogetherReuseTheirBuffersAndFreeThemWhenIdle) {
+  constexpr uint32_t kF = 8;
+  auto o = TinyOptions(kF);
+  o.model = GptConfig{64, 4, 1, 1, 8};  // fragments of a few hundred values
+  o.buffer_idle = absl::Seconds(30);
+  ShardHarness h(o);
+  h.Hello("a", 1);
+  for (uint32_t f = 0; f < kF; ++f)
+    h.Init("a", 1, f, std::vector<float>(h.fragment(f).numel, 1.0f));
+  auto round = [&](uint64_t seq) {
+    for (uint32_t f = 0; f < kF; ++f)
+      h.Push("a", 1, f, seq, seq, std::vector<float>(h.fragment(f).numel, 0.01f));
+    auto out = h.Tick();
+    int applied = 0;
+    for (const auto& m : out)
+      applied += m.header.type == MsgType::FragmentUpdate && m.header.ack == AckStatus::Applied;
+    EXPECT_EQ(applied, static_cast<int>(kF)) << "round " << seq;
+    h.clock().Advance(absl::Seconds(1));
+  };
+  const uint64_t thetas = FreshBuffers(h.shard());  // theta's own buffers
+  round(1);
+  round(2);
+  const uint64_t after_two = FreshBuffers(h.shard());
+  EXPECT_LE(after_two - thetas, kF + 1);  // an accumulator per fragment and one theta copy
+  for (uint64_t seq = 3; seq <= 6; ++seq) round(seq);
+  EXPECT_EQ(FreshBuffers(h.shard()), after_two);
+  h.clock().Advance(absl::Seconds(31));
+  h.Tick();
+  round(7);  // the idle buffers were freed: this round's are fresh again
+  EXPECT_GT(FreshBuffers(h.shard()), after_two);
 }
 
 std::vector<float> Values(const Outgoing& o) {

@@ -1,0 +1,82 @@
+// A real diloco-worker training GPT-2 124M against one shard of 8 fragments, with every
+// fragment pushed at once (--stream=false), in each durability mode: the case the size issue
+// (19) was found with. A shard whose loop pass ran for seconds at this size (fresh pages for
+// every round's buffers, every due round closed in one pass, checkpoints on the loop) left the
+// worker's heartbeats unanswered past its --shard_timeout: the worker reconnected, its pushes
+// in flight on the old connection were refused, re-sent and counted as duplicates, and some
+// were never answered. Checked: every push is answered Applied, with no resend, reconnect,
+// refusal, duplicate or bad message on either side, and every fragment moved.
+//
+// Bounded: ~4.5 GB worker and ~1.7 GB shard, one pair at a time (RUN_SERIAL), 6 inner steps,
+// every wait bounded. Behaviour only: the worker's default timeouts are the margins.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "tests/integration/cluster.h"
+
+namespace diloco::testing {
+namespace {
+
+constexpr char kModel[] = "gpt2-124m";
+constexpr uint32_t kFragments = 8;
+
+std::string Slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class SizeWorkerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SizeWorkerTest, AWorkerPushingEveryFragmentAtOnceGetsEveryPushApplied) {
+  LocalShards c;
+  c.dir = TestDir();
+  c.model = kModel;
+  c.StartShards(1, {absl::StrCat("--fragments=", kFragments), "--durability=" + GetParam(),
+                    "--worker_timeout=10s"});
+  ASSERT_EQ(c.endpoints.size(), 1u);
+  const auto jsonl = c.dir / "worker.jsonl", log = c.dir / "worker.log";
+  Process w({WorkerBinary(), "--servers=" + c.endpoints[0], "--worker_id=0", "--num_workers=1",
+             absl::StrCat("--fragments=", kFragments), absl::StrCat("--model=", kModel),
+             "--steps=6", "--inner_steps=2", "--stream=false", "--batch=1", "--seq_len=16",
+             "--threads=2", "--eval_batches=1", "--metrics_jsonl=" + jsonl.string()},
+            log.string());
+  const auto rc = w.Wait(absl::Minutes(4));
+  ASSERT_TRUE(rc.has_value()) << "the worker did not finish within 4 minutes";
+  ASSERT_EQ(*rc, 0) << Slurp(log);
+
+  const auto done = ReadEvents(jsonl, "done");
+  ASSERT_EQ(done.size(), 1u) << Slurp(log);
+  const Event& d = done[0];
+  EXPECT_EQ(d.at("joined"), kFragments);
+  EXPECT_GE(d.at("pushes"), kFragments);
+  EXPECT_EQ(d.at("applied"), d.at("pushes")) << Slurp(log);
+  EXPECT_EQ(d.at("resends"), 0);
+  EXPECT_EQ(d.at("reconnects"), 0);
+  EXPECT_EQ(d.at("refused"), 0);
+  EXPECT_EQ(d.at("errors"), 0);
+  EXPECT_EQ(Slurp(log).find("unanswered"), std::string::npos) << Slurp(log);
+
+  EXPECT_EQ(c.Stat(0, "bad_messages"), 0);
+  EXPECT_EQ(c.Stat(0, "pushes.refused"), 0);
+  EXPECT_EQ(c.Stat(0, "pushes.duplicate"), 0);
+  EXPECT_EQ(c.Stat(0, "pushes.queued"), d.at("pushes"));
+  EXPECT_EQ(c.Stat(0, "trains_cut"), 0);
+  for (uint32_t f = 0; f < kFragments; ++f)
+    EXPECT_GE(c.Stat(0, absl::StrCat("versions.", f)), 2) << "fragment " << f << " never moved";
+  c.shards[0]->Signal(SIGTERM);
+  EXPECT_TRUE(c.shards[0]->Wait(absl::Seconds(60)).has_value());
+}
+
+INSTANTIATE_TEST_SUITE_P(Durability, SizeWorkerTest, ::testing::Values("periodic", "per-round"),
+                         [](const auto& info) {
+                           return info.param == "periodic" ? std::string("Periodic")
+                                                           : std::string("PerRound");
+                         });
+
+}  // namespace
+}  // namespace diloco::testing
