@@ -22,8 +22,8 @@ std::string ProgressLine(const Shard& shard) {
   return absl::StrCat(
       "shard ", shard.shard_index(), " rounds ", c.rounds, " | versions ", versions, " | pushes ",
       c.pushes_queued, " dup ", c.pushes_duplicate, " stale ", c.pushes_stale, " bad ",
-      c.messages_bad, " | in ", Bytes(c.bytes_in), " out ", Bytes(c.bytes_out), " | checkpoints ",
-      c.checkpoints,
+      c.messages_bad, c.messages_bad ? absl::StrCat(" (", RefusalsText(c, "", " ", ", "), ")") : "",
+      " | in ", Bytes(c.bytes_in), " out ", Bytes(c.bytes_out), " | checkpoints ", c.checkpoints,
       c.checkpoint_failures ? absl::StrCat(" (", c.checkpoint_failures, " failed)") : "",
       " | live workers ", shard.live_workers());
 }
@@ -50,6 +50,12 @@ std::string PrometheusText(const Shard& shard) {
   for (const auto& [name, v] : outcomes)
     absl::StrAppend(&t, "diloco_pushes_total{", l, ",outcome=\"", name, "\"} ", v, "\n");
   counter("diloco_bad_messages_total", "Messages refused with an Error reply.", c.messages_bad, l);
+  absl::StrAppend(&t, "# HELP diloco_refusals_total Error replies by reason (wire ErrorCode).\n",
+                  "# TYPE diloco_refusals_total counter\n");
+  for (size_t i = 1; i < kErrorCodes; ++i)
+    absl::StrAppend(&t, "diloco_refusals_total{", l, ",reason=\"",
+                    wire::EnumNameErrorCode(static_cast<wire::ErrorCode>(i)), "\"} ",
+                    c.refused_by_reason[i], "\n");
   counter("diloco_bytes_in_total", "Bytes received.", c.bytes_in, l);
   counter("diloco_bytes_out_total", "Payload bytes sent.", c.bytes_out, l);
   counter("diloco_checkpoints_total", "Checkpoints written.", c.checkpoints, l);

@@ -279,21 +279,15 @@ int main(int argc, char** argv) {
       if (auth) {
         if (auto s = CheckKeyBinding(*auth, (*frames)[0], &claimed); !s.ok()) {
           ++identity_refused;
-          Outgoing o{rid, {}, {}};
-          o.header.type = wire::MsgType::Error;
-          o.header.plan_fingerprint = (*shard)->plan_fingerprint();
-          o.header.shard = absl::GetFlag(FLAGS_shard);
-          o.header.incarnation = (*shard)->incarnation();
-          o.header.worker_id = claimed;
-          o.header.error_code = wire::ErrorCodeOf(s);
-          o.header.message = std::string(s.message());
-          out.push_back(std::move(o));
+          (*shard)->RefuseUnbound(rid, s, claimed, &out);
           continue;
         }
       }
       (*shard)->Handle(rid, std::move(*frames), &out);
     }
     (*shard)->Tick(&out);
+    for (const auto& line : (*shard)->TakeLogLines())
+      std::fprintf(stderr, "diloco-server[%u]: %s\n", o.shard, line.c_str());
     for (auto& o : out) {
       if (o.header.type == wire::MsgType::Stats)
         o.header.message =

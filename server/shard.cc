@@ -238,13 +238,35 @@ void Shard::Refuse(const std::string& rid, const absl::Status& s, const wire::He
 void Shard::Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids,
                    std::vector<Outgoing>* out) {
   ++counters_.messages_bad;
+  const ErrorCode code = wire::ErrorCodeOf(s);
+  const size_t reason = std::min(static_cast<size_t>(code), kErrorCodes - 1);
+  ++counters_.refused_by_reason[reason];
+  RefusalLog& log = refusal_log_[reason];
+  if (const absl::Time now = clock_->Now(); now - log.last >= kRefusalLogInterval) {
+    log_lines_.push_back(absl::StrCat("refused a message from worker ", ids.worker, " (fragment ",
+                                      ids.fragment, ", seq ", ids.seq, "): ", s.message(),
+                                      log.unlogged
+                                          ? absl::StrCat(" (and ", log.unlogged,
+                                                         " more for this reason since the last "
+                                                         "such line)")
+                                          : ""));
+    log.last = now;
+    log.unlogged = 0;
+  } else {
+    ++log.unlogged;
+  }
   Outgoing o{rid, Reply(MsgType::Error), {}};
-  o.header.error_code = wire::ErrorCodeOf(s);
+  o.header.error_code = code;
   o.header.message = std::string(s.message());
   o.header.worker_id = ids.worker;
   o.header.fragment_id = ids.fragment;
   o.header.seq = ids.seq;
   out->push_back(std::move(o));
+}
+
+void Shard::RefuseUnbound(const std::string& rid, const absl::Status& s, uint32_t claimed_worker,
+                          std::vector<Outgoing>* out) {
+  Refuse(rid, s, RefusedIds{claimed_worker, 0, 0}, out);
 }
 
 void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
@@ -939,6 +961,18 @@ std::vector<float> Shard::params(uint32_t fragment) const {
   return {t.begin(), t.end()};
 }
 
+std::string RefusalsText(const ShardCounters& c, absl::string_view before,
+                         absl::string_view between, absl::string_view separator) {
+  std::string t;
+  for (size_t i = 1; i < kErrorCodes; ++i) {
+    if (c.refused_by_reason[i] == 0) continue;
+    if (!t.empty()) absl::StrAppend(&t, separator);
+    absl::StrAppend(&t, before, wire::EnumNameErrorCode(static_cast<ErrorCode>(i)), between,
+                    c.refused_by_reason[i]);
+  }
+  return t;
+}
+
 std::string Shard::StatsJson() const {
   std::string versions, durable;
   for (uint32_t id : owned_) {
@@ -964,7 +998,8 @@ std::string Shard::StatsJson() const {
       ",\"checkpoint_ms\":", absl::StrFormat("%.1f", c.checkpoint_ms_total), ",\"durable\":{",
       durable, "},\"params\":", owned_params_, ",\"resident_bytes\":", mem.resident_bytes,
       ",\"peak_resident_bytes\":", mem.peak_resident_bytes,
-      ",\"pool_fresh_buffers\":", pool_.fresh_allocations(), ",\"workers\":", workers_.size(), "}");
+      ",\"pool_fresh_buffers\":", pool_.fresh_allocations(), ",\"workers\":", workers_.size(),
+      ",\"refused_by_reason\":{", RefusalsText(c, "\"", "\":", ","), "}}");
 }
 
 }  // namespace diloco::server

@@ -8,6 +8,7 @@
 // that happens only after the checkpoint holding it is synced, so an Applied ack is never lost.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +19,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
@@ -103,6 +105,9 @@ struct ShardOptions {
   std::function<void()> test_before_checkpoint_write;
 };
 
+// The number of wire::ErrorCode values (None .. NoCredit).
+inline constexpr size_t kErrorCodes = static_cast<size_t>(wire::ErrorCode::MAX) + 1;
+
 // A message to send: routing id, header, payload frames.
 struct Outgoing {
   std::string routing_id;
@@ -128,7 +133,14 @@ struct ShardCounters {
   uint64_t apply_errors = 0;  // decode failures after validation: never expected
   double round_share = 1;     // EMA of a closed round's weight over a full round's (RoundNorm)
   uint64_t staleness_hist[8] = {};  // 0,1,2,3,4-7,8-15,16-31,32+
+  // Every Error reply by its code (wire::ErrorCode), CURVE identity refusals included.
+  std::array<uint64_t, kErrorCodes> refused_by_reason = {};
 };
+
+// The nonzero refusal counts by reason, e.g. with ("\"", "\":", ",") the members of a JSON
+// object: "BadIdentity":3,"NoCredit":1.
+std::string RefusalsText(const ShardCounters& c, absl::string_view before,
+                         absl::string_view between, absl::string_view separator);
 
 class Shard {
  public:
@@ -166,6 +178,15 @@ class Shard {
   uint32_t shard_index() const { return opt_.shard; }
   uint32_t live_workers() const;
   std::string StatsJson() const;
+
+  // An Error reply to a message refused before it reached the shard (the server loop's CURVE
+  // key binding), counted and logged like the shard's own refusals.
+  void RefuseUnbound(const std::string& rid, const absl::Status& s, uint32_t claimed_worker,
+                     std::vector<Outgoing>* out);
+  // Lines for the operator's log since the last call: refusals with their reason, at most one
+  // per reason every kRefusalLogInterval, with how many of that reason went unlogged between.
+  std::vector<std::string> TakeLogLines() { return std::exchange(log_lines_, {}); }
+  static constexpr absl::Duration kRefusalLogInterval = absl::Seconds(10);
 
  private:
   struct FragmentState;
@@ -234,6 +255,12 @@ class Shard {
   // Accumulators of open rounds and theta copies on write, kept for reuse while rounds use
   // them (at most one of each per owned fragment).
   BufferPool pool_{0, absl::ZeroDuration()};
+  std::vector<std::string> log_lines_;
+  struct RefusalLog {
+    absl::Time last = absl::InfinitePast();
+    uint64_t unlogged = 0;
+  };
+  std::array<RefusalLog, kErrorCodes> refusal_log_;
   size_t close_cursor_ = 0;  // where the next Tick starts closing due rounds (owned_ index)
   uint64_t owned_params_ = 0;
   absl::flat_hash_map<uint32_t, std::unique_ptr<WorkerInfo>> workers_;  // by worker id

@@ -8,7 +8,13 @@
 // refusal, duplicate or bad message on either side, and every fragment moved.
 //
 // Bounded: ~4.5 GB worker and ~1.7 GB shard, one pair at a time (RUN_SERIAL), 6 inner steps,
-// every wait bounded. Behaviour only: the worker's default timeouts are the margins.
+// every wait bounded. Behaviour only. The margin: --shard_timeout=10s (default 3 s). Quiet, the
+// longest loop pass measured at this size was 1.7 s (the first round's fresh pages), but with
+// two more busy processes on a 2-core box it passed 3 s. With this margin the shard and worker
+// before the fix still fail the per-round case (pushes unanswered, fragments never moved); at
+// the 3 s default they failed either mode. --drain_timeout=30s (default 10 s, counted from the
+// last answer): a fragment's round waits while that fragment's checkpoint is written, and under
+// the same load one 1 GB periodic checkpoint took 7.5 s, longer than some answers' gaps allow.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -43,7 +49,8 @@ TEST_P(SizeWorkerTest, AWorkerPushingEveryFragmentAtOnceGetsEveryPushApplied) {
   Process w({WorkerBinary(), "--servers=" + c.endpoints[0], "--worker_id=0", "--num_workers=1",
              absl::StrCat("--fragments=", kFragments), absl::StrCat("--model=", kModel),
              "--steps=6", "--inner_steps=2", "--stream=false", "--batch=1", "--seq_len=16",
-             "--threads=2", "--eval_batches=1", "--metrics_jsonl=" + jsonl.string()},
+             "--threads=2", "--eval_batches=1", "--shard_timeout=10s", "--drain_timeout=30s",
+             "--metrics_jsonl=" + jsonl.string()},
             log.string());
   const auto rc = w.Wait(absl::Minutes(4));
   ASSERT_TRUE(rc.has_value()) << "the worker did not finish within 4 minutes";
