@@ -6,9 +6,9 @@
 // are open; pooled, a fragment holds them only while its round is open or its old theta is
 // still on the wire, so the shard's steady state is theta + momentum (8 B/param) plus the
 // buffers its rounds actually use. Given-back buffers are kept for reuse, because fresh pages
-// are the dominant cost of a round at real sizes (the kernel zeroes every page on first touch;
-// at 124M parameters, eight 62 MB fragments closing together spent 2 of a 4.4 s loop pass
-// there), up to `keep_bytes`. A kept buffer nobody took for `idle` is freed, so a burst of
+// are the dominant cost of a round at real sizes (the kernel zeroes every page on first touch:
+// a 124M shard whose pool kept two exact-size buffers spent 62% of its CPU samples clearing
+// pages, perf), up to `keep_bytes`. A kept buffer nobody took for `idle` is freed, so a burst of
 // rounds closing together (non-streamed pushes) keeps its buffers while the bursts go on and
 // returns them once rounds close one at a time again. A kept buffer is handed out only once
 // nothing else holds it.

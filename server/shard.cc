@@ -138,12 +138,11 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   s->owned_ = s->plan_.FragmentsOfShard(o.shard);
   // Kept for reuse: enough for every owned fragment's round open at once (non-streamed
   // pushes): one accumulator each plus one theta copy, since rounds close in turn and each
-  // round's accumulator serves the next round's copy. That is 4 (F + 1) / F bytes per owned
-  // parameter for F fragments of about equal size, so 8 fragments per shard keep the shard
-  // within 12.5 B/param. Rounds closing one at a time (streamed pushes) circulate a few;
-  // buffers no round took for buffer_idle are freed.
-  // Every buffer, theta's first one too, reserves the largest fragment's bytes, so that any
-  // buffer the pool keeps serves any fragment.
+  // round's accumulator serves the next round's copy. That is at most 4 (F + 1) / F bytes per
+  // owned parameter for F fragments of about equal size (4.5 at 8: with theta and momentum,
+  // 12.5). Rounds closing one at a time (streamed pushes) circulate a few; buffers no round
+  // took for buffer_idle are freed. Every buffer, theta's first one too, reserves the largest
+  // fragment's bytes, so that any buffer the pool keeps serves any fragment.
   uint64_t largest = 0;
   for (uint32_t id : s->owned_)
     largest = std::max<uint64_t>(largest, s->plan_.fragment(id).numel * sizeof(float));

@@ -87,9 +87,9 @@ struct ShardOptions {
   kernels::NesterovParams outer;
   absl::Duration worker_timeout = absl::Seconds(10);
   // Rounds due together close in turn within one Tick until this much time has gone (at least
-  // one per call); the rest close on the next call. At real sizes a round's step and copy take
-  // ~0.1 s per 100M parameters on a busy core, and a loop pass that closes eight of them in a
-  // row leaves every worker's heartbeat unanswered for longer than its --shard_timeout.
+  // one per call); the rest close on the next call. At 124M parameters in 8 fragments one
+  // round took ~0.1 s to close beside a training worker (more with fresh pages), and a loop
+  // pass that closed all eight in a row left heartbeats unanswered past --shard_timeout.
   absl::Duration close_budget = absl::Milliseconds(100);
   // A pooled buffer (accumulator, theta copy) no round took for this long is freed.
   absl::Duration buffer_idle = absl::Seconds(30);

@@ -67,8 +67,10 @@ echo "== convergence study ($mode): $out"
 # evaluated on, for the end-of-run rule. Every worker evaluates on the same schedule, so that
 # worker 0, whose curve is drawn, is not a straggler.
 model=tiny batch=8 seq=64 lr=3e-3 fragments=4 eval_batches=64 curve_batches=16
+# One theta(0) for every arm and every run: the workers' own --seed orders their batches, and
+# without --init_seed each fragment's theta(0) would be whichever worker's upload came first.
 common=(--model=$model --fragments=$fragments --lr=$lr --threads=1 --progress_interval=2s
-        --eval_every=$every --eval_batches=$curve_batches)
+        --init_seed=1234 --eval_every=$every --eval_batches=$curve_batches)
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
