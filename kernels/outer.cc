@@ -85,6 +85,57 @@ absl::Status PartialNesterovStep(const NesterovParams& p, double share, std::spa
   return absl::OkStatus();
 }
 
+namespace {
+
+// Phases this close to 1 end the full round (a sum of shares that should be 1 rarely is, in
+// floating point).
+constexpr double kPhaseEnd = 1 - 1e-9;
+
+// One sub-step S0 -> S1 <= 1 of delta `frac` * d.
+void ComposedSubStep(const NesterovParams& p, double s0, double s1, float frac,
+                     std::span<float> theta, std::span<float> m, std::span<const float> d) {
+  const float decay = s0 == 0 ? p.mu : 1.0f;
+  const float a0 = p.mu * static_cast<float>(s0), a1 = p.mu * static_cast<float>(s1);
+  ParallelFor(theta.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      const float di = frac * d[i];
+      const float p0 = decay * m[i];
+      const float p1 = p0 + di;
+      theta[i] = theta[i] - p.lr * (di + (a1 * p1 - a0 * p0));
+      m[i] = p1;
+    }
+  });
+}
+
+}  // namespace
+
+absl::Status ComposedNesterovStep(const NesterovParams& p, double share, double* phase,
+                                  std::span<float> theta, std::span<float> m,
+                                  std::span<const float> d) {
+  if (theta.size() != m.size() || theta.size() != d.size())
+    return absl::InvalidArgumentError(absl::StrCat("composed Nesterov step on spans of ",
+                                                   theta.size(), ", ", m.size(), ", ", d.size()));
+  if (!(share > 0 && share <= 1))
+    return absl::InvalidArgumentError(absl::StrCat("round share ", share, " not in (0, 1]"));
+  if (!(*phase >= 0 && *phase < 1))
+    return absl::InvalidArgumentError(absl::StrCat("round phase ", *phase, " not in [0, 1)"));
+  const double s0 = *phase, s1 = s0 + share;
+  if (s1 < kPhaseEnd) {
+    ComposedSubStep(p, s0, s1, 1.0f, theta, m, d);
+    *phase = s1;
+    return absl::OkStatus();
+  }
+  // The full round ends inside this one: step to 1 on its part of d, the rest from phase 0.
+  const double head = 1 - s0, rest = s1 - 1;
+  ComposedSubStep(p, s0, 1, static_cast<float>(head / share), theta, m, d);
+  *phase = 0;
+  if (rest > 1 - kPhaseEnd) {
+    ComposedSubStep(p, 0, rest, static_cast<float>(rest / share), theta, m, d);
+    *phase = rest;
+  }
+  return absl::OkStatus();
+}
+
 DelayedNesterov::DelayedNesterov(NesterovParams p, int period, size_t size)
     : p_(p), period_(period < 1 ? 1 : period), sum_(size, 0.0f) {}
 

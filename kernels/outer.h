@@ -28,6 +28,21 @@
 // of the work after full ones (one worker's push, the last pushes of a run) moves theta by a
 // sliver of the momentum too; a whole step would add lr*mu*m, most of a full round's move.
 //
+// Composed Nesterov step (the same rounds, composing exactly): a fragment keeps a phase S in
+// [0, 1), the share of the current full round's work already stepped on. A round of share s
+// steps S0 = S -> S1 = S + s (a round that crosses 1 is cut there, its delta split by share);
+// with p the momentum buffer,
+//     if S0 == 0:  p = mu*p                        a full round starts: the momentum decays
+//     p1 = p + d;  theta -= lr*(d + mu*(S1*p1 - S0*p));  p = p1;  S = S1 (0 once S1 reaches 1)
+// Mid-round p is the momentum the full round will end with if nothing more arrives. Rounds
+// whose shares add up to 1 and whose deltas add up to D then leave theta and p exactly where
+// one Nesterov step on D leaves them, whatever the cut (the look-ahead terms telescope to
+// mu*p at S = 1); a single round of share 1 from phase 0 is NesterovStep. A round holding a
+// sliver moves theta by its delta and a sliver of the look-ahead. PartialNesterovStep differs
+// from it in composition only: its decay and look-ahead are linear in s per round, so four
+// quarter rounds at mu = 0.9 decay the momentum by 0.975^4 = 0.904 and look ahead by 0.625*mu
+// on the full round's delta, where one Nesterov step does by 0.9 and mu.
+//
 // Staleness discount (optional, off by default): weight factor (1 + s)^-alpha for a push of
 // staleness s = v_p - base_version >= 0; alpha = 0 gives 1.
 #pragma once
@@ -50,6 +65,12 @@ float StalenessDiscount(int64_t staleness, float alpha);
 // theta, m and d must have the same size; share in (0, 1] (InvalidArgument otherwise).
 absl::Status PartialNesterovStep(const NesterovParams& p, double share, std::span<float> theta,
                                  std::span<float> m, std::span<const float> d);
+
+// `phase` in [0, 1) is read and advanced; share in (0, 1] (InvalidArgument otherwise, and on
+// mismatched sizes or a phase out of range; nothing is changed then).
+absl::Status ComposedNesterovStep(const NesterovParams& p, double share, double* phase,
+                                  std::span<float> theta, std::span<float> m,
+                                  std::span<const float> d);
 
 class DelayedNesterov {
  public:

@@ -45,9 +45,11 @@ ABSL_FLAG(std::string, round_norm, "expected",
           "what a round's weighted sum is divided by: expected (its weight plus the expected "
           "weight of each live worker missing from it, an absent worker counting as a zero "
           "delta) or arrived (its own weight: one lone push takes a whole step)");
-ABSL_FLAG(std::string, round_step, "partial",
-          "how far a round's Nesterov step goes: partial (a round holding a share s of a full "
-          "round's work advances the momentum by s of a step) or full (a whole step each)");
+ABSL_FLAG(
+    std::string, round_step, "partial",
+    "how far a round's Nesterov step goes: partial (a round holding a share s of a full "
+    "round's work advances the momentum by s of a step), composed (the same, such that rounds "
+    "adding up to a full round take exactly one Nesterov step) or full (a whole step each)");
 ABSL_FLAG(double, test_drop_pushes, 0,
           "test flag: ack this fraction of pushes (at random, seeded) without merging them");
 ABSL_FLAG(int, apply_threads, 2,
@@ -172,10 +174,12 @@ int main(int argc, char** argv) {
   const std::string step = absl::GetFlag(FLAGS_round_step);
   if (step == "partial")
     o.step = RoundStep::kPartial;
+  else if (step == "composed")
+    o.step = RoundStep::kComposed;
   else if (step == "full")
     o.step = RoundStep::kFull;
   else
-    return Fail(absl::InvalidArgumentError("--round_step must be partial or full"));
+    return Fail(absl::InvalidArgumentError("--round_step must be partial, composed or full"));
   o.test_drop_pushes = absl::GetFlag(FLAGS_test_drop_pushes);
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.worker_credit_bytes = absl::GetFlag(FLAGS_worker_credit_mib) << 20;

@@ -60,6 +60,7 @@ struct Shard::FragmentState {
   // zero-copy), and the next round that changes it copies it first (MakeThetaWritable).
   std::shared_ptr<wire::Bytes> theta_buf;
   std::vector<float> momentum;
+  double phase = 0;  // RoundStep::kComposed: the share of the full round stepped on so far
   // The round's accumulator, from the shard's pool while the round is open (null otherwise).
   std::shared_ptr<wire::Bytes> acc_buf;
   std::span<float> theta() const { return Floats(*theta_buf); }
@@ -749,6 +750,9 @@ void Shard::CloseRound(FragmentState& f) {
     (void)f.dn->Arrive(f.theta(), f.momentum, f.acc());  // sizes match by construction
   } else if (opt_.step == RoundStep::kPartial) {
     (void)kernels::PartialNesterovStep(opt_.outer, share, f.theta(), f.momentum, f.acc());
+  } else if (opt_.step == RoundStep::kComposed) {
+    (void)kernels::ComposedNesterovStep(opt_.outer, share, &f.phase, f.theta(), f.momentum,
+                                        f.acc());
   } else {
     kernels::NesterovStep(opt_.outer, f.theta(), f.momentum, f.acc());
   }

@@ -57,9 +57,11 @@ enum class RoundNorm { kExpected, kArrived };
 // How far a round's Nesterov step goes (kernels/outer.h, PartialNesterovStep):
 //   kPartial: a round holding a share s of a full round's work (RoundNorm) advances the
 //     momentum by s of a step too: decay and look-ahead scaled by s (default);
+//   kComposed: the same, composing exactly (kernels::ComposedNesterovStep): rounds whose
+//     shares add up to one full round take exactly one Nesterov step on their summed delta;
 //   kFull: every round is a whole Nesterov step on its normalised delta; a round holding one
 //     worker's push still takes a whole momentum step.
-enum class RoundStep { kPartial, kFull };
+enum class RoundStep { kPartial, kComposed, kFull };
 
 struct ShardOptions {
   uint32_t shard = 0;

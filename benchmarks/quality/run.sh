@@ -10,8 +10,9 @@
 #   a  synchronous DiLoCo, 4 workers (quorum 4, lockstep) vs 1 worker with a 4x batch, equal tokens
 #   b  synchronous replicas 1 / 2 / 4 at equal steps per worker
 #   c  this system's asynchronous rounds (defaults) and naive per-push Nesterov vs synchronous;
-#      full mode also changes one rule at a time: rounds normalised by what arrived, adoption
-#      by replacement, adoption by lerp(0.5)
+#      full mode also changes one rule at a time: rounds normalised by what arrived, a whole
+#      momentum step per round, exactly composing partial steps, adoption by replacement,
+#      adoption by lerp(0.5)
 #   d  push codecs fp32 / bf16 / int8 / int4, int4 without error feedback (synchronous, 4 workers)
 #   e  10 / 30 / 50% of pushes dropped, and a worker killed half-way (asynchronous, 4 workers)
 #   f  step cost 1x / 2x / 4x across workers, with and without DyLU, vs a homogeneous fleet of
@@ -20,7 +21,8 @@
 #
 # Usage: benchmarks/quality/run.sh [--mode=quick|full] [--groups=abcdefg] [--out=DIR]
 #                                  [--build=DIR] [--repeats=N] [--steps=N] [--inner_steps=H]
-#                                  [--outer_lr=LR] [--outer_momentum=MU]
+#                                  [--outer_lr=LR] [--outer_momentum=MU] [--server_flags="..."]
+#   --server_flags is appended to every arm's shard flags (an A/B of one server rule).
 #   quick (about 6 min on 2 cores, run by deploy/test.sh): groups a, c and g once, 600 steps
 #         per worker at H = 25 (g: 40 s), then summarize.py checks its bounds and fails the run
 #         if one is not met.
@@ -30,7 +32,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=full groups="" out="" build="$root/build/release" repeats="" steps_flag="" inner_flag=""
-outer_lr=0.7 outer_mu=0.9
+outer_lr=0.7 outer_mu=0.9 server_extra=""
 for a in "$@"; do
   case $a in
     --mode=*) mode=${a#*=} ;;
@@ -42,6 +44,7 @@ for a in "$@"; do
     --inner_steps=*) inner_flag=${a#*=} ;;
     --outer_lr=*) outer_lr=${a#*=} ;;
     --outer_momentum=*) outer_mu=${a#*=} ;;
+    --server_flags=*) server_extra=${a#*=} ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -130,7 +133,7 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
     # shellcheck disable=SC2086
     "$build/server/diloco-server" --bind='tcp://127.0.0.1:*' --port_file="$run/shard$s.endpoint" \
       --shard=$s --shards=$s_count --fragments=$fragments --model=$model --store="$run/store$s" \
-      --progress_interval=1000s --outer_lr=$outer_lr --outer_momentum=$outer_mu $sflags \
+      --progress_interval=1000s --outer_lr=$outer_lr --outer_momentum=$outer_mu $sflags $server_extra \
       2>"$run/shard$s.log" &
     spids+=($!) pids+=($!)
     stores+=("$run/store$s")
@@ -187,6 +190,7 @@ if [[ $groups == *c* ]]; then
   if [[ $mode == full ]]; then  # one rule changed at a time from the defaults
     run_fleet c.arrived4 c 4 2 "--round_norm=arrived" --steps=$steps
     run_fleet c.fullstep4 c 4 2 "--round_step=full" --steps=$steps
+    run_fleet c.composed4 c 4 2 "--round_step=composed" --steps=$steps
     run_fleet c.replace4 c 4 2 "" --steps=$steps --adopt=lerp
     run_fleet c.lerp4 c 4 2 "" --steps=$steps --adopt=lerp --adopt_alpha=0.5
   fi

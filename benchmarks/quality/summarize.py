@@ -25,6 +25,7 @@ GROUPS = {
                       ("c.naive4", None, "Liu et al.: naive async 1.071"),
                       ("c.arrived4", None, "rounds normalised by what arrived"),
                       ("c.fullstep4", None, "a whole momentum step per round"),
+                      ("c.composed4", None, "partial steps composing exactly"),
                       ("c.replace4", None, "adoption replaces local"),
                       ("c.lerp4", None, "adoption lerp 0.5")]),
     "d": ("d.fp32", [("d.bf16", 1.005, ""), ("a.sync4", 1.005, "int8: INTELLECT-1 no loss"),

@@ -75,7 +75,7 @@ TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
       {"--outer=adam", "--outer must be rounds or delayed-nesterov"},
       {"--merge=median", "--merge must be mean or rda"},
       {"--round_norm=median", "--round_norm must be expected or arrived"},
-      {"--round_step=half", "--round_step must be partial or full"},
+      {"--round_step=half", "--round_step must be partial, composed or full"},
       {"--bind=tcp://999.1.1.1:1", "cannot bind tcp://999.1.1.1:1"},
       {"--metrics_jsonl=/nonexistent/dir/x.jsonl", "/nonexistent/dir/x.jsonl"},
       {"--curve_secret_key_file=/nonexistent/key", "/nonexistent/key"},

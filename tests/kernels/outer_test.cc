@@ -1,4 +1,4 @@
-// RDA merge, the partial Nesterov step and the staleness discount.
+// RDA merge, the partial and composed Nesterov steps and the staleness discount.
 #include "kernels/outer.h"
 
 #include <gtest/gtest.h>
@@ -121,6 +121,90 @@ TEST(PartialNesterovStep, BadShareOrSizesAreRefusedAndChangeNothing) {
   EXPECT_EQ(PartialNesterovStep(p, 1.5, theta, m, d).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(PartialNesterovStep(p, 0.5, theta, m, short_d).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(theta, std::vector<float>(4, 1.0f));
+  EXPECT_EQ(m, std::vector<float>(4, 0.5f));
+}
+
+TEST(ComposedNesterovStep, AFullShareFromPhaseZeroIsTheNesterovStep) {
+  const NesterovParams p{.lr = 0.7f, .mu = 0.9f};
+  std::vector<float> theta(64, 1.0f), m(64, 0.3f), d(64, -0.2f);
+  std::vector<float> theta2 = theta, m2 = m;
+  double phase = 0;
+  ASSERT_TRUE(ComposedNesterovStep(p, 1.0, &phase, theta, m, d).ok());
+  NesterovStep(p, theta2, m2, d);
+  EXPECT_EQ(phase, 0);
+  for (size_t i = 0; i < theta.size(); ++i) {
+    EXPECT_FLOAT_EQ(theta[i], theta2[i]);
+    EXPECT_FLOAT_EQ(m[i], m2[i]);
+  }
+}
+
+// Rounds of shares {0.3, 0.45, 0.25} with deltas in proportion, then {0.6, 0.6, 0.8} (the
+// second crosses the end of a full round, the third too): after shares adding up to 3 full
+// rounds, theta and the momentum are where three Nesterov steps on the summed deltas put them.
+TEST(ComposedNesterovStep, RoundsAddingUpToFullRoundsComposeExactly) {
+  const NesterovParams p{.lr = 0.7f, .mu = 0.9f};
+  const std::vector<float> d1 = testing::Gaussian(257, 1), d2 = testing::Gaussian(257, 2),
+                           d3 = testing::Gaussian(257, 3);
+  std::vector<float> theta = testing::Gaussian(257, 4), m = testing::Gaussian(257, 5);
+  std::vector<float> theta_ref = theta, m_ref = m;
+  auto scaled = [](const std::vector<float>& d, float s) {
+    std::vector<float> out(d);
+    for (float& v : out) v *= s;
+    return out;
+  };
+  double phase = 0;
+  for (double s : {0.3, 0.45, 0.25})
+    ASSERT_TRUE(ComposedNesterovStep(p, s, &phase, theta, m, scaled(d1, float(s))).ok());
+  EXPECT_NEAR(phase, 0, 1e-9);
+  NesterovStep(p, theta_ref, m_ref, d1);
+  for (size_t i = 0; i < theta.size(); ++i) {
+    EXPECT_NEAR(theta[i], theta_ref[i], 1e-5);
+    EXPECT_NEAR(m[i], m_ref[i], 1e-5);
+  }
+  // Full round 2 is 0.6 of d2, then 0.4 of d3: the next round (0.6 of d3) crosses the end and
+  // is cut by share, 0.4 to round 2 and 0.2 to round 3, which 0.8 of d3 completes.
+  ASSERT_TRUE(ComposedNesterovStep(p, 0.6, &phase, theta, m, scaled(d2, 0.6f)).ok());
+  ASSERT_TRUE(ComposedNesterovStep(p, 0.6, &phase, theta, m, scaled(d3, 0.6f)).ok());
+  EXPECT_NEAR(phase, 0.2, 1e-9);
+  ASSERT_TRUE(ComposedNesterovStep(p, 0.8, &phase, theta, m, scaled(d3, 0.8f)).ok());
+  EXPECT_NEAR(phase, 0, 1e-9);
+  std::vector<float> round2(d2.size());
+  for (size_t i = 0; i < round2.size(); ++i) round2[i] = 0.6f * d2[i] + 0.4f * d3[i];
+  NesterovStep(p, theta_ref, m_ref, round2);
+  NesterovStep(p, theta_ref, m_ref, d3);  // 0.2 + 0.8 of d3
+  for (size_t i = 0; i < theta.size(); ++i) {
+    EXPECT_NEAR(theta[i], theta_ref[i], 1e-4);
+    EXPECT_NEAR(m[i], m_ref[i], 1e-4);
+  }
+}
+
+TEST(ComposedNesterovStep, ASliverRoundAfterFullRoundsMovesByASliver) {
+  // At the velocity of full rounds of D = 1 (m = 10), a round holding a tenth of the work
+  // (d = 0.1) from phase 0: p = 0.9 * 10 + 0.1 = 9.1, theta moves 0.7 * (0.1 + 0.09 * 9.1) =
+  // 0.6433, about a tenth of a full round's 7.
+  const NesterovParams p{.lr = 0.7f, .mu = 0.9f};
+  std::vector<float> theta(4, 0.0f), m(4, 10.0f), d(4, 0.1f);
+  double phase = 0;
+  ASSERT_TRUE(ComposedNesterovStep(p, 0.1, &phase, theta, m, d).ok());
+  EXPECT_NEAR(-theta[0], 0.6433, 1e-5);
+  EXPECT_NEAR(m[0], 9.1, 1e-5);
+  EXPECT_NEAR(phase, 0.1, 1e-12);
+}
+
+TEST(ComposedNesterovStep, BadSharePhaseOrSizesAreRefusedAndChangeNothing) {
+  const NesterovParams p{};
+  std::vector<float> theta(4, 1.0f), m(4, 0.5f), d(4, 0.1f), short_d(3, 0.1f);
+  double phase = 0.25, bad_phase = 1.0;
+  EXPECT_EQ(ComposedNesterovStep(p, 0.0, &phase, theta, m, d).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComposedNesterovStep(p, 1.5, &phase, theta, m, d).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComposedNesterovStep(p, 0.5, &phase, theta, m, short_d).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComposedNesterovStep(p, 0.5, &bad_phase, theta, m, d).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(phase, 0.25);
   EXPECT_EQ(theta, std::vector<float>(4, 1.0f));
   EXPECT_EQ(m, std::vector<float>(4, 0.5f));
 }

@@ -155,6 +155,11 @@ TEST(ShardRoundNormTest, AnAbsentLiveWorkerCountsAsAZeroDelta) {
   EXPECT_NEAR(ThetaAfterALoneRound(RoundNorm::kExpected, absl::ZeroDuration(), absl::Seconds(10),
                                    RoundStep::kFull),
               0.4876, 1e-6);
+  // Composed (phase 0 -> 0.5): p = 0.9 * 0.2 + 0.1 = 0.28, theta = 0.734 - 0.7 * (0.1 + 0.9 *
+  // 0.5 * 0.28) = 0.5758.
+  EXPECT_NEAR(ThetaAfterALoneRound(RoundNorm::kExpected, absl::ZeroDuration(), absl::Seconds(10),
+                                   RoundStep::kComposed),
+              0.5758, 1e-6);
   // Round 2, arrived: d = 0.2, m = 0.38, theta = 0.734 - 0.7 * (0.2 + 0.342) = 0.3546.
   EXPECT_NEAR(ThetaAfterALoneRound(RoundNorm::kArrived, absl::ZeroDuration(), absl::Seconds(10)),
               0.3546, 1e-6);
