@@ -6,7 +6,8 @@
 //                   STORE_DIR...) --data=FILE.bin|synthetic [--tokens=N] [...]
 //   diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]
 //   diloco-ctl gen-data --out=FILE.bin --heldout     the workers' synthetic held-out stream
-// Exit status: 0 on success, 1 on an error (printed on stderr), 2 on a usage error.
+// Exit status: 0 on success, 1 on an error (printed on stderr; for show: any unreadable or
+// lost checkpoint), 2 on a usage error.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -102,10 +103,12 @@ int Show(int argc, char** argv) {
     if (pos.size() != 1) return Usage("show needs --store=DIR");
     flags["store"] = pos[0];
   }
-  absl::StatusOr<std::string> text = diloco::storage::DescribeStore(flags["store"]);
-  if (!text.ok()) return Fail(text.status());
-  std::fputs(text->c_str(), stdout);
-  return 0;
+  absl::StatusOr<diloco::storage::StoreReport> report =
+      diloco::storage::DescribeStore(flags["store"]);
+  if (!report.ok()) return Fail(report.status());
+  std::fputs(report->text.c_str(), stdout);
+  for (const std::string& p : report->problems) std::fprintf(stderr, "diloco-ctl: %s\n", p.c_str());
+  return report->problems.empty() ? 0 : 1;  // a damaged store is not a success
 }
 
 int Export(int argc, char** argv) {

@@ -72,6 +72,7 @@ struct HeaderFields {
   uint64_t credit_bytes = 0;
   uint32_t num_chunks = 0;  // set by Send for a payload train (schema/train.h)
   uint32_t chunk_index = 0;
+  MsgType refused_type = MsgType::Invalid;  // Error: the refused message's type
 };
 
 // A refusal: an absl::Status whose payload carries the wire ErrorCode.

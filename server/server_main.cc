@@ -28,6 +28,10 @@ ABSL_FLAG(uint32_t, shards, 1, "number of shards");
 ABSL_FLAG(uint32_t, fragments, 4, "number of fragments the parameters are cut into");
 ABSL_FLAG(std::string, model, "small", "model preset or spec (see common/model_spec.h)");
 ABSL_FLAG(std::string, store, "", "RocksDB checkpoint directory (empty: no persistence)");
+ABSL_FLAG(bool, accept_store_rollback, false,
+          "start from the newest intact checkpoint of a --store whose recovery lost committed "
+          "checkpoints (a damaged, cut or deleted write-ahead log) instead of refusing to start; "
+          "versions workers adopted may then be published again with other contents");
 ABSL_FLAG(std::string, durability, "periodic", "periodic or per-round");
 ABSL_FLAG(uint32_t, checkpoint_every_rounds, 20, "periodic mode: rounds between checkpoints");
 ABSL_FLAG(absl::Duration, checkpoint_interval, absl::Seconds(30),
@@ -91,12 +95,13 @@ int Fail(const absl::Status& s) {
 // Shard sees the message; a message whose header does not verify goes on to the Shard, which
 // refuses and counts it.
 absl::Status CheckKeyBinding(const diloco::wire::AuthorizedKeys& keys, zmq::message_t& header_frame,
-                             uint32_t* claimed) {
+                             uint32_t* claimed, diloco::wire::MsgType* claimed_type) {
   using namespace diloco::wire;
   const auto user = UserIdOf(header_frame);  // before VerifyHeaderFrame may copy the frame
   auto h = VerifyHeaderFrame(header_frame);
   if (!h.ok() || (*h)->type() == MsgType::Stats) return absl::OkStatus();
   *claimed = (*h)->worker_id();
+  *claimed_type = (*h)->type();
   const auto listed = user ? keys.WorkerOf(*user) : std::nullopt;
   if (!listed) return WireError(ErrorCode::BadIdentity, "connection has no authorized CURVE key");
   if (*listed != *claimed)
@@ -133,6 +138,7 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(model.status());
   o.model = *model;
   o.store_path = absl::GetFlag(FLAGS_store);
+  o.accept_store_rollback = absl::GetFlag(FLAGS_accept_store_rollback);
   const std::string dur = absl::GetFlag(FLAGS_durability);
   if (dur == "periodic")
     o.durability = Durability::kPeriodic;
@@ -280,10 +286,11 @@ int main(int argc, char** argv) {
       std::string rid(static_cast<const char*>((*frames)[0].data()), (*frames)[0].size());
       frames->erase(frames->begin());
       uint32_t claimed = 0;
+      wire::MsgType claimed_type = wire::MsgType::Invalid;
       if (auth) {
-        if (auto s = CheckKeyBinding(*auth, (*frames)[0], &claimed); !s.ok()) {
+        if (auto s = CheckKeyBinding(*auth, (*frames)[0], &claimed, &claimed_type); !s.ok()) {
           ++identity_refused;
-          (*shard)->RefuseUnbound(rid, s, claimed, &out);
+          (*shard)->RefuseUnbound(rid, s, claimed, claimed_type, &out);
           continue;
         }
       }

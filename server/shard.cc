@@ -162,18 +162,16 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   if (!o.store_path.empty()) {
     storage::StoreIdentity ident{s->plan_.fingerprint(), s->model_fingerprint_, o.shard,
                                  o.num_shards};
-    auto store = storage::CheckpointStore::Open(o.store_path, ident);
-    if (!store.ok()) return store.status();
-    s->store_ = std::move(*store);
-    if (auto st = s->Recover(); !st.ok()) return st;
+    if (auto st = s->Recover(ident); !st.ok()) return st;
     s->writer_ = std::make_unique<CheckpointWriter>(s->store_.get(), o.checkpoint_thread,
                                                     o.test_before_checkpoint_write);
   }
   return s;
 }
 
-absl::Status Shard::Recover() {
-  // The zeroed state goes before the checkpoint is loaded, so that recovery never holds both.
+absl::Status Shard::Recover(const storage::StoreIdentity& identity) {
+  // The zeroed state goes before the checkpoint is loaded (by Open's vetting), so that recovery
+  // never holds both.
   for (auto& [_, f] : fragments_) {
     f->theta_buf.reset();
     std::vector<float>().swap(f->momentum);
@@ -184,6 +182,14 @@ absl::Status Shard::Recover() {
       if (f->momentum.empty()) f->momentum.assign(f->spec->numel, 0.0f);
     }
   };
+  storage::StoreOptions so;
+  so.accept_rollback = opt_.accept_store_rollback;
+  auto store = storage::CheckpointStore::Open(opt_.store_path, identity, so);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  if (!store_->rollback().empty())
+    log_lines_.push_back(absl::StrCat("WARNING: --accept_store_rollback: ", store_->rollback(),
+                                      "; starting from the newest intact checkpoint"));
   auto cp = store_->LoadLatest();
   if (!cp.ok()) return cp.status();
   if (!cp->has_value()) return absl::OkStatus();
@@ -232,7 +238,8 @@ HeaderFields Shard::Reply(MsgType type) const {
 
 void Shard::Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
                    std::vector<Outgoing>* out) {
-  Refuse(rid, s, h ? RefusedIds{h->worker_id(), h->fragment_id(), h->seq()} : RefusedIds{}, out);
+  Refuse(rid, s,
+         h ? RefusedIds{h->worker_id(), h->fragment_id(), h->seq(), h->type()} : RefusedIds{}, out);
 }
 
 void Shard::Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids,
@@ -261,12 +268,13 @@ void Shard::Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids
   o.header.worker_id = ids.worker;
   o.header.fragment_id = ids.fragment;
   o.header.seq = ids.seq;
+  o.header.refused_type = ids.type;
   out->push_back(std::move(o));
 }
 
 void Shard::RefuseUnbound(const std::string& rid, const absl::Status& s, uint32_t claimed_worker,
-                          std::vector<Outgoing>* out) {
-  Refuse(rid, s, RefusedIds{claimed_worker, 0, 0}, out);
+                          wire::MsgType claimed_type, std::vector<Outgoing>* out) {
+  Refuse(rid, s, RefusedIds{claimed_worker, 0, 0, claimed_type}, out);
 }
 
 void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
@@ -279,7 +287,7 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
   }
   // The refusal of a chunk that does not continue its train names the push it claims.
   const wire::Header& h = parsed->header();
-  const RefusedIds ids{h.worker_id(), h.fragment_id(), h.seq()};
+  const RefusedIds ids{h.worker_id(), h.fragment_id(), h.seq(), h.type()};
   auto whole = trains_.Add(rid, *std::move(parsed), clock_->Now());
   if (!whole.ok()) return Refuse(rid, whole.status(), ids, out);
   if (!whole->has_value()) return;  // more chunks to come
@@ -994,6 +1002,7 @@ std::string Shard::StatsJson() const {
       ",\"dropped\":", c.pushes_dropped, "},\"max_held_bytes\":", c.max_held_bytes,
       ",\"trains_cut\":", trains_.trains_cut(), ",\"partial_trains\":", trains_.partial_trains(),
       ",\"bad_messages\":", c.messages_bad,
+      ",\"store_rollback\":", store_ && !store_->rollback().empty() ? "true" : "false",
       ",\"round_share\":", absl::StrFormat("%.4f", c.round_share), ",\"bytes_in\":", c.bytes_in,
       ",\"bytes_out\":", c.bytes_out, ",\"checkpoints\":", c.checkpoints,
       ",\"checkpoint_failures\":", c.checkpoint_failures,

@@ -96,6 +96,9 @@ struct ShardOptions {
   // A pooled buffer (accumulator, theta copy) no round took for this long is freed.
   absl::Duration buffer_idle = absl::Seconds(30);
   std::string store_path;  // empty: no persistence (tests only)
+  // Start from the newest intact checkpoint of a store whose recovery lost committed ones
+  // (storage::CheckpointStore::Open) instead of refusing it; logged as the first log line.
+  bool accept_store_rollback = false;
   Durability durability = Durability::kPeriodic;
   uint32_t checkpoint_every_rounds = 20;
   absl::Duration checkpoint_interval = absl::Seconds(30);
@@ -184,7 +187,7 @@ class Shard {
   // An Error reply to a message refused before it reached the shard (the server loop's CURVE
   // key binding), counted and logged like the shard's own refusals.
   void RefuseUnbound(const std::string& rid, const absl::Status& s, uint32_t claimed_worker,
-                     std::vector<Outgoing>* out);
+                     wire::MsgType claimed_type, std::vector<Outgoing>* out);
   // Lines for the operator's log since the last call: refusals with their reason, at most one
   // per reason every kRefusalLogInterval, with how many of that reason went unlogged between.
   std::vector<std::string> TakeLogLines() { return std::exchange(log_lines_, {}); }
@@ -195,11 +198,13 @@ class Shard {
   struct WorkerInfo;
   Shard(const ShardOptions& o, const Clock* clock, Plan plan);
 
-  absl::Status Recover();
+  // Opens the store (vetted, storage::CheckpointStore::Open) and loads its newest checkpoint.
+  absl::Status Recover(const storage::StoreIdentity& identity);
   // An Error reply naming the refused message's worker, fragment and seq (from `h` if known).
   struct RefusedIds {
     uint32_t worker = 0, fragment = 0;
     uint64_t seq = 0;
+    wire::MsgType type = wire::MsgType::Invalid;
   };
   void Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
               std::vector<Outgoing>* out);

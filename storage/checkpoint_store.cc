@@ -137,7 +137,13 @@ struct Header {
 // Reads schema and identity through a read-only handle on the column families present, so a
 // refused store is not modified. An existing RocksDB with none of our records and no data is
 // an interrupted creation and reads as not initialized.
-absl::StatusOr<Header> ReadHeader(const std::string& path) {
+// The write-ahead log is replayed tolerating a cut tail only (what a crash leaves): damage
+// before its end is DataLoss, where RocksDB's default recovery (point in time) would stop there
+// silently and drop every record after it.
+// With options.accept_rollback such damage is replayed the default way instead and described
+// in `*rollback`.
+absl::StatusOr<Header> ReadHeader(const std::string& path, const StoreOptions& options,
+                                  std::string* rollback) {
   std::vector<std::string> present;
   rocksdb::Status s = rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &present);
   if (!s.ok()) return FromRocks(s, absl::StrCat("checkpoint store '", path, "' is unreadable"));
@@ -152,8 +158,25 @@ absl::StatusOr<Header> ReadHeader(const std::string& path) {
   rocksdb::DB* raw = nullptr;
   rocksdb::DBOptions o = MakeDbOptions();
   o.info_log = NullInfoLog();
+  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   s = rocksdb::DB::OpenForReadOnly(o, path, descs, &db.cfs, &raw);
   db.db.reset(raw);
+  if (s.IsCorruption()) {
+    const std::string why = absl::StrCat("checkpoint store '", path, "': its write-ahead log (",
+                                         path, "/*.log) is damaged before its end (", s.ToString(),
+                                         "); the checkpoints committed after the damage are lost");
+    if (!options.accept_rollback)
+      return absl::DataLossError(absl::StrCat(
+          why,
+          ". Restore the store, or accept the rollback to its newest intact checkpoint "
+          "(diloco-server --accept_store_rollback)"));
+    *rollback = why;
+    o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+    db.cfs.clear();
+    raw = nullptr;
+    s = rocksdb::DB::OpenForReadOnly(o, path, descs, &db.cfs, &raw);
+    db.db.reset(raw);
+  }
   if (!s.ok()) return FromRocks(s, absl::StrCat("checkpoint store '", path, "' is unreadable"));
 
   rocksdb::ColumnFamilyHandle* meta = nullptr;
@@ -192,6 +215,30 @@ absl::StatusOr<Header> ReadHeader(const std::string& path) {
   return h;
 }
 
+// A RocksDB without our records (an interrupted creation) beside tensor files is a store whose
+// records were all lost (its write-ahead log deleted before any flush), not a fresh one.
+absl::Status VetUninitialized(const std::string& path, const StoreOptions& options,
+                              std::string* rollback) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(path) / kTensorDir, ec)) {
+    uint32_t frag = 0;
+    uint64_t holder = 0;
+    if (!ParseTensorFileName(e.path().filename().string(), &frag, &holder)) continue;
+    const std::string why =
+        absl::StrCat("checkpoint store '", path, "': tensor files of checkpoint ", holder,
+                     " exist but RocksDB holds none of the store's records (its write-ahead log, ",
+                     path, "/*.log, was deleted or cut)");
+    if (!options.accept_rollback)
+      return absl::DataLossError(
+          absl::StrCat(why,
+                       ". Restore the store, or accept starting it anew (diloco-server "
+                       "--accept_store_rollback)"));
+    *rollback = why;
+    return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Db>> OpenAll(const std::string& path, const StoreOptions& so,
                                             bool read_only, bool create) {
   rocksdb::DBOptions o = MakeDbOptions();
@@ -224,10 +271,11 @@ class RocksCheckpointStore final : public CheckpointStore {
         db_(std::move(db)),
         tensor_dir_(path_ + "/" + kTensorDir) {}
 
-  // Lists the kept checkpoints and their manifests; a writable store also removes tensor files
-  // no kept manifest names (a write cut by a crash). An undecodable manifest is left for Load to
-  // report as DataLoss, and then nothing is removed.
-  absl::Status Init() {
+  // Lists the kept checkpoints and their manifests; with `vet`, refuses a store whose recovery
+  // lost committed manifests (CheckpointStore::Open) unless accept_rollback. A writable store
+  // also removes tensor files no kept manifest names (a write cut by a crash). An undecodable
+  // manifest is left for Load to report as DataLoss, and then nothing is removed.
+  absl::Status Init(bool vet) {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<std::vector<uint64_t>> ids = ScanIds(nullptr);
     if (!ids.ok()) return ids.status();
@@ -236,6 +284,8 @@ class RocksCheckpointStore final : public CheckpointStore {
       absl::StatusOr<format::CheckpointRecord> r = ReadRecord(id, nullptr);
       if (r.ok()) records_[id] = *std::move(r);
     }
+    if (vet)
+      if (absl::Status s = VetTensorFiles(); !s.ok()) return s;
     if (read_only_) return absl::OkStatus();
     std::error_code ec;
     fs::create_directories(tensor_dir_, ec);
@@ -267,8 +317,22 @@ class RocksCheckpointStore final : public CheckpointStore {
     return ScanIds(nullptr);
   }
   uint64_t ApproximateSizeBytes() override;
+  const std::string& rollback() const override { return rollback_; }
+
+  // What the read-only vetting of Open found: its rollback note and the newest checkpoint,
+  // handed to the first LoadLatest unless a Write comes first.
+  void SetVetted(std::string rollback, std::optional<Checkpoint> latest) {
+    absl::MutexLock lock(&mu_);
+    rollback_ = std::move(rollback);
+    vetted_ = std::move(latest);
+  }
+  void SetRollback(const std::string& why) { rollback_ = why; }
 
  private:
+  // Tensor files name the checkpoint that wrote them, and each is synced before its manifest's
+  // batch, which is synced too: files of a checkpoint past the newest manifest plus one mean
+  // that recovered manifests are missing.
+  absl::Status VetTensorFiles() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   rocksdb::ColumnFamilyHandle* cf(Cf c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return db_->cfs[c];
   }
@@ -307,7 +371,35 @@ class RocksCheckpointStore final : public CheckpointStore {
   const std::string tensor_dir_;
   // The kept checkpoints' manifests (those that decode), by id.
   absl::flat_hash_map<uint64_t, format::CheckpointRecord> records_ ABSL_GUARDED_BY(mu_);
+  std::string rollback_;  // set while opening only
+  // Open's vetted newest checkpoint (outer: whether there is one to hand over).
+  std::optional<std::optional<Checkpoint>> vetted_ ABSL_GUARDED_BY(mu_);
 };
+
+absl::Status RocksCheckpointStore::VetTensorFiles() {
+  uint64_t newest_file = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(tensor_dir_, ec)) {
+    uint32_t frag = 0;
+    uint64_t holder = 0;
+    if (ParseTensorFileName(e.path().filename().string(), &frag, &holder))
+      newest_file = std::max(newest_file, holder);
+  }
+  const uint64_t recovered = ids_.empty() ? 0 : ids_.back();
+  if (newest_file <= recovered + 1) return absl::OkStatus();
+  const std::string intact =
+      recovered == 0 ? std::string("no checkpoint") : absl::StrCat("checkpoint ", recovered);
+  const std::string why = absl::StrCat(
+      "checkpoint store '", path_, "': tensor files of checkpoint ", newest_file,
+      " exist but the newest manifest recovered is ", intact, ": the manifests of checkpoints ",
+      recovered + 1, "..", newest_file, " are lost (RocksDB's write-ahead log, ", path_,
+      "/*.log, was cut, deleted or damaged)");
+  if (!options_.accept_rollback)
+    return absl::DataLossError(absl::StrCat(why, ". Restore the store, or accept the rollback to ",
+                                            intact, " (diloco-server --accept_store_rollback)"));
+  rollback_ = rollback_.empty() ? why : absl::StrCat(rollback_, "; ", why);
+  return absl::OkStatus();
+}
 
 // RocksDB's own recovery from a failed WAL append is not usable here: Resume() keeps the WAL
 // writer that saw the error, and the next append to it fails forever (or, in Debian's
@@ -364,6 +456,7 @@ absl::Status RocksCheckpointStore::Write(uint64_t id, uint64_t rounds,
                                          std::span<const DedupEntry> dedup, bool sync) {
   absl::MutexLock lock(&mu_);
   if (read_only_) return absl::FailedPreconditionError("checkpoint store is open read-only");
+  vetted_.reset();  // no longer the newest
   if (broken_) {
     if (absl::Status s = Reopen(); !s.ok())
       return absl::Status(s.code(), absl::StrCat("checkpoint store: reopening after a failed "
@@ -448,7 +541,7 @@ absl::Status RocksCheckpointStore::Write(uint64_t id, uint64_t rounds,
   if (absl::Status r = AddRetention(id, &batch, &kept); !r.ok()) return r;
 
   rocksdb::WriteOptions wo;
-  wo.sync = sync;
+  wo.sync = sync || !to_write.empty();
   // A failed write leaves RocksDB refusing writes (background-error state, and a WAL writer
   // that saw the error): the next Write reopens first. An error other than a full disk may be
   // a stale background error (a failed flush), so that write reopens and retries at once.
@@ -566,6 +659,11 @@ absl::StatusOr<Checkpoint> RocksCheckpointStore::LoadCheckpoint(uint64_t id) {
 
 absl::StatusOr<std::optional<Checkpoint>> RocksCheckpointStore::LoadLatest() {
   absl::MutexLock lock(&mu_);
+  if (vetted_) {
+    std::optional<Checkpoint> c = *std::move(vetted_);
+    vetted_.reset();
+    return c;
+  }
   if (!db_) return Reopening();
   rocksdb::ManagedSnapshot snap(db_->db.get());
   rocksdb::ReadOptions ro;
@@ -624,8 +722,10 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
   absl::StatusOr<PathKind> kind = Inspect(path, /*may_create=*/true);
   if (!kind.ok()) return kind.status();
   bool initialized = false;
+  std::string rollback;
+  std::optional<Checkpoint> latest;
   if (*kind == PathKind::kExisting) {
-    absl::StatusOr<Header> h = ReadHeader(path);
+    absl::StatusOr<Header> h = ReadHeader(path, options, &rollback);
     if (!h.ok()) return h.status();
     initialized = h->initialized;
     if (initialized &&
@@ -635,6 +735,23 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint store '", path, "' belongs to ", Describe(h->identity), "; this server is ",
           Describe(identity), ". Use another --store directory or the matching plan."));
+    if (initialized) {  // vetted read-only: what refuses the store must not change it
+      absl::StatusOr<std::unique_ptr<Db>> ro = OpenAll(path, options, /*read_only=*/true, false);
+      if (!ro.ok()) return ro.status();
+      RocksCheckpointStore vet(path, *std::move(ro), identity, options, /*read_only=*/true);
+      vet.SetRollback(rollback);
+      if (absl::Status s = vet.Init(/*vet=*/true); !s.ok()) return s;
+      absl::StatusOr<std::optional<Checkpoint>> c = vet.LoadLatest();
+      if (!c.ok() && !vet.rollback().empty())  // accepted, but retention took its files
+        return absl::DataLossError(absl::StrCat(
+            vet.rollback(), "; and the newest checkpoint recovered does not load either (",
+            c.status().message(), "): restore the store from a copy"));
+      if (!c.ok()) return c.status();
+      latest = *std::move(c);
+      rollback = vet.rollback();
+    } else if (absl::Status s = VetUninitialized(path, options, &rollback); !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<std::unique_ptr<Db>> db =
       OpenAll(path, options, /*read_only=*/false, /*create=*/!initialized);
@@ -652,25 +769,32 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
   }
   auto store = std::make_unique<RocksCheckpointStore>(path, *std::move(db), identity, options,
                                                       /*read_only=*/false);
-  if (absl::Status s = store->Init(); !s.ok()) return s;
+  if (absl::Status s = store->Init(/*vet=*/false); !s.ok()) return s;
+  store->SetVetted(std::move(rollback), std::move(latest));
   return std::unique_ptr<CheckpointStore>(std::move(store));
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::OpenForRead(
-    const std::string& path_in) {
+    const std::string& path_in, const StoreOptions& options) {
   const std::string path = Normalize(path_in);
   absl::StatusOr<PathKind> kind = Inspect(path, /*may_create=*/false);
   if (!kind.ok()) return kind.status();
   if (*kind != PathKind::kExisting) return NotAStore(path, "no RocksDB CURRENT file");
-  absl::StatusOr<Header> h = ReadHeader(path);
+  std::string rollback;
+  absl::StatusOr<Header> h = ReadHeader(path, options, &rollback);
   if (!h.ok()) return h.status();
-  if (!h->initialized) return NotAStore(path, "it was never initialized (no schema record)");
-  StoreOptions options;
+  if (!h->initialized) {
+    StoreOptions strict = options;
+    strict.accept_rollback = false;  // nothing to read either way: say why
+    if (absl::Status s = VetUninitialized(path, strict, &rollback); !s.ok()) return s;
+    return NotAStore(path, "it was never initialized (no schema record)");
+  }
   absl::StatusOr<std::unique_ptr<Db>> db = OpenAll(path, options, /*read_only=*/true, false);
   if (!db.ok()) return db.status();
   auto store = std::make_unique<RocksCheckpointStore>(path, *std::move(db), h->identity, options,
                                                       /*read_only=*/true);
-  if (absl::Status s = store->Init(); !s.ok()) return s;
+  store->SetRollback(rollback);
+  if (absl::Status s = store->Init(/*vet=*/true); !s.ok()) return s;
   return std::unique_ptr<CheckpointStore>(std::move(store));
 }
 

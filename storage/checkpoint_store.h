@@ -78,28 +78,45 @@ struct Checkpoint {
 struct StoreOptions {
   int keep = 3;                           // checkpoints retained (>= 1)
   uint64_t memtable_bytes = 16ull << 20;  // per column family; a flush follows when full
+  // Open a store whose recovery lost checkpoints it had committed (see Open) from its newest
+  // intact checkpoint instead of refusing it; rollback() then says what was lost.
+  bool accept_rollback = false;
 };
 
 class CheckpointStore {
  public:
-  // Opens or creates the store at `path`. An existing store whose identity or schema version
-  // differs is refused with FailedPrecondition and left untouched; an unreadable one with
-  // DataLoss.
+  // Opens or creates the store at `path`. An existing store is vetted read-only first, so a
+  // refused open changes no byte of it:
+  //   - identity or schema version differs: FailedPrecondition;
+  //   - the newest checkpoint does not load whole and verified (LoadLatest): its DataLoss;
+  //   - recovery lost committed checkpoints: DataLoss naming what was lost and the newest intact
+  //     checkpoint, unless options.accept_rollback. Lost means RocksDB's write-ahead log is
+  //     damaged before its end (a crash only ever cuts its tail), or tensor files exist of a
+  //     checkpoint newer than the newest manifest recovered plus one (the one write a crash can
+  //     cut between its files and its manifest; checkpoints are written one at a time with
+  //     consecutive ids): the log was cut or deleted. A log cut exactly before the newest
+  //     manifest looks like such a crash and is not told apart from it.
+  // The vetted newest checkpoint is kept and handed to the first LoadLatest, which so reads the
+  // tensors once.
   static absl::StatusOr<std::unique_ptr<CheckpointStore>> Open(const std::string& path,
                                                                const StoreIdentity& identity,
                                                                const StoreOptions& options = {});
-  // Opens an existing store read-only without knowing its identity (diloco-ctl).
-  static absl::StatusOr<std::unique_ptr<CheckpointStore>> OpenForRead(const std::string& path);
+  // Opens an existing store read-only without knowing its identity (diloco-ctl); a store that
+  // lost committed checkpoints is refused as by Open unless options.accept_rollback.
+  static absl::StatusOr<std::unique_ptr<CheckpointStore>> OpenForRead(
+      const std::string& path, const StoreOptions& options = {});
 
   virtual ~CheckpointStore() = default;
 
   // Writes checkpoint `id` (must exceed every earlier id): the tensor files of the fragments
-  // not `unchanged` (always fsync'd), then one WriteBatch with the manifest; with `sync` that
-  // batch is on stable storage when this returns. On error nothing of it is visible and
-  // the previous checkpoint stays the newest (a failed write may still surface after a crash,
-  // whole or not at all). A full disk gives ResourceExhausted; the next Write first clears
-  // RocksDB's background-error state, so writing resumes once space is freed.
-  // Thread-compatible: the server calls Write and Load* from one thread at a time.
+  // not `unchanged` (always fsync'd), then one WriteBatch with the manifest; with `sync`, or
+  // when tensor files were written, that batch is on stable storage when this returns (so a
+  // manifest is never lost while files newer than it survive: Open's vetting relies on it;
+  // a checkpoint of unchanged fragments only, without `sync`, is not synced). On error nothing of
+  // it is visible and the previous checkpoint stays the newest (a failed write may still surface
+  // after a crash, whole or not at all). A full disk gives ResourceExhausted; the next Write first
+  // clears RocksDB's background-error state, so writing resumes once space is freed. Thread-safe
+  // (one lock); the server calls Write from its writer thread.
   virtual absl::Status Write(uint64_t id, uint64_t rounds, const OptimizerMeta& optimizer,
                              std::span<const FragmentView> fragments,
                              std::span<const DedupEntry> dedup, bool sync) = 0;
@@ -113,6 +130,9 @@ class CheckpointStore {
   virtual absl::StatusOr<std::vector<uint64_t>> ListCheckpoints() = 0;
   // Bytes on disk (approximate: RocksDB's live files and the tensor files).
   virtual uint64_t ApproximateSizeBytes() = 0;
+  // What recovery lost, when the store was opened with accept_rollback over a loss (empty
+  // otherwise): the sentence Open would have refused it with.
+  virtual const std::string& rollback() const = 0;
 };
 
 }  // namespace diloco::storage

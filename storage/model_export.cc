@@ -119,9 +119,14 @@ absl::StatusOr<ExportSummary> ExportModel(const ExportRequest& req) {
   return m->summary;
 }
 
-absl::StatusOr<std::string> DescribeStore(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<CheckpointStore>> store = CheckpointStore::OpenForRead(path);
+absl::StatusOr<StoreReport> DescribeStore(const std::string& path) {
+  StoreOptions options;
+  options.accept_rollback = true;  // shown, and counted as a problem
+  absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
+      CheckpointStore::OpenForRead(path, options);
   if (!store.ok()) return store.status();
+  StoreReport report;
+  if (!(*store)->rollback().empty()) report.problems.push_back((*store)->rollback());
   const StoreIdentity id = (*store)->identity();
   std::string out =
       absl::StrCat("store      ", path, "\nplan       ", Hex(id.plan_fingerprint), "\nmodel      ",
@@ -136,6 +141,8 @@ absl::StatusOr<std::string> DescribeStore(const std::string& path) {
     if (!c.ok()) {
       absl::StrAppend(&out, absl::StrFormat("  id %-8d UNREADABLE: %s\n", cid,
                                             std::string(c.status().ToString())));
+      report.problems.push_back(
+          absl::StrCat("checkpoint ", cid, " is unreadable: ", c.status().ToString()));
       continue;
     }
     uint64_t lo = UINT64_MAX, hi = 0, bytes = 0;
@@ -159,7 +166,8 @@ absl::StatusOr<std::string> DescribeStore(const std::string& path) {
                                             f.params.size(), f.params.size() * sizeof(float)));
     absl::StrAppend(&out, "  dedup entries ", newest->dedup.size(), "\n");
   }
-  return out;
+  report.text = std::move(out);
+  return report;
 }
 
 }  // namespace diloco::storage

@@ -48,7 +48,13 @@ absl::StatusOr<ExportSummary> ExportModel(const ExportRequest& request);
 
 // A human-readable report: identity, kept checkpoints with rounds and version range, the
 // newest checkpoint's fragments (version, elements, bytes), dedup entries and size on disk.
-// Loads (and so verifies) every kept checkpoint.
-absl::StatusOr<std::string> DescribeStore(const std::string& path);
+// Loads (and so verifies) every kept checkpoint. A store that lost committed checkpoints
+// (CheckpointStore::Open) is described as recovered, with what was lost.
+struct StoreReport {
+  std::string text;
+  // Unreadable kept checkpoints and lost ones, one line each (empty: the store is sound).
+  std::vector<std::string> problems;
+};
+absl::StatusOr<StoreReport> DescribeStore(const std::string& path);
 
 }  // namespace diloco::storage

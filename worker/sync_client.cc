@@ -691,6 +691,15 @@ void SyncClient::Impl::ReadVersions(ShardLink& l, const wire::Header& h) {
 }
 
 void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
+  if (h.shard() != l.index) {  // same plan, another shard: --servers is out of shard order
+    std::lock_guard<std::mutex> g(mu);
+    ++stats.errors;
+    fatal = absl::StrCat("the shard at ", l.endpoint, " is shard ", h.shard(), ", but --servers ",
+                         "lists it as shard ", l.index, ": list the shards' endpoints in shard ",
+                         "order (shard 0 first)");
+    cv.notify_all();
+    return;
+  }
   const bool restarted = l.incarnation != 0 && l.incarnation != h.incarnation();
   // A Welcome on a link that was already welcomed by the same incarnation only refreshes the
   // versions and the fleet's step time (DyLU's periodic Hello).
@@ -789,8 +798,13 @@ void SyncClient::Impl::OnError(ShardLink& l, const wire::Header& h) {
   {
     std::lock_guard<std::mutex> g(mu);
     ++stats.errors;
+    // A refused plan, model or protocol, or a refused data-connection Hello (the CURVE
+    // allow-list binds this key to another worker id, or a newer process of this worker id is
+    // bound): no retry can change it. (A refused control Hello comes on the control connection
+    // and is retried after the data Hello.)
     if (code == ErrorCode::WrongPlan || code == ErrorCode::WrongModel ||
-        code == ErrorCode::BadProtocolVersion) {
+        code == ErrorCode::BadProtocolVersion ||
+        (code == ErrorCode::BadIdentity && h.refused_type() == MsgType::Hello)) {
       fatal = absl::StrCat("shard ", l.index, " (", l.endpoint, ") refuses this worker: ", what);
       cv.notify_all();
     }

@@ -1,5 +1,6 @@
 // Whole processes on 127.0.0.1: shards and workers train together, a SIGKILLed worker stalls
-// nobody, and a SIGKILLed shard restarts from its RocksDB store with the same versions.
+// nobody, a SIGKILLed shard restarts from its RocksDB store with the same versions, and a
+// worker given the shards out of order is told so and exits 2 (it does not train unsynced).
 #include "tests/integration/cluster.h"
 
 #include <gtest/gtest.h>
@@ -193,6 +194,20 @@ TEST(ClusterTest, ShardSignalledAsSoonAsItListensStopsCleanly) {
     ASSERT_NE(events.find(R"("event":"shutdown","final_checkpoint":"written")"), std::string::npos)
         << "attempt " << attempt << ": " << events;
   }
+}
+
+TEST(ClusterTest, ShardsListedOutOfOrderStopTheWorkerWithTheReason) {
+  Cluster c;
+  c.dir = TestDir();
+  c.StartShards(2);
+  std::swap(c.endpoints[0], c.endpoints[1]);
+  auto w = c.StartWorker(0, 1);
+  ASSERT_EQ(w->Wait(absl::Seconds(30)), std::optional<int>(2)) << "see " << c.dir;
+  std::ifstream in(c.dir / "worker0.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(log.find("but --servers lists it as shard"), std::string::npos) << log;
+  EXPECT_NE(log.find("list the shards' endpoints in shard order"), std::string::npos) << log;
+  EXPECT_EQ(log.find("training unsynced"), std::string::npos) << log;
 }
 
 }  // namespace

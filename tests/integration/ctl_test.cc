@@ -2,11 +2,13 @@
 // evaluation of a model (a safetensors file, a worker's --save_model, the shards' stores) on a
 // whole .bin file, its first N tokens, or the workers' own held-out set: the figures say how
 // many tokens they are over and agree with the worker's and with each other; bad input gives a
-// clear error.
+// clear error. A store whose write-ahead log lost committed checkpoints fails `show` and the
+// server's start, until the rollback is accepted.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -264,6 +266,80 @@ TEST(CtlTest, EvalOfStoresEqualsEvalOfTheirExport) {
                                         " ", (s.dir / "store0").string()));
   EXPECT_EQ(rc3, 1) << out3;
   EXPECT_NE(out3.find("no store given for shard"), std::string::npos) << out3;
+}
+
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+TEST(CtlTest, AStoreThatLostCheckpointsFailsShowAndTheStartUntilAccepted) {
+  LocalShards s;
+  s.dir = TestDir();
+  s.StartShards(1, {"--durability=per-round"});
+  Process w({WorkerBinary(), "--model=tiny", "--fragments=4", "--steps=40", "--inner_steps=5",
+             "--threads=1", "--servers=" + s.endpoints[0]},
+            (s.dir / "worker.log").string());
+  ASSERT_EQ(w.Wait(absl::Seconds(60)), std::optional<int>(0));
+  s.shards[0]->Signal(SIGTERM);
+  ASSERT_EQ(s.shards[0]->Wait(absl::Seconds(20)), std::optional<int>(0));
+  const std::filesystem::path store = s.dir / "store0";
+  const std::string show = absl::StrCat(DILOCO_CTL_BINARY, " show --store=", store.string());
+  auto [rc0, out0] = Shell(show);
+  ASSERT_EQ(rc0, 0) << out0;
+
+  // Every per-round checkpoint of the run is in the write-ahead log (no flush at this size):
+  // cut it in half, as a full disk's copy or a careless operator might.
+  std::vector<std::filesystem::path> logs;
+  for (const auto& e : std::filesystem::directory_iterator(store))
+    if (e.path().extension() == ".log") logs.push_back(e.path());
+  ASSERT_EQ(logs.size(), 1u);
+  std::filesystem::resize_file(logs[0], std::filesystem::file_size(logs[0]) / 2);
+  std::map<std::string, std::string> before;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(store))
+    if (e.is_regular_file()) before[e.path().string()] = ReadFile(e.path());
+
+  auto [rc1, out1] = Shell(show);
+  EXPECT_EQ(rc1, 1) << out1;
+  EXPECT_NE(out1.find("are lost"), std::string::npos) << out1;
+  auto refused = s.StartShard(0, 1, "tcp://127.0.0.1:*");
+  EXPECT_EQ(refused->Wait(absl::Seconds(20)), std::optional<int>(2));
+  const std::string log = ReadFile(s.dir / "shard0.log");
+  EXPECT_NE(log.find("are lost"), std::string::npos) << log;
+  EXPECT_NE(log.find("--accept_store_rollback"), std::string::npos) << log;
+  std::map<std::string, std::string> after;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(store))
+    if (e.is_regular_file()) after[e.path().string()] = ReadFile(e.path());
+  EXPECT_TRUE(before == after) << "the refused start changed the store";
+
+  // Accepted, but half the log is gone: the newest manifest recovered names tensor files that
+  // retention (3 checkpoints kept) has removed, so there is nothing to roll back to.
+  auto unloadable = s.StartShard(0, 1, "tcp://127.0.0.1:*", {"--accept_store_rollback"});
+  EXPECT_EQ(unloadable->Wait(absl::Seconds(20)), std::optional<int>(2));
+  const std::string log2 = ReadFile(s.dir / "shard0.log");
+  EXPECT_NE(log2.find("does not load either"), std::string::npos) << log2;
+
+  // The log deleted outright (nothing was ever flushed at this size): the records are all
+  // gone, the tensor files say the store was not fresh. Accepted, the shard starts anew, says
+  // so, and reports it.
+  std::filesystem::remove(logs[0]);
+  auto [rc3, out3] = Shell(show);
+  EXPECT_EQ(rc3, 1) << out3;
+  EXPECT_NE(out3.find("RocksDB holds none of the store's records"), std::string::npos) << out3;
+  s.shards[0] = s.StartShard(0, 1, "tcp://127.0.0.1:*", {"--accept_store_rollback"});
+  auto ep = WaitForLine(s.dir / "port0", absl::Seconds(20));
+  ASSERT_TRUE(ep.has_value());
+  s.endpoints[0] = *ep;
+  auto stats = ShardStats(*ep, absl::Seconds(10));
+  ASSERT_TRUE(stats.has_value());
+  EXPECT_NE(stats->find("\"store_rollback\":true"), std::string::npos) << *stats;
+  s.shards[0]->Signal(SIGTERM);
+  ASSERT_EQ(s.shards[0]->Wait(absl::Seconds(20)), std::optional<int>(0));
+  const std::string accepted = ReadFile(s.dir / "shard0.log");
+  EXPECT_NE(accepted.find("WARNING: --accept_store_rollback"), std::string::npos) << accepted;
+  // The store is sound again: the checkpoints since the restart are all it names.
+  auto [rc2, out2] = Shell(show);
+  EXPECT_EQ(rc2, 0) << out2;
 }
 
 }  // namespace

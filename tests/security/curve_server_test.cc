@@ -1,5 +1,6 @@
 // A real diloco-server with CURVE on 127.0.0.1: only listed keys get in, a listed key may only
-// speak as its own worker id, and a diloco-worker with its key trains through it.
+// speak as its own worker id (a worker that tries exits 2 with the shard's reason), and a
+// diloco-worker with its key trains through it.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -69,6 +70,7 @@ TEST_F(CurveServerTest, ListedKeyClaimingAnotherWorkerIsRefused) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->type(), MsgType::Error);
   EXPECT_EQ(r->header().error_code(), wire::ErrorCode::BadIdentity);
+  EXPECT_EQ(r->header().refused_type(), MsgType::Hello);
   // Counted, and worker 2 was never registered by the impostor.
   auto stats =
       Ask(endpoint_, TinyHeader(MsgType::Stats, 1), server_.public_key, &w1_, absl::Seconds(10));
@@ -88,6 +90,19 @@ TEST_F(CurveServerTest, WorkerTrainsOverCurve) {
       << "the worker never adopted over CURVE; see " << dir_;
   worker.Signal(SIGTERM);
   worker.Wait(absl::Seconds(20));
+}
+
+TEST_F(CurveServerTest, WorkerWithAnotherWorkersKeyExitsWithTheShardsReason) {
+  auto argv = TinyWorkerArgs(endpoint_, 2, dir_ / "w2.jsonl");  // worker 2 with w1's key
+  argv.push_back("--curve_server_key=" + server_.public_key);
+  argv.push_back("--curve_secret_key_file=" + (dir_ / "w1.secret").string());
+  Process worker(argv, (dir_ / "worker.log").string());
+  ASSERT_EQ(worker.Wait(absl::Seconds(30)), std::optional<int>(2)) << "see " << dir_;
+  std::ifstream in(dir_ / "worker.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(log.find("refuses this worker"), std::string::npos) << log;
+  EXPECT_NE(log.find("this CURVE key belongs to worker 1"), std::string::npos) << log;
+  EXPECT_EQ(log.find("training unsynced"), std::string::npos) << log;
 }
 
 }  // namespace

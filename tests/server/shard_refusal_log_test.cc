@@ -20,6 +20,7 @@ TEST(ShardRefusalLogTest, RefusalsAreCountedByReasonAndLoggedRateLimited) {
     const Outgoing* e = Only(out, MsgType::Error);
     ASSERT_NE(e, nullptr);
     EXPECT_EQ(e->header.error_code, ErrorCode::BadIdentity);
+    EXPECT_EQ(e->header.refused_type, MsgType::Push);  // the Error names what it refuses
   };
   push_unbound();
   auto lines = h.shard().TakeLogLines();
@@ -43,18 +44,20 @@ TEST(ShardRefusalLogTest, RefusalsAreCountedByReasonAndLoggedRateLimited) {
       << h.shard().StatsJson();
   EXPECT_NE(ProgressLine(h.shard()).find("bad 3 (BadIdentity 3)"), std::string::npos)
       << ProgressLine(h.shard());
-  EXPECT_NE(PrometheusText(h.shard())
-                .find("diloco_refusals_total{shard=\"0\",reason=\"BadIdentity\"} 3"),
-            std::string::npos);
+  EXPECT_NE(
+      PrometheusText(h.shard()).find("diloco_refusals_total{shard=\"0\",reason=\"BadIdentity\"} 3"),
+      std::string::npos);
 }
 
 TEST(ShardRefusalLogTest, AnUnboundRefusalFromTheServerLoopCountsAndNamesTheClaimedWorker) {
   ShardHarness h(TinyOptions());
   std::vector<Outgoing> out;
-  h.shard().RefuseUnbound("r", absl::PermissionDeniedError("key not on the allow-list"), 4, &out);
+  h.shard().RefuseUnbound("r", absl::PermissionDeniedError("key not on the allow-list"), 4,
+                          wire::MsgType::Hello, &out);
   const Outgoing* e = Only(out, MsgType::Error);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->header.worker_id, 4u);
+  EXPECT_EQ(e->header.refused_type, MsgType::Hello);  // a refused identity, for the worker
   EXPECT_EQ(e->header.plan_fingerprint, h.shard().plan_fingerprint());
   EXPECT_EQ(h.shard().counters().messages_bad, 1u);
   const auto lines = h.shard().TakeLogLines();

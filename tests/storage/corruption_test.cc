@@ -1,10 +1,12 @@
 // A catalogue of on-disk damage, one short test each (in the spirit of LevelDB's log_test):
-// every case is written through a raw RocksDB handle, or into a tensor file, of a closed store,
-// and the store must answer DataLoss or FailedPrecondition, never garbage or a crash.
+// every case is written through a raw RocksDB handle, into a tensor file or into RocksDB's
+// write-ahead log of a closed store, and the store must answer DataLoss or FailedPrecondition,
+// never garbage, an older checkpoint or a crash; a refused open changes no byte of the store.
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -49,6 +51,39 @@ std::string Get(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf, const std::str
   return v;
 }
 
+std::string ReadAll(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Every file under `dir` by relative path, with its bytes.
+std::map<std::string, std::string> Snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file())
+      files[std::filesystem::relative(e.path(), dir).string()] = ReadAll(e.path().string());
+  return files;
+}
+
+// Open and OpenForRead + LoadLatest answer `code` (with `why` in the message); a refused Open
+// leaves every byte of the store as it was.
+void ExpectRefused(const std::string& path, absl::StatusCode code, const std::string& why = "") {
+  const auto before = Snapshot(path);
+  auto store = CheckpointStore::Open(path, TestIdentity());
+  if (code == absl::StatusCode::kOk) {
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto latest = (*store)->LoadLatest();
+    EXPECT_TRUE(latest.ok()) << latest.status();
+    return;
+  }
+  EXPECT_EQ(store.status().code(), code) << store.status();
+  EXPECT_THAT(std::string(store.status().message()), HasSubstr(why));
+  EXPECT_TRUE(Snapshot(path) == before) << "a refused open changed the store";
+  auto ro = CheckpointStore::OpenForRead(path);
+  const absl::Status st = ro.ok() ? (*ro)->LoadLatest().status() : ro.status();
+  EXPECT_EQ(st.code(), code) << st;
+}
+
 class CorruptionTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -59,27 +94,20 @@ class CorruptionTest : public ::testing::Test {
     ASSERT_TRUE(WriteContents(**store, MakeContents(2, {0, 1}, 3000), true).ok());
   }
 
-  // Applies `edit`, then expects LoadLatest of a reopened store to fail with `code`.
+  // Applies `edit`, then expects the store to be refused with `code` (ExpectRefused).
   void ExpectLoadFails(
       const std::function<void(rocksdb::DB*, std::vector<rocksdb::ColumnFamilyHandle*>&)>& edit,
       absl::StatusCode code = absl::StatusCode::kDataLoss) {
     RawEdit(path_, edit);
-    auto store = CheckpointStore::Open(path_, TestIdentity());
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto latest = (*store)->LoadLatest();
-    EXPECT_EQ(latest.status().code(), code) << latest.status();
+    ExpectRefused(path_, code);
   }
 
   // Applies `edit` to the bytes of fragment `frag`'s tensor file of checkpoint `holder`.
   void ExpectFileLoadFails(uint32_t frag, uint64_t holder,
                            const std::function<void(std::string&)>& edit) {
     const std::string file = path_ + "/tensors/" + TensorFileName(frag, holder);
-    std::string bytes;
-    {
-      std::ifstream in(file, std::ios::binary);
-      ASSERT_TRUE(in.good()) << file;
-      bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
+    ASSERT_TRUE(std::filesystem::exists(file)) << file;
+    std::string bytes = ReadAll(file);
     edit(bytes);
     std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
     ExpectLoadFails([](auto*, auto&) {});
@@ -265,6 +293,120 @@ TEST(ForeignRocksDbTest, EmptyRocksDbIsAnInterruptedCreation) {
   auto store = CheckpointStore::Open(dir.Sub("fresh"), TestIdentity());
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_TRUE(WriteContents(**store, MakeContents(1, {0}, 4)).ok());
+}
+
+// Six checkpoints whose manifests are all still in RocksDB's write-ahead log (the store is not
+// flushed on close), keep 3: tensor files of checkpoints 4-6 remain. Each case damages a fresh
+// copy's log as a failing disk or a careless operator might.
+class WalDamageTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kNewest = 6;
+  void SetUp() override {
+    pristine_ = dir_.Sub("pristine");
+    auto store = CheckpointStore::Open(pristine_, TestIdentity());
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (uint64_t id = 1; id <= kNewest; ++id)
+      ASSERT_TRUE(WriteContents(**store, MakeContents(id, {0, 1}, 300), true).ok());
+  }
+
+  // A fresh copy of the pristine store; `*wal` is its write-ahead log (the one .log file).
+  std::string Copy(std::string* wal) {
+    const std::string path = dir_.Sub("copy" + std::to_string(++copies_));
+    std::filesystem::copy(pristine_, path, std::filesystem::copy_options::recursive);
+    std::vector<std::string> logs;
+    for (const auto& e : std::filesystem::directory_iterator(path))
+      if (e.path().extension() == ".log") logs.push_back(e.path().string());
+    EXPECT_EQ(logs.size(), 1u) << "expected one write-ahead log in " << path;
+    if (!logs.empty()) *wal = logs[0];
+    return path;
+  }
+
+  // The newest checkpoint the store recovers when the loss is accepted (0: none).
+  static uint64_t RecoveredWithRollback(const std::string& path, std::string* rollback) {
+    StoreOptions o;
+    o.accept_rollback = true;
+    auto ro = CheckpointStore::OpenForRead(path, o);
+    if (!ro.ok()) return 0;
+    *rollback = (*ro)->rollback();
+    auto ids = (*ro)->ListCheckpoints();
+    return ids.ok() && !ids->empty() ? ids->back() : 0;
+  }
+
+  TempDir dir_;
+  std::string pristine_;
+  int copies_ = 0;
+};
+
+TEST_F(WalDamageTest, UndamagedCopyLoadsTheNewest) {
+  std::string wal;
+  const std::string path = Copy(&wal);
+  auto store = CheckpointStore::Open(path, TestIdentity());
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE((*store)->rollback().empty());
+  auto latest = (*store)->LoadLatest();
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
+  testutil::ExpectEqual(**latest, MakeContents(kNewest, {0, 1}, 300));
+}
+
+TEST_F(WalDamageTest, BytesOverwrittenMidLogRefuseTheStartUntilAccepted) {
+  std::string wal;
+  const std::string path = Copy(&wal);
+  std::string bytes = ReadAll(wal);
+  ASSERT_GT(bytes.size(), 1000u);
+  // Inside checkpoint 5's batch, whose files (and 4's) are still kept: the damage is not at
+  // the tail (checkpoint 6's batch follows), where a crash could have left it.
+  const size_t at = bytes.size() * 3 / 4;
+  for (size_t i = 0; i < 64; ++i) bytes[at + i] ^= 0x5a;
+  std::ofstream(wal, std::ios::binary | std::ios::trunc) << bytes;
+  ExpectRefused(path, absl::StatusCode::kDataLoss, "write-ahead log");
+  // Accepted: the store opens at the newest checkpoint before the damage, says what was lost,
+  // and that checkpoint loads.
+  StoreOptions o;
+  o.accept_rollback = true;
+  auto store = CheckpointStore::Open(path, TestIdentity(), o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_THAT((*store)->rollback(), HasSubstr("damaged before its end"));
+  auto latest = (*store)->LoadLatest();
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
+  EXPECT_LT((*latest)->id, kNewest);
+  testutil::ExpectEqual(**latest, MakeContents((*latest)->id, {0, 1}, 300));
+}
+
+TEST_F(WalDamageTest, LogCutAtAnyOffsetNeverRollsBackSilently) {
+  // Each cut loses the manifests after it. The start is refused whenever tensor files newer
+  // than the recovered manifest plus one remain; a cut that loses the newest manifest alone is
+  // what a crash between a checkpoint's files and its manifest leaves, and opens.
+  int refused = 0;
+  for (double at : {0.2, 0.35, 0.5, 0.65, 0.8, 0.95}) {
+    SCOPED_TRACE(at);
+    std::string wal;
+    const std::string path = Copy(&wal);
+    std::filesystem::resize_file(
+        wal, static_cast<uintmax_t>(at * static_cast<double>(std::filesystem::file_size(wal))));
+    std::string rollback;
+    const uint64_t recovered = RecoveredWithRollback(path, &rollback);
+    if (recovered + 1 >= kNewest) {
+      EXPECT_TRUE(rollback.empty()) << rollback;
+      ExpectRefused(path, absl::StatusCode::kOk);
+      continue;
+    }
+    ++refused;
+    EXPECT_THAT(rollback, HasSubstr("are lost"));
+    ExpectRefused(path, absl::StatusCode::kDataLoss, "tensor files of checkpoint 6 exist");
+  }
+  EXPECT_GE(refused, 4) << "most cuts lose more than the newest manifest";
+}
+
+TEST_F(WalDamageTest, DeletedLogRefusesTheStartUntilAccepted) {
+  std::string wal;
+  const std::string path = Copy(&wal);
+  std::filesystem::remove(wal);
+  ExpectRefused(path, absl::StatusCode::kDataLoss, "tensor files of checkpoint");
+  StoreOptions o;
+  o.accept_rollback = true;
+  auto store = CheckpointStore::Open(path, TestIdentity(), o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_FALSE((*store)->rollback().empty());
 }
 
 }  // namespace
