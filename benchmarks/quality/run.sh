@@ -22,7 +22,10 @@
 # Usage: benchmarks/quality/run.sh [--mode=quick|full] [--groups=abcdefg] [--out=DIR]
 #                                  [--build=DIR] [--repeats=N] [--steps=N] [--inner_steps=H]
 #                                  [--outer_lr=LR] [--outer_momentum=MU] [--server_flags="..."]
-#   --server_flags is appended to every arm's shard flags (an A/B of one server rule).
+#                                  [--worker_flags="..."] [--arms=c.async4,...]
+#   --server_flags / --worker_flags are appended to every fleet arm's shard / worker flags (an
+#   A/B of one rule); --arms runs only the arms named (and what they are compared with is then
+#   not run: summarize.py reports the ratios it can).
 #   quick (about 6 min on 2 cores, run by deploy/test.sh): groups a, c and g once, 600 steps
 #         per worker at H = 25 (g: 40 s), then summarize.py checks its bounds and fails the run
 #         if one is not met.
@@ -32,7 +35,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=full groups="" out="" build="$root/build/release" repeats="" steps_flag="" inner_flag=""
-outer_lr=0.7 outer_mu=0.9 server_extra=""
+outer_lr=0.7 outer_mu=0.9 server_extra="" worker_extra="" arms=""
 for a in "$@"; do
   case $a in
     --mode=*) mode=${a#*=} ;;
@@ -45,6 +48,8 @@ for a in "$@"; do
     --outer_lr=*) outer_lr=${a#*=} ;;
     --outer_momentum=*) outer_mu=${a#*=} ;;
     --server_flags=*) server_extra=${a#*=} ;;
+    --worker_flags=*) worker_extra=${a#*=} ;;
+    --arms=*) arms=${a#*=} ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -105,9 +110,13 @@ record() {  # arm group workers steps tokens wall model-args...
 }
 
 # One worker without sync, `batch` sequences a step; its local model is the result.
+# Whether --arms (empty: every arm) names this arm.
+selected() { [[ -z $arms || ",$arms," == *",$1,"* ]]; }
+
 run_lone() {  # arm group batch [worker flags...]
   local arm=$1 group=$2 b=$3 t0 t1
   shift 3
+  selected "$arm" || return 0
   t0=$(date +%s%N)
   "$build/worker/diloco-worker" "${common[@]}" --batch="$b" --threads=2 \
     --metrics_jsonl="$out/curves/$arm.w0.jsonl" --save_model="$out/logs/$arm.safetensors" \
@@ -126,6 +135,7 @@ run_lone() {  # arm group batch [worker flags...]
 run_fleet() {  # arm group workers shards "server flags" [worker flags...]
   local arm=$1 group=$2 n=$3 s_count=$4 sflags=$5 t0 t1 s w
   shift 5
+  selected "$arm" || return 0
   local run=$out/logs/$arm
   mkdir -p "$run"
   local spids=() wpids=() servers="" stores=()
@@ -147,7 +157,7 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
   for ((w = 0; w < n; w++)); do
     "$build/worker/diloco-worker" "${common[@]}" --servers="$servers" --worker_id=$w \
       --num_workers=1 --seed=$((100 + 7 * w)) --batch=$batch --inner_steps=$inner \
-      --step_delay="${delays[$w]:-0ms}" --metrics_jsonl="$run/worker$w.jsonl" "$@" \
+      --step_delay="${delays[$w]:-0ms}" --metrics_jsonl="$run/worker$w.jsonl" "$@" $worker_extra \
       2>"$run/worker$w.log" &
     wpids+=($!) pids+=($!)
   done

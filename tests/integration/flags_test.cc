@@ -56,6 +56,11 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
       {"--heartbeat=5s --shard_timeout=1s --servers=tcp://127.0.0.1:9",
        "--heartbeat must be positive and shorter than --shard_timeout"},
       {"--data=bin:/nonexistent/tokens.bin", "/nonexistent/tokens.bin"},
+      {"--adopt=copy --servers=tcp://127.0.0.1:9", "--adopt=copy: expected keep or lerp"},
+      {"--adopt=keep --adopt_alpha=0.5 --servers=tcp://127.0.0.1:9",
+       "--adopt_alpha applies to --adopt=lerp only"},
+      {"--adopt=lerp --adopt_alpha=1.5 --servers=tcp://127.0.0.1:9",
+       "adopt_alpha must be in [0, 1]"},
       // Refused at start, not after the run.
       {"--save_model=/nonexistent/dir/m.safetensors",
        "/nonexistent/dir/m.safetensors: directory /nonexistent/dir does not exist"},
