@@ -280,10 +280,17 @@ void Shard::RefuseUnbound(const std::string& rid, const absl::Status& s, uint32_
 void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
                    std::vector<Outgoing>* out) {
   for (const auto& f : frames) counters_.bytes_in += f.size();
+  // The ids a refusal names when the header verifies but the payload does not (BadChecksum,
+  // BadLength): the worker can tell which push to resend. A second verification of a few
+  // hundred bytes; an unaligned header is copied once here instead of in ParseMessage.
+  RefusedIds claimed;
+  if (!frames.empty())
+    if (auto hv = wire::VerifyHeaderFrame(frames[0]); hv.ok())
+      claimed = {(*hv)->worker_id(), (*hv)->fragment_id(), (*hv)->seq(), (*hv)->type()};
   auto parsed = wire::ParseMessage(std::move(frames));
   if (!parsed.ok()) {
     trains_.Drop(rid);  // a refused chunk ends its train
-    return Refuse(rid, parsed.status(), nullptr, out);
+    return Refuse(rid, parsed.status(), claimed, out);
   }
   // The refusal of a chunk that does not continue its train names the push it claims.
   const wire::Header& h = parsed->header();

@@ -63,6 +63,7 @@ struct PushJob {
   absl::Time sent = absl::InfinitePast();
   absl::Time not_before = absl::InfinitePast();  // after a NoCredit refusal
   absl::Duration resend_interval;                // doubles with each resend (retry_max)
+  bool resent_corrupt = false;  // refused BadChecksum once and sent again; a second is final
 };
 
 // What the I/O thread hands back to the training thread.
@@ -820,6 +821,14 @@ void SyncClient::Impl::OnError(ShardLink& l, const wire::Header& h) {
       it->second.not_before = absl::Now() + absl::Milliseconds(200);
     }
     return;
+  }
+  if (code == ErrorCode::BadChecksum) {  // damaged on the way: send the same bytes once more
+    if (auto it = l.unacked.find({h.fragment_id(), h.seq()});
+        it != l.unacked.end() && !it->second.resent_corrupt) {
+      it->second.resent_corrupt = true;
+      it->second.in_flight = false;
+      return;
+    }
   }
   if (code == ErrorCode::NotInitialized) l.shard_version[h.fragment_id()] = 0;
   // Any other refusal of a push is final for that push: release the fragment, undo its error

@@ -349,7 +349,14 @@ TEST_F(ShardTest, RefusalsChangeNoState) {
   auto frames = ShardHarness::Frames(ph, {std::vector<uint8_t>(n0_ * 4, 0)});
   static_cast<uint8_t*>(frames[1].data())[5] ^= 0xFF;
   r = h_->SendRaw("a", std::move(frames));
-  EXPECT_EQ(Only(r, MsgType::Error)->header.error_code, ErrorCode::BadChecksum);
+  const Outgoing* refused = Only(r, MsgType::Error);
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(refused->header.error_code, ErrorCode::BadChecksum);
+  // The refusal names the push whose payload failed, so the worker knows what to resend.
+  EXPECT_EQ(refused->header.worker_id, 1u);
+  EXPECT_EQ(refused->header.fragment_id, 0u);
+  EXPECT_EQ(refused->header.seq, 1u);
+  EXPECT_EQ(refused->header.refused_type, MsgType::Push);
 
   EXPECT_TRUE(h_->Tick().empty());
   EXPECT_EQ(h_->shard().params(0), before);

@@ -139,10 +139,14 @@ double PushRate(const std::vector<Typed>& events, double window_s) {
 }
 
 // Three workers with different --seed (and `extra` flags) join two shards; returns how many
-// distinct local theta(0) and joined theta(0) checksums they reported.
+// distinct local theta(0) and joined theta(0) checksums they reported. No round closes before
+// all three have pushed into it (quorum 3, a cap beyond the run), and a worker pushes only after
+// its join, so every join sees version 1 of every fragment however late a loaded machine starts
+// a worker (with quorum 1 a fast worker's first round could close before a slow one joined,
+// which then joined at version 2: the CI saw it once under load).
 std::pair<size_t, size_t> Theta0Checksums(const std::vector<std::string>& extra) {
   Fleet f;
-  f.StartShards(2);
+  f.StartShards(2, {"--quorum=3", "--grace_cap=600s"});
   for (int w = 0; w < 3; ++w) {
     std::vector<std::string> flags = {absl::StrCat("--seed=", 100 + 7 * w), "--steps=30",
                                       "--num_workers=3"};
