@@ -188,13 +188,15 @@ absl::StatusOr<const Header*> VerifyHeaderFrame(zmq::message_t& frame, const Lim
   return h;
 }
 
-absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames, const Limits& limits) {
+absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames, const Limits& limits,
+                                     MessageIds* ids) {
   if (frames.empty()) return WireError(ErrorCode::Malformed, "no frames");
   if (frames.size() - 1 > limits.max_payload_frames)
     return WireError(ErrorCode::Malformed, absl::StrCat(frames.size() - 1, " payload frames"));
   auto verified = VerifyHeaderFrame(frames[0], limits);
   if (!verified.ok()) return verified.status();
   const Header* h = *verified;
+  if (ids) *ids = MessageIds::Of(*h);
   const size_t np = frames.size() - 1;
   if (h->num_chunks() > 1 && np != 1)
     return WireError(ErrorCode::Malformed,

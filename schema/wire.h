@@ -75,6 +75,17 @@ struct HeaderFields {
   MsgType refused_type = MsgType::Invalid;  // Error: the refused message's type
 };
 
+// What names a message in a refusal of it (an Error's worker_id, fragment_id, seq and
+// refused_type).
+struct MessageIds {
+  uint32_t worker = 0, fragment = 0;
+  uint64_t seq = 0;
+  MsgType type = MsgType::Invalid;
+  static MessageIds Of(const Header& h) {
+    return {h.worker_id(), h.fragment_id(), h.seq(), h.type()};
+  }
+};
+
 // A refusal: an absl::Status whose payload carries the wire ErrorCode.
 absl::Status WireError(ErrorCode code, absl::string_view what);
 ErrorCode ErrorCodeOf(const absl::Status& s);
@@ -104,7 +115,7 @@ class Message {
 
  private:
   friend absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames,
-                                              const Limits& limits);
+                                              const Limits& limits, MessageIds* ids);
   friend class TrainAssembler;
   std::vector<zmq::message_t> frames_;
   const Header* header_ = nullptr;
@@ -112,7 +123,10 @@ class Message {
 };
 
 // Validates `frames` (header first, payloads after; no routing frames), steps 1 to 7 above.
-absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames, const Limits& limits = {});
+// `ids`, when given, is set as soon as the header verifies, so that a refusal of the payload
+// (BadChecksum, BadLength) can name the message; it stays default when the header fails.
+absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames, const Limits& limits = {},
+                                     MessageIds* ids = nullptr);
 
 // Steps 2 to 5 on a header frame alone: what a receiver may read before paying for checksums
 // (the server's CURVE identity check). May replace `frame` by an aligned copy; the Header points

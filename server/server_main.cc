@@ -95,19 +95,18 @@ int Fail(const absl::Status& s) {
 // Shard sees the message; a message whose header does not verify goes on to the Shard, which
 // refuses and counts it.
 absl::Status CheckKeyBinding(const diloco::wire::AuthorizedKeys& keys, zmq::message_t& header_frame,
-                             uint32_t* claimed, diloco::wire::MsgType* claimed_type) {
+                             diloco::wire::MessageIds* claimed) {
   using namespace diloco::wire;
   const auto user = UserIdOf(header_frame);  // before VerifyHeaderFrame may copy the frame
   auto h = VerifyHeaderFrame(header_frame);
   if (!h.ok() || (*h)->type() == MsgType::Stats) return absl::OkStatus();
-  *claimed = (*h)->worker_id();
-  *claimed_type = (*h)->type();
+  *claimed = MessageIds::Of(**h);
   const auto listed = user ? keys.WorkerOf(*user) : std::nullopt;
   if (!listed) return WireError(ErrorCode::BadIdentity, "connection has no authorized CURVE key");
-  if (*listed != *claimed)
+  if (*listed != claimed->worker)
     return WireError(ErrorCode::BadIdentity,
                      absl::StrCat("this CURVE key belongs to worker ", *listed,
-                                  ", message claims worker ", *claimed));
+                                  ", message claims worker ", claimed->worker));
   return absl::OkStatus();
 }
 
@@ -285,12 +284,11 @@ int main(int argc, char** argv) {
       if (frames->size() < 2) continue;  // a ROUTER always prepends the routing id
       std::string rid(static_cast<const char*>((*frames)[0].data()), (*frames)[0].size());
       frames->erase(frames->begin());
-      uint32_t claimed = 0;
-      wire::MsgType claimed_type = wire::MsgType::Invalid;
+      wire::MessageIds claimed;
       if (auth) {
-        if (auto s = CheckKeyBinding(*auth, (*frames)[0], &claimed, &claimed_type); !s.ok()) {
+        if (auto s = CheckKeyBinding(*auth, (*frames)[0], &claimed); !s.ok()) {
           ++identity_refused;
-          (*shard)->RefuseUnbound(rid, s, claimed, claimed_type, &out);
+          (*shard)->RefuseUnbound(rid, s, claimed, &out);
           continue;
         }
       }

@@ -238,8 +238,7 @@ HeaderFields Shard::Reply(MsgType type) const {
 
 void Shard::Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
                    std::vector<Outgoing>* out) {
-  Refuse(rid, s,
-         h ? RefusedIds{h->worker_id(), h->fragment_id(), h->seq(), h->type()} : RefusedIds{}, out);
+  Refuse(rid, s, h ? RefusedIds::Of(*h) : RefusedIds{}, out);
 }
 
 void Shard::Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids,
@@ -272,29 +271,23 @@ void Shard::Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids
   out->push_back(std::move(o));
 }
 
-void Shard::RefuseUnbound(const std::string& rid, const absl::Status& s, uint32_t claimed_worker,
-                          wire::MsgType claimed_type, std::vector<Outgoing>* out) {
-  Refuse(rid, s, RefusedIds{claimed_worker, 0, 0, claimed_type}, out);
+void Shard::RefuseUnbound(const std::string& rid, const absl::Status& s,
+                          const wire::MessageIds& claimed, std::vector<Outgoing>* out) {
+  Refuse(rid, s, claimed, out);
 }
 
 void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
                    std::vector<Outgoing>* out) {
   for (const auto& f : frames) counters_.bytes_in += f.size();
-  // The ids a refusal names when the header verifies but the payload does not (BadChecksum,
-  // BadLength): the worker can tell which push to resend. A second verification of a few
-  // hundred bytes; an unaligned header is copied once here instead of in ParseMessage.
-  RefusedIds claimed;
-  if (!frames.empty())
-    if (auto hv = wire::VerifyHeaderFrame(frames[0]); hv.ok())
-      claimed = {(*hv)->worker_id(), (*hv)->fragment_id(), (*hv)->seq(), (*hv)->type()};
-  auto parsed = wire::ParseMessage(std::move(frames));
+  // A header that verifies names the message even when its payload is refused (BadChecksum,
+  // BadLength), and a chunk that does not continue its train names the push it claims: the
+  // worker can tell which push to resend.
+  RefusedIds ids;
+  auto parsed = wire::ParseMessage(std::move(frames), {}, &ids);
   if (!parsed.ok()) {
     trains_.Drop(rid);  // a refused chunk ends its train
-    return Refuse(rid, parsed.status(), claimed, out);
+    return Refuse(rid, parsed.status(), ids, out);
   }
-  // The refusal of a chunk that does not continue its train names the push it claims.
-  const wire::Header& h = parsed->header();
-  const RefusedIds ids{h.worker_id(), h.fragment_id(), h.seq(), h.type()};
   auto whole = trains_.Add(rid, *std::move(parsed), clock_->Now());
   if (!whole.ok()) return Refuse(rid, whole.status(), ids, out);
   if (!whole->has_value()) return;  // more chunks to come

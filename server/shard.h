@@ -186,8 +186,8 @@ class Shard {
 
   // An Error reply to a message refused before it reached the shard (the server loop's CURVE
   // key binding), counted and logged like the shard's own refusals.
-  void RefuseUnbound(const std::string& rid, const absl::Status& s, uint32_t claimed_worker,
-                     wire::MsgType claimed_type, std::vector<Outgoing>* out);
+  void RefuseUnbound(const std::string& rid, const absl::Status& s, const wire::MessageIds& claimed,
+                     std::vector<Outgoing>* out);
   // Lines for the operator's log since the last call: refusals with their reason, at most one
   // per reason every kRefusalLogInterval, with how many of that reason went unlogged between.
   std::vector<std::string> TakeLogLines() { return std::exchange(log_lines_, {}); }
@@ -201,11 +201,7 @@ class Shard {
   // Opens the store (vetted, storage::CheckpointStore::Open) and loads its newest checkpoint.
   absl::Status Recover(const storage::StoreIdentity& identity);
   // An Error reply naming the refused message's worker, fragment and seq (from `h` if known).
-  struct RefusedIds {
-    uint32_t worker = 0, fragment = 0;
-    uint64_t seq = 0;
-    wire::MsgType type = wire::MsgType::Invalid;
-  };
+  using RefusedIds = wire::MessageIds;
   void Refuse(const std::string& rid, const absl::Status& s, const wire::Header* h,
               std::vector<Outgoing>* out);
   void Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids,

@@ -219,23 +219,17 @@ absl::StatusOr<Header> ReadHeader(const std::string& path, const StoreOptions& o
 // records were all lost (its write-ahead log deleted before any flush), not a fresh one.
 absl::Status VetUninitialized(const std::string& path, const StoreOptions& options,
                               std::string* rollback) {
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(path) / kTensorDir, ec)) {
-    uint32_t frag = 0;
-    uint64_t holder = 0;
-    if (!ParseTensorFileName(e.path().filename().string(), &frag, &holder)) continue;
-    const std::string why =
-        absl::StrCat("checkpoint store '", path, "': tensor files of checkpoint ", holder,
-                     " exist but RocksDB holds none of the store's records (its write-ahead log, ",
-                     path, "/*.log, was deleted or cut)");
-    if (!options.accept_rollback)
-      return absl::DataLossError(
-          absl::StrCat(why,
-                       ". Restore the store, or accept starting it anew (diloco-server "
-                       "--accept_store_rollback)"));
-    *rollback = why;
-    return absl::OkStatus();
-  }
+  const uint64_t newest_file = NewestTensorFileCheckpoint(path + "/" + kTensorDir);
+  if (newest_file == 0) return absl::OkStatus();
+  const std::string why =
+      absl::StrCat("checkpoint store '", path, "': tensor files of checkpoint ", newest_file,
+                   " exist but RocksDB holds none of the store's records (its write-ahead log, ",
+                   path, "/*.log, was deleted or cut)");
+  if (!options.accept_rollback)
+    return absl::DataLossError(absl::StrCat(why,
+                                            ". Restore the store, or accept starting it anew "
+                                            "(diloco-server --accept_store_rollback)"));
+  *rollback = why;
   return absl::OkStatus();
 }
 
@@ -377,14 +371,7 @@ class RocksCheckpointStore final : public CheckpointStore {
 };
 
 absl::Status RocksCheckpointStore::VetTensorFiles() {
-  uint64_t newest_file = 0;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(tensor_dir_, ec)) {
-    uint32_t frag = 0;
-    uint64_t holder = 0;
-    if (ParseTensorFileName(e.path().filename().string(), &frag, &holder))
-      newest_file = std::max(newest_file, holder);
-  }
+  const uint64_t newest_file = NewestTensorFileCheckpoint(tensor_dir_);
   const uint64_t recovered = ids_.empty() ? 0 : ids_.back();
   if (newest_file <= recovered + 1) return absl::OkStatus();
   const std::string intact =

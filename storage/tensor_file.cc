@@ -5,9 +5,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -104,6 +106,18 @@ bool ParseTensorFileName(const std::string& name, uint32_t* fragment, uint64_t* 
 }
 
 uint64_t TensorFileBytes(uint64_t numel) { return kTensorHeaderBytes + 8 * numel + 8; }
+
+uint64_t NewestTensorFileCheckpoint(const std::string& dir) {
+  uint64_t newest = 0;
+  std::error_code ec;
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(dir, ec)) {
+    uint32_t fragment = 0;
+    uint64_t checkpoint = 0;
+    if (ParseTensorFileName(e.path().filename().string(), &fragment, &checkpoint))
+      newest = std::max(newest, checkpoint);
+  }
+  return newest;
+}
 
 absl::Status WriteTensorFile(const std::string& dir, const TensorFileId& id,
                              std::span<const float> params, std::span<const float> momentum) {

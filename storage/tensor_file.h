@@ -33,6 +33,8 @@ std::string TensorFileName(uint32_t fragment, uint64_t checkpoint);
 // Parses a name TensorFileName made; false for anything else.
 bool ParseTensorFileName(const std::string& name, uint32_t* fragment, uint64_t* checkpoint);
 uint64_t TensorFileBytes(uint64_t numel);
+// The newest checkpoint that a tensor file in `dir` names (0: none, or no such directory).
+uint64_t NewestTensorFileCheckpoint(const std::string& dir);
 
 // Writes `dir/<name>` through a temporary file: written, fdatasync'd, renamed. The caller syncs
 // the directory once after its files (SyncDirectory). A full disk is ResourceExhausted.

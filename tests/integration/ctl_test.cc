@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model_spec.h"
 #include "tests/integration/cluster.h"
+#include "tests/storage/test_util.h"
 #include "worker/data/token_file.h"
 #include "worker/model/gpt.h"
 #include "worker/model/safetensors.h"
@@ -268,11 +269,6 @@ TEST(CtlTest, EvalOfStoresEqualsEvalOfTheirExport) {
   EXPECT_NE(out3.find("no store given for shard"), std::string::npos) << out3;
 }
 
-std::string ReadFile(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 TEST(CtlTest, AStoreThatLostCheckpointsFailsShowAndTheStartUntilAccepted) {
   LocalShards s;
   s.dir = TestDir();
@@ -295,28 +291,24 @@ TEST(CtlTest, AStoreThatLostCheckpointsFailsShowAndTheStartUntilAccepted) {
     if (e.path().extension() == ".log") logs.push_back(e.path());
   ASSERT_EQ(logs.size(), 1u);
   std::filesystem::resize_file(logs[0], std::filesystem::file_size(logs[0]) / 2);
-  std::map<std::string, std::string> before;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(store))
-    if (e.is_regular_file()) before[e.path().string()] = ReadFile(e.path());
+  const auto before = storage::testutil::DirectoryContents(store);
 
   auto [rc1, out1] = Shell(show);
   EXPECT_EQ(rc1, 1) << out1;
   EXPECT_NE(out1.find("are lost"), std::string::npos) << out1;
   auto refused = s.StartShard(0, 1, "tcp://127.0.0.1:*");
   EXPECT_EQ(refused->Wait(absl::Seconds(20)), std::optional<int>(2));
-  const std::string log = ReadFile(s.dir / "shard0.log");
+  const std::string log = storage::testutil::ReadAll(s.dir / "shard0.log");
   EXPECT_NE(log.find("are lost"), std::string::npos) << log;
   EXPECT_NE(log.find("--accept_store_rollback"), std::string::npos) << log;
-  std::map<std::string, std::string> after;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(store))
-    if (e.is_regular_file()) after[e.path().string()] = ReadFile(e.path());
-  EXPECT_TRUE(before == after) << "the refused start changed the store";
+  EXPECT_TRUE(storage::testutil::DirectoryContents(store) == before)
+      << "the refused start changed the store";
 
   // Accepted, but half the log is gone: the newest manifest recovered names tensor files that
   // retention (3 checkpoints kept) has removed, so there is nothing to roll back to.
   auto unloadable = s.StartShard(0, 1, "tcp://127.0.0.1:*", {"--accept_store_rollback"});
   EXPECT_EQ(unloadable->Wait(absl::Seconds(20)), std::optional<int>(2));
-  const std::string log2 = ReadFile(s.dir / "shard0.log");
+  const std::string log2 = storage::testutil::ReadAll(s.dir / "shard0.log");
   EXPECT_NE(log2.find("does not load either"), std::string::npos) << log2;
 
   // The log deleted outright (nothing was ever flushed at this size): the records are all
@@ -335,7 +327,7 @@ TEST(CtlTest, AStoreThatLostCheckpointsFailsShowAndTheStartUntilAccepted) {
   EXPECT_NE(stats->find("\"store_rollback\":true"), std::string::npos) << *stats;
   s.shards[0]->Signal(SIGTERM);
   ASSERT_EQ(s.shards[0]->Wait(absl::Seconds(20)), std::optional<int>(0));
-  const std::string accepted = ReadFile(s.dir / "shard0.log");
+  const std::string accepted = storage::testutil::ReadAll(s.dir / "shard0.log");
   EXPECT_NE(accepted.find("WARNING: --accept_store_rollback"), std::string::npos) << accepted;
   // The store is sound again: the checkpoints since the restart are all it names.
   auto [rc2, out2] = Shell(show);

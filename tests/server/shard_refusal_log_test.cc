@@ -52,8 +52,8 @@ TEST(ShardRefusalLogTest, RefusalsAreCountedByReasonAndLoggedRateLimited) {
 TEST(ShardRefusalLogTest, AnUnboundRefusalFromTheServerLoopCountsAndNamesTheClaimedWorker) {
   ShardHarness h(TinyOptions());
   std::vector<Outgoing> out;
-  h.shard().RefuseUnbound("r", absl::PermissionDeniedError("key not on the allow-list"), 4,
-                          wire::MsgType::Hello, &out);
+  h.shard().RefuseUnbound("r", absl::PermissionDeniedError("key not on the allow-list"),
+                          {.worker = 4, .type = MsgType::Hello}, &out);
   const Outgoing* e = Only(out, MsgType::Error);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->header.worker_id, 4u);

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,7 +19,9 @@ namespace diloco::storage {
 namespace {
 
 using ::testing::HasSubstr;
+using testutil::DirectoryContents;
 using testutil::MakeContents;
+using testutil::ReadAll;
 using testutil::TempDir;
 using testutil::TestIdentity;
 using testutil::WriteContents;
@@ -51,24 +52,10 @@ std::string Get(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf, const std::str
   return v;
 }
 
-std::string ReadAll(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-// Every file under `dir` by relative path, with its bytes.
-std::map<std::string, std::string> Snapshot(const std::string& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
-    if (e.is_regular_file())
-      files[std::filesystem::relative(e.path(), dir).string()] = ReadAll(e.path().string());
-  return files;
-}
-
 // Open and OpenForRead + LoadLatest answer `code` (with `why` in the message); a refused Open
 // leaves every byte of the store as it was.
 void ExpectRefused(const std::string& path, absl::StatusCode code, const std::string& why = "") {
-  const auto before = Snapshot(path);
+  const auto before = DirectoryContents(path);
   auto store = CheckpointStore::Open(path, TestIdentity());
   if (code == absl::StatusCode::kOk) {
     ASSERT_TRUE(store.ok()) << store.status();
@@ -78,7 +65,7 @@ void ExpectRefused(const std::string& path, absl::StatusCode code, const std::st
   }
   EXPECT_EQ(store.status().code(), code) << store.status();
   EXPECT_THAT(std::string(store.status().message()), HasSubstr(why));
-  EXPECT_TRUE(Snapshot(path) == before) << "a refused open changed the store";
+  EXPECT_TRUE(DirectoryContents(path) == before) << "a refused open changed the store";
   auto ro = CheckpointStore::OpenForRead(path);
   const absl::Status st = ro.ok() ? (*ro)->LoadLatest().status() : ro.status();
   EXPECT_EQ(st.code(), code) << st;

@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,20 @@ class TempDir {
  private:
   std::string path_;
 };
+
+inline std::string ReadAll(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Every file under `dir` by relative path, with its bytes: two snapshots compare equal when
+// nothing in the directory changed.
+inline std::map<std::string, std::string> DirectoryContents(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[std::filesystem::relative(e.path(), dir).string()] = ReadAll(e);
+  return files;
+}
 
 inline StoreIdentity TestIdentity(uint32_t shard = 0) {
   return {0x1234abcd5678ef01ull, 0x0fedcba987654321ull, shard, 2};
