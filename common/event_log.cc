@@ -33,22 +33,27 @@ JsonObject& JsonObject::Add(std::string_view key, int64_t v) {
   return *this;
 }
 
-JsonObject& JsonObject::Add(std::string_view key, std::string_view v) {
-  Key(key);
-  body_ += "\"";
+std::string JsonString(std::string_view v) {
+  std::string out = "\"";
   for (char c : v) {
     if (c == '"' || c == '\\') {
-      body_ += '\\';
-      body_ += c;
+      out += '\\';
+      out += c;
     } else if (static_cast<unsigned char>(c) < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      body_ += buf;
+      out += buf;
     } else {
-      body_ += c;
+      out += c;
     }
   }
-  body_ += "\"";
+  out += "\"";
+  return out;
+}
+
+JsonObject& JsonObject::Add(std::string_view key, std::string_view v) {
+  Key(key);
+  body_ += JsonString(v);
   return *this;
 }
 

@@ -10,6 +10,9 @@
 
 namespace diloco {
 
+// `v` as a JSON string literal: quoted, with quotes, backslashes and control bytes escaped.
+std::string JsonString(std::string_view v);
+
 class JsonObject {
  public:
   JsonObject& Add(std::string_view key, double v);

@@ -1,7 +1,8 @@
 // diloco-ctl: operations tools.
 //   diloco-ctl show --store=DIR
 //   diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors STORE_DIR...
-//   diloco-ctl stats --server=ENDPOINT              live statistics of a running shard (JSON)
+//   diloco-ctl stats --server=ENDPOINT [--curve_server_key=K --curve_secret_key_file=F]
+//                                                   live statistics of a running shard (JSON)
 //   diloco-ctl eval --model=SPEC (--params=FILE.safetensors | --fragments=P --shards=S
 //                   STORE_DIR...) --data=FILE.bin|synthetic [--tokens=N] [...]
 //   diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]
@@ -27,6 +28,8 @@ constexpr char kUsage[] =
     "  diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors "
     "STORE_DIR...\n"
     "  diloco-ctl stats --server=tcp://HOST:PORT [--timeout_ms=N]\n"
+    "      [--curve_server_key=KEY|FILE --curve_secret_key_file=FILE]   a CURVE shard: a key it\n"
+    "      lists (any worker's)\n"
     "  diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=FILE.bin [--tokens=N]\n"
     "  diloco-ctl eval --model=SPEC --fragments=P --shards=S --data=FILE.bin STORE_DIR...\n"
     "  diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=synthetic "

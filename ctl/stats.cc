@@ -1,5 +1,6 @@
 // diloco-ctl stats: asks a running shard for its live statistics (the Stats message) and
-// prints the JSON it answers with.
+// prints the JSON it answers with. A shard with CURVE answers a client whose key it lists
+// (--curve_server_key and --curve_secret_key_file, as for diloco-worker).
 #include <cstdio>
 #include <zmq.hpp>
 
@@ -15,12 +16,17 @@ int Stats(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   std::vector<std::string> pos;
   std::string error;
-  if (!ParseArgs(argc, argv, {"server", "timeout_ms"}, &flags, &pos, &error)) return Usage(error);
+  if (!ParseArgs(argc, argv, {"server", "timeout_ms", "curve_server_key", "curve_secret_key_file"},
+                 &flags, &pos, &error))
+    return Usage(error);
   if (flags["server"].empty()) return Usage("stats needs --server=tcp://HOST:PORT");
   int timeout_ms = 5000;
   if (flags.count("timeout_ms") && !absl::SimpleAtoi(flags["timeout_ms"], &timeout_ms))
     return Usage("--timeout_ms must be an integer");
-  auto stats = wire::RequestStats(flags["server"], absl::Milliseconds(timeout_ms));
+  auto curve = wire::CurveClientKeysFrom(flags["curve_server_key"], flags["curve_secret_key_file"]);
+  if (!curve.ok()) return Usage(std::string(curve.status().message()));
+  auto stats = wire::RequestStats(flags["server"], absl::Milliseconds(timeout_ms),
+                                  curve->has_value() ? &**curve : nullptr);
   if (!stats.ok()) return Fail(stats.status());
   std::printf("%s\n", stats->c_str());
   return 0;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -76,6 +77,30 @@ absl::StatusOr<std::string> ReadKeyFile(const std::string& path) {
 absl::Status WriteKeyPair(const std::string& prefix, const CurveKeyPair& pair) {
   if (auto s = WriteFile(prefix + ".secret", pair.secret_key + "\n", 0600); !s.ok()) return s;
   return WriteFile(prefix + ".public", pair.public_key + "\n", 0644);
+}
+
+absl::StatusOr<std::optional<CurveClientKeys>> CurveClientKeysFrom(
+    const std::string& server_key_or_file, const std::string& secret_key_file) {
+  if (server_key_or_file.empty() && secret_key_file.empty()) return std::nullopt;
+  if (server_key_or_file.empty() || secret_key_file.empty())
+    return absl::InvalidArgumentError(
+        "CURVE needs both --curve_server_key and --curve_secret_key_file");
+  CurveClientKeys k;
+  k.server_public_key = server_key_or_file;
+  if (!IsZ85Key(k.server_public_key)) {
+    auto from_file = ReadKeyFile(k.server_public_key);
+    if (!from_file.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--curve_server_key=", server_key_or_file,
+                                                     ": neither a Z85 key nor a key file"));
+    k.server_public_key = *from_file;
+  }
+  auto secret = ReadKeyFile(secret_key_file);
+  if (!secret.ok()) return secret.status();
+  auto pub = CurvePublicKey(*secret);
+  if (!pub.ok()) return pub.status();
+  k.public_key = *pub;
+  k.secret_key = *secret;
+  return k;
 }
 
 absl::StatusOr<AuthorizedKeys> AuthorizedKeys::Parse(absl::string_view text) {
@@ -166,6 +191,15 @@ ZapHandler::~ZapHandler() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::optional<std::string> ZapHandler::TakeRefusalNote() {
+  std::lock_guard<std::mutex> g(mu_);
+  const uint64_t refused = refused_;
+  if (refused == noted_) return std::nullopt;
+  const uint64_t n = refused - std::exchange(noted_, refused);
+  return absl::StrCat(n, " CURVE handshake", n == 1 ? "" : "s", " refused, the newest ",
+                      newest_refusal_);
+}
+
 // ZAP 1.0 (RFC 27): request = version, request id, domain, address, routing id, mechanism,
 // credentials...; reply = version, request id, status code, status text, user id, metadata.
 void ZapHandler::Loop() {
@@ -180,21 +214,32 @@ void ZapHandler::Loop() {
         req.push_back(std::move(m));
       } while (req.back().more());
       auto text = [&](size_t i) { return i < req.size() ? req[i].to_string() : std::string(); };
-      std::string code = "400", status = "unknown key", user;
+      std::string code = "400", status = "unknown key", user, why;
       if (text(0) != "1.0") {
         status = "bad ZAP version";
+        why = "a ZAP request of another version";
       } else if (text(5) != "CURVE" || req.size() < 7 || req[6].size() != kKeyBytes) {
         status = "CURVE required";
+        why = absl::StrCat("mechanism ", text(5), " where CURVE is required");
       } else {
         char z85[kZ85KeyChars + 1];
-        if (zmq_z85_encode(z85, req[6].data<uint8_t>(), kKeyBytes) != nullptr &&
-            keys_.WorkerOf(z85)) {
+        if (zmq_z85_encode(z85, req[6].data<uint8_t>(), kKeyBytes) == nullptr) {
+          why = "a key that does not encode";
+        } else if (keys_.WorkerOf(z85)) {
           code = "200";
           status = "OK";
           user = z85;
+        } else {
+          why = absl::StrCat("key ", z85, " is not in the authorized keys");
         }
       }
-      (code == "200" ? admitted_ : refused_)++;
+      if (code == "200") {
+        ++admitted_;
+      } else {
+        std::lock_guard<std::mutex> g(mu_);
+        newest_refusal_ = absl::StrCat("from ", text(3), ": ", why);
+        ++refused_;
+      }
       const std::string reply[] = {"1.0", text(1), code, status, user, ""};
       for (size_t i = 0; i < 6; ++i)
         socket_.send(zmq::buffer(reply[i]),

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -42,6 +43,16 @@ bool IsZ85Key(absl::string_view key);
 absl::StatusOr<std::string> ReadKeyFile(const std::string& path);
 // Writes `prefix`.secret (mode 0600) and `prefix`.public, each one key and a newline.
 absl::Status WriteKeyPair(const std::string& prefix, const CurveKeyPair& pair);
+
+// A client's CURVE identity: the server's public key and this client's key pair (Z85).
+struct CurveClientKeys {
+  std::string server_public_key, public_key, secret_key;
+};
+// From the command line's two settings, both or neither: the server's key as Z85 text or a
+// file holding it, and the client's secret key file (its public key is derived). nullopt when
+// both are empty; InvalidArgument naming the flag for one without the other or a bad key.
+absl::StatusOr<std::optional<CurveClientKeys>> CurveClientKeysFrom(
+    const std::string& server_key_or_file, const std::string& secret_key_file);
 
 // The workers allowed to connect, by public key. One key names one worker; a worker may have
 // several keys (rotation).
@@ -78,6 +89,10 @@ class ZapHandler {
 
   uint64_t admitted() const { return admitted_; }
   uint64_t refused() const { return refused_; }
+  // For the operator's log: the newest refusal since the last call (peer address, key, why)
+  // and how many there were, e.g. "2 CURVE handshakes refused, the newest from 10.0.0.7: key
+  // <z85> is not in the authorized keys"; nullopt if none.
+  std::optional<std::string> TakeRefusalNote();
 
  private:
   ZapHandler(zmq::socket_t socket, AuthorizedKeys keys);
@@ -87,6 +102,9 @@ class ZapHandler {
   AuthorizedKeys keys_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> admitted_{0}, refused_{0};
+  std::mutex mu_;
+  std::string newest_refusal_;  // guarded by mu_
+  uint64_t noted_ = 0;          // guarded by mu_: refusals already in a note
   std::thread thread_;
 };
 

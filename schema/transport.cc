@@ -1,6 +1,7 @@
 #include "schema/transport.h"
 
 #include <algorithm>
+#include <optional>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "schema/handshake_monitor.h"
 
 namespace diloco::wire {
 namespace {
@@ -173,11 +175,20 @@ std::vector<zmq::message_t> PayloadFrames(std::shared_ptr<const Bytes> buffer, k
   return frames;
 }
 
-absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Duration timeout) {
+absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Duration timeout,
+                                         const CurveClientKeys* curve) {
   try {
     zmq::context_t ctx(1);
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
+    std::optional<HandshakeMonitor> monitor;
+    if (curve) {
+      if (auto st =
+              MakeCurveClient(s, curve->server_public_key, curve->public_key, curve->secret_key);
+          !st.ok())
+        return st;
+      monitor.emplace(ctx, s);
+    }
     s.connect(endpoint);
     HeaderFields h;
     h.type = MsgType::Stats;
@@ -186,6 +197,11 @@ absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Dura
     while (absl::Now() < end) {
       zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
       zmq::poll(&item, 1, std::chrono::milliseconds(20));
+      if (monitor)
+        if (auto refusal = monitor->TakeRefusal())
+          return absl::PermissionDeniedError(
+              absl::StrCat("stats: ", *refusal, "; the key of --curve_secret_key_file (",
+                           curve->public_key, ") must be in the shard's --curve_authorized_keys"));
       auto frames = TryRecvMultipart(s);
       if (!frames) continue;
       auto m = ParseMessage(std::move(*frames));
@@ -196,7 +212,10 @@ absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Dura
     return absl::UnavailableError(absl::StrCat("stats from ", endpoint, ": ", e.what()));
   }
   return absl::DeadlineExceededError(
-      absl::StrCat("no answer from ", endpoint, " within ", absl::FormatDuration(timeout)));
+      absl::StrCat("no answer from ", endpoint, " within ", absl::FormatDuration(timeout),
+                   curve ? ""
+                         : " (a shard started with CURVE answers only --curve_server_key and "
+                           "--curve_secret_key_file with a listed key)"));
 }
 
 }  // namespace diloco::wire

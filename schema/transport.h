@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/codec_kind.h"
+#include "schema/curve.h"
 #include "schema/train.h"
 #include "schema/wire.h"
 
@@ -83,8 +84,11 @@ void SetPayloadLayout(HeaderFields& h, kernels::Codec codec, uint64_t numel);
 std::vector<zmq::message_t> PayloadFrames(std::shared_ptr<const Bytes> buffer, kernels::Codec codec,
                                           uint64_t numel);
 
-// Asks the shard at `endpoint` for its live statistics (a Stats message) over a fresh DEALER
-// and returns the JSON it answers with; DeadlineExceeded if none comes in `timeout`.
-absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Duration timeout);
+// Asks the shard at `endpoint` for its live statistics (a Stats message) over a fresh DEALER,
+// over CURVE with `curve` (a key the shard lists, for any worker id), and returns the JSON it
+// answers with. PermissionDenied when the shard refuses the CURVE handshake; DeadlineExceeded
+// if no answer comes in `timeout`.
+absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Duration timeout,
+                                         const CurveClientKeys* curve = nullptr);
 
 }  // namespace diloco::wire

@@ -25,6 +25,8 @@ std::string ProgressLine(const Shard& shard) {
       c.messages_bad, c.messages_bad ? absl::StrCat(" (", RefusalsText(c, "", " ", ", "), ")") : "",
       " | in ", Bytes(c.bytes_in), " out ", Bytes(c.bytes_out), " | checkpoints ", c.checkpoints,
       c.checkpoint_failures ? absl::StrCat(" (", c.checkpoint_failures, " failed)") : "",
+      c.checkpoint_error.empty() ? "" : absl::StrCat(" FAILING: ", c.checkpoint_error),
+      c.curve_refused ? absl::StrCat(" | CURVE handshakes refused ", c.curve_refused) : "",
       " | live workers ", shard.live_workers());
 }
 
@@ -61,6 +63,18 @@ std::string PrometheusText(const Shard& shard) {
   counter("diloco_checkpoints_total", "Checkpoints written.", c.checkpoints, l);
   counter("diloco_checkpoint_failures_total", "Checkpoint writes that failed.",
           c.checkpoint_failures, l);
+  // 1 while the newest checkpoint write failed, labelled with its cause's absl code (a full
+  // disk is RESOURCE_EXHAUSTED); the cause's text is in the log and the Stats JSON.
+  absl::StrAppend(&t, "# HELP diloco_checkpoint_failing 1 while checkpoint writes fail.\n",
+                  "# TYPE diloco_checkpoint_failing gauge\n", "diloco_checkpoint_failing{", l,
+                  ",code=\"", c.checkpoint_error.empty() ? "OK" : c.checkpoint_error_code, "\"} ",
+                  c.checkpoint_error.empty() ? 0 : 1, "\n");
+  counter("diloco_identity_refused_total",
+          "Messages whose CURVE key is listed for another worker id.", c.identity_refused, l);
+  counter("diloco_curve_handshakes_refused_total",
+          "CURVE handshakes refused: the key is not in --curve_authorized_keys.", c.curve_refused,
+          l);
+  counter("diloco_unroutable_total", "Replies to workers that had gone.", c.unroutable, l);
   gauge("diloco_checkpoint_seconds", "Duration of the last checkpoint write.",
         c.last_checkpoint_ms / 1e3);
   gauge("diloco_checkpoint_bytes", "Tensor bytes of the last checkpoint.",

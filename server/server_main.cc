@@ -110,16 +110,6 @@ absl::Status CheckKeyBinding(const diloco::wire::AuthorizedKeys& keys, zmq::mess
   return absl::OkStatus();
 }
 
-// Adds the server loop's own counters to the Shard's Stats JSON object.
-std::string WithLoopCounters(std::string json, uint64_t identity_refused, uint64_t unroutable) {
-  if (!json.empty() && json.back() == '}') {
-    json.pop_back();
-    absl::StrAppend(&json, ",\"identity_refused\":", identity_refused,
-                    ",\"unroutable\":", unroutable, "}");
-  }
-  return json;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -260,7 +250,8 @@ int main(int argc, char** argv) {
   std::vector<Outgoing> out;
   absl::Time next_progress = absl::Now() + absl::GetFlag(FLAGS_progress_interval);
   absl::Time next_metrics = absl::Now();
-  uint64_t unroutable = 0, identity_refused = 0;
+  absl::Time next_zap_note = absl::InfinitePast();
+  std::string noted_checkpoint_error;  // the cause the event log was last told of
   while (!g_stop) {
     const absl::Duration wait = std::clamp((*shard)->NextDeadline() - absl::Now(),
                                            absl::ZeroDuration(), absl::Milliseconds(50));
@@ -277,6 +268,8 @@ int main(int argc, char** argv) {
     }
     // Take what has arrived for at most kReceiveBudget, then close due rounds and send:
     // heartbeats are answered every pass, however much payload is queued.
+    // Refused handshakes reach no socket: the ZAP handler counts them (logged below).
+    if (zap) (*shard)->SetCurveRefused(zap->refused());
     const absl::Time pass_start = absl::Now();
     for (int budget = 0; budget < 256 && absl::Now() - pass_start < kReceiveBudget; ++budget) {
       auto frames = wire::TryRecvMultipart(sock);
@@ -287,7 +280,6 @@ int main(int argc, char** argv) {
       wire::MessageIds claimed;
       if (auth) {
         if (auto s = CheckKeyBinding(*auth, (*frames)[0], &claimed); !s.ok()) {
-          ++identity_refused;
           (*shard)->RefuseUnbound(rid, s, claimed, &out);
           continue;
         }
@@ -295,19 +287,32 @@ int main(int argc, char** argv) {
       (*shard)->Handle(rid, std::move(*frames), &out);
     }
     (*shard)->Tick(&out);
+    if (zap && absl::Now() >= next_zap_note) {
+      if (auto note = zap->TakeRefusalNote()) {  // at most one line per interval
+        std::fprintf(stderr, "diloco-server[%u]: %s\n", o.shard, note->c_str());
+        next_zap_note = absl::Now() + Shard::kRefusalLogInterval;
+      }
+    }
     for (const auto& line : (*shard)->TakeLogLines())
       std::fprintf(stderr, "diloco-server[%u]: %s\n", o.shard, line.c_str());
+    if (const auto& c = (*shard)->counters(); c.checkpoint_error != noted_checkpoint_error) {
+      // Machines following the event log hear of each new cause and of the recovery.
+      JsonObject ev;
+      ev.Add("event", c.checkpoint_error.empty() ? "checkpoint_recovered" : "checkpoint_failed")
+          .Add("failures", c.checkpoint_failures);
+      if (!c.checkpoint_error.empty())
+        ev.Add("code", c.checkpoint_error_code).Add("error", c.checkpoint_error);
+      log->Write(ev);
+      noted_checkpoint_error = c.checkpoint_error;
+    }
     for (auto& o : out) {
-      if (o.header.type == wire::MsgType::Stats)
-        o.header.message =
-            WithLoopCounters(std::move(o.header.message), identity_refused, unroutable);
       uint64_t bytes = 0;
       for (const auto& p : o.payloads) bytes += p.size();
       auto s = o.checksums ? wire::SendWithChecksums(sock, o.header, std::move(o.payloads),
                                                      *o.checksums, &o.routing_id)
                            : wire::Send(sock, o.header, std::move(o.payloads), &o.routing_id);
       if (!s.ok())
-        ++unroutable;  // a departed worker: it re-pulls when it returns
+        (*shard)->CountUnroutable();  // a departed worker: it re-pulls when it returns
       else
         (*shard)->CountBytesOut(bytes);
     }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checksum.h"
+#include "common/event_log.h"
 #include "kernels/codec.h"
 #include "kernels/outer.h"
 #include "server/payload_check.h"
@@ -273,6 +274,7 @@ void Shard::Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids
 
 void Shard::RefuseUnbound(const std::string& rid, const absl::Status& s,
                           const wire::MessageIds& claimed, std::vector<Outgoing>* out) {
+  ++counters_.identity_refused;
   Refuse(rid, s, claimed, out);
 }
 
@@ -914,10 +916,26 @@ void Shard::FinishCheckpoint(const CheckpointWriter::Result& r) {
   }
   if (!r.status.ok()) {
     ++counters_.checkpoint_failures;
+    ++failures_in_a_row_;
     next_checkpoint_retry_ = clock_->Now() + opt_.checkpoint_retry;
     dirty_ = true;
+    // The operator hears of a failure once per cause, not once per retry.
+    const std::string cause(r.status.message());
+    if (cause != counters_.checkpoint_error)
+      log_lines_.push_back(absl::StrCat(
+          "checkpoint ", r.id, " failed (", absl::StatusCodeToString(r.status.code()), "): ", cause,
+          "; retrying every ", absl::FormatDuration(opt_.checkpoint_retry),
+          opt_.durability == Durability::kPerRound ? ", new versions wait for it" : ""));
+    counters_.checkpoint_error = cause;
+    counters_.checkpoint_error_code = absl::StatusCodeToString(r.status.code());
     return;
   }
+  if (failures_in_a_row_ > 0)
+    log_lines_.push_back(absl::StrCat("checkpoint ", r.id, " written after ", failures_in_a_row_,
+                                      " failed attempts"));
+  failures_in_a_row_ = 0;
+  counters_.checkpoint_error.clear();
+  counters_.checkpoint_error_code.clear();
   checkpoint_id_ = r.id;
   ++counters_.checkpoints;
   rounds_at_checkpoint_ = in_flight_.rounds;
@@ -1001,11 +1019,13 @@ std::string Shard::StatsJson() const {
       ",\"refused\":", c.pushes_refused, ",\"no_credit\":", c.pushes_no_credit,
       ",\"dropped\":", c.pushes_dropped, "},\"max_held_bytes\":", c.max_held_bytes,
       ",\"trains_cut\":", trains_.trains_cut(), ",\"partial_trains\":", trains_.partial_trains(),
-      ",\"bad_messages\":", c.messages_bad,
+      ",\"bad_messages\":", c.messages_bad, ",\"identity_refused\":", c.identity_refused,
+      ",\"curve_refused\":", c.curve_refused, ",\"unroutable\":", c.unroutable,
       ",\"store_rollback\":", store_ && !store_->rollback().empty() ? "true" : "false",
       ",\"round_share\":", absl::StrFormat("%.4f", c.round_share), ",\"bytes_in\":", c.bytes_in,
       ",\"bytes_out\":", c.bytes_out, ",\"checkpoints\":", c.checkpoints,
       ",\"checkpoint_failures\":", c.checkpoint_failures,
+      ",\"checkpoint_error\":", JsonString(c.checkpoint_error),
       ",\"checkpoint_bytes\":", c.checkpoint_bytes_total,
       ",\"checkpoint_ms\":", absl::StrFormat("%.1f", c.checkpoint_ms_total), ",\"durable\":{",
       durable, "},\"params\":", owned_params_, ",\"resident_bytes\":", mem.resident_bytes,

@@ -140,6 +140,13 @@ struct ShardCounters {
   uint64_t staleness_hist[8] = {};  // 0,1,2,3,4-7,8-15,16-31,32+
   // Every Error reply by its code (wire::ErrorCode), CURVE identity refusals included.
   std::array<uint64_t, kErrorCodes> refused_by_reason = {};
+  // Counted in the server loop, around the Shard: messages refused for a CURVE key bound to
+  // another worker id (also in refused_by_reason as BadIdentity), CURVE handshakes the ZAP
+  // handler refused (unlisted keys: no message ever arrives), replies to departed workers.
+  uint64_t identity_refused = 0, curve_refused = 0, unroutable = 0;
+  // The newest checkpoint write's failure ("" once one succeeds): its cause names the errno
+  // text and path, e.g. a full disk; and its absl code name ("RESOURCE_EXHAUSTED").
+  std::string checkpoint_error, checkpoint_error_code;
 };
 
 // The nonzero refusal counts by reason, e.g. with ("\"", "\":", ",") the members of a JSON
@@ -180,6 +187,9 @@ class Shard {
   std::vector<float> params(uint32_t fragment) const;
   const ShardCounters& counters() const { return counters_; }
   void CountBytesOut(uint64_t n) { counters_.bytes_out += n; }
+  void CountUnroutable() { ++counters_.unroutable; }
+  // The ZAP handler's running total of refused handshakes (wire::ZapHandler::refused).
+  void SetCurveRefused(uint64_t total) { counters_.curve_refused = total; }
   uint32_t shard_index() const { return opt_.shard; }
   uint32_t live_workers() const;
   std::string StatsJson() const;
@@ -259,6 +269,7 @@ class Shard {
   // them (at most one of each per owned fragment).
   BufferPool pool_{0, absl::ZeroDuration()};
   std::vector<std::string> log_lines_;
+  uint64_t failures_in_a_row_ = 0;  // checkpoint writes failed since the last that succeeded
   struct RefusalLog {
     absl::Time last = absl::InfinitePast();
     uint64_t unlogged = 0;

@@ -75,9 +75,11 @@ rocksdb::DBOptions MakeDbOptions() {
 rocksdb::ColumnFamilyOptions MakeCfOptions(const StoreOptions& so, Cf cf) {
   rocksdb::ColumnFamilyOptions c;
   c.compression = rocksdb::kNoCompression;  // fp32 noise does not compress; keys are tiny
-  // The WAL preallocates 1.1x the largest write buffer, so the small families stay small.
-  // Only small records live in RocksDB (tensors are files of their own).
-  c.write_buffer_size = std::min<uint64_t>(so.memtable_bytes, 4ull << 20);
+  // Only small records live in RocksDB (tensors are files of their own; a per-round
+  // checkpoint's records are ~1 KiB), but the WAL preallocates 1.1x the largest write buffer
+  // on disk: at a 4 MiB cap that was 4.4 MiB, which with the MANIFEST's 1 MiB filled an 8 MiB
+  // disk holding three checkpoints of the tiny model (tests/storage/disk_full_test.cc).
+  c.write_buffer_size = std::min<uint64_t>(so.memtable_bytes, 1ull << 20);
   return c;
 }
 

@@ -76,8 +76,8 @@ struct Checkpoint {
 };
 
 struct StoreOptions {
-  int keep = 3;                           // checkpoints retained (>= 1)
-  uint64_t memtable_bytes = 16ull << 20;  // per column family; a flush follows when full
+  int keep = 3;                          // checkpoints retained (>= 1)
+  uint64_t memtable_bytes = 1ull << 20;  // per column family, at most 1 MiB; then a flush
   // Open a store whose recovery lost checkpoints it had committed (see Open) from its newest
   // intact checkpoint instead of refusing it; rollback() then says what was lost.
   bool accept_rollback = false;

@@ -15,6 +15,7 @@
 #include "common/checksum.h"
 #include "kernels/optim.h"
 #include "schema/curve.h"
+#include "schema/handshake_monitor.h"
 #include "schema/train.h"
 #include "schema/transport.h"
 
@@ -86,6 +87,9 @@ struct ShardLink {
   std::unique_ptr<zmq::socket_t> socket;   // data: pushes, pulls, uploads, fragments
   std::unique_ptr<zmq::socket_t> control;  // heartbeats only, so they never queue behind a
                                            // payload; null with SyncOptions::control_channel off
+  // With CURVE: a shard that refuses this worker's key says so only in a handshake event.
+  // Declared after the sockets they watch, so destroyed first.
+  std::unique_ptr<wire::HandshakeMonitor> monitor, control_monitor;
   wire::TrainAssembler trains;          // FragmentUpdates of several chunks, on the data connection
   wire::TrainAssembler control_trains;  // none expected; kept apart all the same
   bool welcomed = false;
@@ -165,7 +169,8 @@ struct SyncClient::Impl {
   // I/O thread.
   void IoLoop();
   void Connect(ShardLink& l);
-  std::unique_ptr<zmq::socket_t> NewSocket(const std::string& endpoint);
+  void Open(ShardLink& l, bool control);
+  void CheckHandshakes(ShardLink& l);
   void SendHello(ShardLink& l);
   void SendControlHello(ShardLink& l);
   void SendHeartbeat(ShardLink& l);
@@ -516,29 +521,53 @@ wire::HeaderFields SyncClient::Impl::Header(MsgType t) const {
   return h;
 }
 
-std::unique_ptr<zmq::socket_t> SyncClient::Impl::NewSocket(const std::string& endpoint) {
-  auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
-  wire::ConfigureSocket(*s);
-  if (!opt.curve_server_key.empty())  // keys checked by the caller; a bad one is refused there
-    (void)wire::MakeCurveClient(*s, opt.curve_server_key, opt.curve_public_key,
+// A fresh socket for one of the link's connections, monitored for a refused CURVE key before
+// it connects, so the first handshake's verdict is seen too.
+void SyncClient::Impl::Open(ShardLink& l, bool control) {
+  auto& socket = control ? l.control : l.socket;
+  auto& monitor = control ? l.control_monitor : l.monitor;
+  monitor.reset();  // before the socket it watches
+  socket = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+  wire::ConfigureSocket(*socket);
+  if (!opt.curve_server_key.empty()) {  // keys checked by the caller; a bad one is refused there
+    (void)wire::MakeCurveClient(*socket, opt.curve_server_key, opt.curve_public_key,
                                 opt.curve_secret_key);
-  s->set(zmq::sockopt::linger, 0);
-  s->set(zmq::sockopt::reconnect_ivl, 100);
-  s->set(zmq::sockopt::reconnect_ivl_max, 2000);
-  s->connect(endpoint);
-  return s;
+    monitor = std::make_unique<wire::HandshakeMonitor>(ctx, *socket);
+  }
+  socket->set(zmq::sockopt::linger, 0);
+  socket->set(zmq::sockopt::reconnect_ivl, 100);
+  socket->set(zmq::sockopt::reconnect_ivl_max, 2000);
+  socket->connect(l.endpoint);
 }
 
 // Two connections per shard, each its own TCP stream: a heartbeat on the control one is not
 // held behind a fragment that takes longer than the liveness timeout to cross a slow link.
 void SyncClient::Impl::Connect(ShardLink& l) {
-  l.socket = NewSocket(l.endpoint);
+  Open(l, /*control=*/false);
   l.trains.Drop("");  // a train half-received on the old socket never completes
   l.control_trains.Drop("");
-  if (opt.control_channel) l.control = NewSocket(l.endpoint);
+  if (opt.control_channel) Open(l, /*control=*/true);
   l.welcomed = l.control_welcomed = false;
   l.last_heard = absl::Now();
   l.last_hello = l.last_control_hello = absl::InfinitePast();
+}
+
+// A shard whose ZAP handler does not list this worker's key refuses every handshake; libzmq
+// would retry forever in silence. That is a refusal like a wrong plan: no retry changes it.
+void SyncClient::Impl::CheckHandshakes(ShardLink& l) {
+  for (auto* m : {l.monitor.get(), l.control_monitor.get()}) {
+    if (!m) continue;
+    auto refusal = m->TakeRefusal();
+    if (!refusal) continue;
+    std::lock_guard<std::mutex> g(mu);
+    ++stats.errors;
+    if (!fatal.empty()) continue;
+    fatal =
+        absl::StrCat("shard ", l.index, " (", l.endpoint, ") refuses this worker: ", *refusal,
+                     "; is this worker's public key ", opt.curve_public_key, " listed for worker ",
+                     opt.worker_id, " in the shard's --curve_authorized_keys?");
+    cv.notify_all();
+  }
 }
 
 void SyncClient::Impl::SendHello(ShardLink& l) {
@@ -978,6 +1007,7 @@ void SyncClient::Impl::IoLoop() {
     const absl::Time now = absl::Now();
     uint32_t unacked = 0;
     for (auto& l : links) {
+      if (!l.welcomed || (l.control && !l.control_welcomed)) CheckHandshakes(l);
       if (now - l.last_heard > opt.shard_timeout) {
         // Silent shard: new socket, back off exponentially. Training goes on meanwhile.
         Connect(l);

@@ -134,25 +134,13 @@ absl::StatusOr<diloco::data::DataOptions> ParseData(const std::string& spec, int
 
 // Fills the CURVE keys of `so` from the flags: both flags or neither.
 absl::Status SetCurveKeys(diloco::worker::SyncOptions* so) {
-  std::string server = absl::GetFlag(FLAGS_curve_server_key);
-  const std::string secret_file = absl::GetFlag(FLAGS_curve_secret_key_file);
-  if (server.empty() && secret_file.empty()) return absl::OkStatus();
-  if (server.empty() || secret_file.empty())
-    return absl::InvalidArgumentError(
-        "CURVE needs both --curve_server_key and --curve_secret_key_file");
-  if (!diloco::wire::IsZ85Key(server)) {
-    auto from_file = diloco::wire::ReadKeyFile(server);
-    if (!from_file.ok())
-      return absl::InvalidArgumentError("--curve_server_key: neither a Z85 key nor a key file");
-    server = *from_file;
-  }
-  auto secret = diloco::wire::ReadKeyFile(secret_file);
-  if (!secret.ok()) return secret.status();
-  auto pub = diloco::wire::CurvePublicKey(*secret);
-  if (!pub.ok()) return pub.status();
-  so->curve_server_key = server;
-  so->curve_public_key = *pub;
-  so->curve_secret_key = *secret;
+  auto keys = diloco::wire::CurveClientKeysFrom(absl::GetFlag(FLAGS_curve_server_key),
+                                                absl::GetFlag(FLAGS_curve_secret_key_file));
+  if (!keys.ok()) return keys.status();
+  if (!keys->has_value()) return absl::OkStatus();
+  so->curve_server_key = (*keys)->server_public_key;
+  so->curve_public_key = (*keys)->public_key;
+  so->curve_secret_key = (*keys)->secret_key;
   return absl::OkStatus();
 }
 

@@ -37,6 +37,24 @@ class CurveServerTest : public ::testing::Test {
     endpoint_ = *ep;
   }
 
+  void TearDown() override {
+    server_proc_.reset();  // stopped by PID before its directory goes
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  // Runs diloco-ctl stats against the shard with `extra` flags; its exit status and output.
+  std::pair<std::optional<int>, std::string> CtlStats(const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {DILOCO_CTL_BINARY, "stats", "--server=" + endpoint_,
+                                     "--timeout_ms=3000"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const auto log = dir_ / "ctl.log";
+    std::filesystem::remove(log);
+    Process ctl(argv, log.string());
+    const auto status = ctl.Wait(absl::Seconds(30));
+    std::ifstream in(log);
+    return {status, std::string((std::istreambuf_iterator<char>(in)), {})};
+  }
+
   std::optional<wire::Message> Hello(const wire::CurveKeyPair* keys, uint32_t worker,
                                      absl::Duration wait = absl::Seconds(10)) {
     return Ask(endpoint_, TinyHeader(MsgType::Hello, worker), server_.public_key, keys, wait);
@@ -103,6 +121,62 @@ TEST_F(CurveServerTest, WorkerWithAnotherWorkersKeyExitsWithTheShardsReason) {
   EXPECT_NE(log.find("refuses this worker"), std::string::npos) << log;
   EXPECT_NE(log.find("this CURVE key belongs to worker 1"), std::string::npos) << log;
   EXPECT_EQ(log.find("training unsynced"), std::string::npos) << log;
+}
+
+// A key the shard's allow-list does not hold is refused in the CURVE handshake itself: no
+// message ever reaches the worker, only a handshake event. The worker must say so and stop,
+// not train unsynced with errors counted and exit 0.
+TEST_F(CurveServerTest, WorkerWithAnUnlistedKeyExitsWithTheShardsReason) {
+  ASSERT_TRUE(wire::WriteKeyPair((dir_ / "stranger").string(), stranger_).ok());
+  auto argv = TinyWorkerArgs(endpoint_, 1, dir_ / "w1.jsonl");
+  argv.push_back("--curve_server_key=" + server_.public_key);
+  argv.push_back("--curve_secret_key_file=" + (dir_ / "stranger.secret").string());
+  Process worker(argv, (dir_ / "worker.log").string());
+  ASSERT_EQ(worker.Wait(absl::Seconds(30)), std::optional<int>(2)) << "see " << dir_;
+  std::ifstream in(dir_ / "worker.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(log.find("refuses this worker: the server refused the CURVE handshake (ZAP status "
+                     "400)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(stranger_.public_key), std::string::npos) << log;
+  EXPECT_EQ(log.find("training unsynced"), std::string::npos) << log;
+  // The shard tells its operator too, and counts it.
+  auto stats =
+      Ask(endpoint_, TinyHeader(MsgType::Stats, 1), server_.public_key, &w1_, absl::Seconds(10));
+  ASSERT_TRUE(stats.has_value() && stats->header().message());
+  const std::string json = stats->header().message()->str();
+  EXPECT_GE(JsonNumber(json, "curve_refused").value_or(0), 1) << json;
+  std::ifstream sin(dir_ / "server.log");
+  const std::string slog((std::istreambuf_iterator<char>(sin)), {});
+  EXPECT_NE(slog.find("CURVE handshake"), std::string::npos) << slog;
+  EXPECT_NE(slog.find(stranger_.public_key + " is not in the authorized keys"), std::string::npos)
+      << slog;
+}
+
+// An operator asks a CURVE shard for its statistics with a listed key; an unlisted key and no
+// key at all are told why there is no answer.
+TEST_F(CurveServerTest, CtlStatsTakesCurveKeys) {
+  ASSERT_TRUE(wire::WriteKeyPair((dir_ / "stranger").string(), stranger_).ok());
+  const std::string server_key = "--curve_server_key=" + (dir_ / "server.public").string();
+  auto [ok, json] =
+      CtlStats({server_key, "--curve_secret_key_file=" + (dir_ / "w1.secret").string()});
+  EXPECT_EQ(ok, std::optional<int>(0)) << json;
+  EXPECT_EQ(JsonNumber(json, "shard"), std::optional<double>(0)) << json;
+
+  auto [refused, why] =
+      CtlStats({server_key, "--curve_secret_key_file=" + (dir_ / "stranger.secret").string()});
+  EXPECT_EQ(refused, std::optional<int>(1)) << why;
+  EXPECT_NE(why.find("PERMISSION_DENIED"), std::string::npos) << why;
+  EXPECT_NE(why.find("refused the CURVE handshake"), std::string::npos) << why;
+
+  auto [silent, hint] = CtlStats({});
+  EXPECT_EQ(silent, std::optional<int>(1)) << hint;
+  EXPECT_NE(hint.find("--curve_secret_key_file"), std::string::npos) << hint;
+
+  auto [half, usage] = CtlStats({server_key});
+  EXPECT_EQ(half, std::optional<int>(2)) << usage;
+  EXPECT_NE(usage.find("CURVE needs both"), std::string::npos) << usage;
 }
 
 }  // namespace

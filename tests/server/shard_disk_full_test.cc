@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "server/metrics.h"
 #include "tests/server/shard_harness.h"
 
 namespace diloco::server::testing {
@@ -69,6 +70,21 @@ TEST(ShardDiskFullTest, HoldsTheVersionKeepsServingAndPublishesAfterSpaceReturns
       AckStatus::Queued);
   EXPECT_TRUE(h->Tick().empty()) << "a version was published without being durable";
   EXPECT_GE(h->shard().counters().checkpoint_failures, 1u);
+  // The operator is told why, where: errno text and path in the log, the progress line and
+  // the Stats JSON; the absl code in a Prometheus gauge.
+  const std::string cause = h->shard().counters().checkpoint_error;
+  EXPECT_NE(cause.find("No space left on device"), std::string::npos) << cause;
+  EXPECT_NE(cause.find(fs.dir().string()), std::string::npos) << cause;
+  const auto lines = h->shard().TakeLogLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("failed (RESOURCE_EXHAUSTED): " + cause), std::string::npos) << lines[0];
+  EXPECT_NE(ProgressLine(h->shard()).find("FAILING: " + cause), std::string::npos)
+      << ProgressLine(h->shard());
+  EXPECT_NE(h->shard().StatsJson().find("\"checkpoint_error\":\"" + cause), std::string::npos)
+      << h->shard().StatsJson();
+  EXPECT_NE(PrometheusText(h->shard())
+                .find("diloco_checkpoint_failing{shard=\"0\",code=\"RESOURCE_EXHAUSTED\"} 1"),
+            std::string::npos);
   EXPECT_EQ(h->shard().published_version(0), 1u);
   auto pull = h->Base(MsgType::Pull, 1);
   pull.fragment_id = 0;
@@ -85,6 +101,12 @@ TEST(ShardDiskFullTest, HoldsTheVersionKeepsServingAndPublishesAfterSpaceReturns
     if (published.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_EQ(published.size(), 1u) << "never published after space returned";
+  EXPECT_EQ(h->shard().counters().checkpoint_error, "");
+  const auto recovered = h->shard().TakeLogLines();
+  ASSERT_FALSE(recovered.empty());
+  EXPECT_NE(recovered.back().find("written after"), std::string::npos) << recovered.back();
+  EXPECT_NE(PrometheusText(h->shard()).find("diloco_checkpoint_failing{shard=\"0\",code=\"OK\"} 0"),
+            std::string::npos);
   EXPECT_EQ(published[0].header.ack, AckStatus::Applied);
   EXPECT_EQ(published[0].header.version, 2u);
   const auto params = h->shard().params(0);
