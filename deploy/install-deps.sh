@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages this project builds, tests and runs with. Idempotent: packages
 # already present are skipped, so the README commands and CI can call it every time.
-# Usage: deploy/install-deps.sh [--with-torch]   (torch only for the safetensors export test)
+# Usage: deploy/install-deps.sh [--with-python-tests]   (the Python the tests run: PyTorch for the
+# safetensors export check and the second protocol client's reference, ZeroMQ, FlatBuffers and
+# xxhash for that client, tests/protocol/)
 set -euo pipefail
 
 pkgs=(
@@ -13,7 +15,9 @@ pkgs=(
   libxxhash-dev libcpp-httplib-dev libopenblas-dev
   clang libclang-rt-dev iproute2 python3
 )
-if [[ "${1:-}" == "--with-torch" ]]; then pkgs+=(python3-torch python3-numpy); fi
+if [[ "${1:-}" == "--with-python-tests" ]]; then
+  pkgs+=(python3-torch python3-numpy python3-zmq python3-flatbuffers python3-xxhash)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -17,7 +17,7 @@ for a in "$@"; do
 done
 jobs=$(nproc)
 
-"$root/deploy/install-deps.sh" --with-torch
+"$root/deploy/install-deps.sh" --with-python-tests
 
 build=${BUILD_DIR:-$root/build/test}
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR=ON
