@@ -145,6 +145,7 @@ struct SyncClient::Impl {
   bool draining = false;
   std::atomic<bool> drained{false};  // Drain returned: nothing more is sent (or re-sent)
   std::string fatal;                 // a non-retryable refusal (wrong plan or model)
+  uint32_t corrupt_sends_left = 0;   // I/O thread; SyncOptions::test_corrupt_push_sends
   SyncStats stats;
 
   // I/O thread only.
@@ -220,6 +221,7 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
   if (!plan.ok()) return plan.status();
   auto impl = std::make_unique<Impl>();
   impl->opt = o;
+  impl->corrupt_sends_left = o.test_corrupt_push_sends;
   if (impl->opt.generation == 0)
     impl->opt.generation = static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
   impl->plan = std::move(*plan);
@@ -681,7 +683,14 @@ void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
   h.tokens = job.tokens;
   h.steps = job.steps;
   wire::SetPayloadLayout(h, opt.codec, f.numel);
-  if (wire::SendWithChecksums(*l.socket, h, wire::PayloadFrames(job.encoded, opt.codec, f.numel),
+  std::shared_ptr<const wire::Bytes> bytes = job.encoded;
+  if (job.fragment == 0 && job.seq == 1 && corrupt_sends_left > 0 && !bytes->empty()) {
+    --corrupt_sends_left;  // test only (SyncOptions::test_corrupt_push_sends): a damaged copy
+    auto damaged = std::make_shared<wire::Bytes>(*bytes);
+    damaged->back() ^= 0x01;
+    bytes = std::move(damaged);
+  }
+  if (wire::SendWithChecksums(*l.socket, h, wire::PayloadFrames(bytes, opt.codec, f.numel),
                               job.checksums)
           .ok()) {
     std::lock_guard<std::mutex> g(mu);
@@ -855,7 +864,9 @@ void SyncClient::Impl::OnError(ShardLink& l, const wire::Header& h) {
     if (auto it = l.unacked.find({h.fragment_id(), h.seq()});
         it != l.unacked.end() && !it->second.resent_corrupt) {
       it->second.resent_corrupt = true;
-      it->second.in_flight = false;
+      it->second.in_flight = false;  // PumpPushes sends it again
+      std::lock_guard<std::mutex> g(mu);
+      ++stats.resends;
       return;
     }
   }

@@ -78,6 +78,9 @@ struct SyncOptions {
   // Heartbeat replies); with dylu on, a Hello is repeated this often to refresh it.
   absl::Duration fleet_refresh = absl::Seconds(1);
   size_t max_events = 4096;  // TakeEvents() backlog; older events are dropped beyond it
+  // Test only: the first N sends of fragment 0's first push (seq 1) carry one flipped payload
+  // byte under the true checksums, as if damaged on the way (the shard answers BadChecksum).
+  uint32_t test_corrupt_push_sends = 0;
 };
 
 struct SyncStats {

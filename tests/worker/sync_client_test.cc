@@ -57,5 +57,56 @@ TEST(SyncClientTest, AfterStepFetchesParamsOnlyOnStepsThatUseThem) {
   EXPECT_LE(fetches, kSteps / 3) << "fetched on " << fetches << " of " << kSteps << " steps";
 }
 
+// A push damaged on the way (one flipped payload byte under the true checksums) is refused
+// BadChecksum naming it; the worker sends the same push once more. Damaged twice, it is given
+// up (refused) and the worker pulls and goes on; the other pushes are unaffected.
+class DamagedPushTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(DamagedPushTest, IsSentAgainOnceThenGivenUp) {
+  const uint32_t damaged_sends = GetParam();
+  LocalShards shards;
+  shards.dir = TestDir();
+  shards.StartShards(1);  // 4 fragments of the tiny model
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::vector<float> params(manifest->total_elements(), 0.01f);
+  worker::SyncOptions o;
+  o.servers = shards.endpoints;
+  o.num_fragments = 4;
+  o.codec = *kernels::ParseCodec("int8:256");
+  o.inner_steps = 10;
+  o.stream = false;
+  o.test_corrupt_push_sends = damaged_sends;
+  auto client = worker::SyncClient::Create(o, *manifest);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
+  // At least two push steps of 4 pushes each (bounded: answers may be slow under load).
+  for (int s = 0; s < 1000 && (s < 30 || (*client)->stats().pushes < 8); ++s) {
+    for (float& p : params) p -= 1e-4f;
+    (*client)->AfterStep([&] { return std::span<float>(params); }, 64, absl::Milliseconds(5));
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE((*client)->Drain(params, absl::Seconds(20)).ok());
+  const worker::SyncStats st = (*client)->stats();
+  std::vector<worker::SyncEvent> refused;
+  for (auto& e : (*client)->TakeEvents())
+    if (e.kind == worker::SyncEvent::kRefused) refused.push_back(e);
+  EXPECT_EQ(shards.Stat(0, "refused_by_reason.BadChecksum"), damaged_sends);
+  EXPECT_GE(st.resends, 1u);
+  EXPECT_GE(st.pushes, 8u);
+  if (damaged_sends == 1) {
+    EXPECT_EQ(st.applied, st.pushes) << "the resent push was not applied";
+    EXPECT_TRUE(refused.empty());
+  } else {
+    EXPECT_EQ(st.refused, 1u);
+    EXPECT_EQ(st.applied, st.pushes - 1);
+    ASSERT_EQ(refused.size(), 1u);
+    EXPECT_EQ(refused[0].fragment, 0u);
+    EXPECT_EQ(refused[0].seq, 1u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sends, DamagedPushTest, ::testing::Values(1u, 2u));
+
 }  // namespace
 }  // namespace diloco::testing
