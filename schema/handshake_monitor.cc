@@ -19,6 +19,7 @@ std::string NextEndpoint() {
 HandshakeMonitor::HandshakeMonitor(zmq::context_t& ctx, zmq::socket_t& socket)
     : socket_(socket), events_(ctx, zmq::socket_type::pair) {
   const std::string endpoint = NextEndpoint();
+  events_.set(zmq::sockopt::linger, 0);
   // Starting a monitor on a live socket cannot fail but for a closed context; the pair then
   // simply never reads an event, and the caller's liveness checks still apply.
   if (zmq_socket_monitor(static_cast<void*>(socket_), endpoint.c_str(),
