@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (CUDA paths too when nvcc is present), and runs
-# the whole test suite and the convergence study's quick mode; then fuzzes the message decoder for 60 s (clang, libFuzzer + ASan +
-# UBSan) and runs the unit tests built with AddressSanitizer + UndefinedBehaviorSanitizer.
+# the whole test suite and the convergence study's quick mode; then fuzzes the message decoder
+# for 60 s (clang, libFuzzer + ASan + UBSan), runs the unit tests and the sync client's, shard's
+# and security multi-process tests built with AddressSanitizer + UndefinedBehaviorSanitizer,
+# and the threaded code's tests under ThreadSanitizer.
 # GPU tests skip where there is no GPU. CI runs exactly this.
 #
 # Usage: deploy/test.sh [--no-sanitize] [--fuzz-seconds=N]
@@ -38,4 +40,14 @@ if ((sanitize)); then
   ninja -C "$asan" -j"$jobs"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$asan" -j"$jobs" --output-on-failure --timeout 600 -LE "integration|slow|gpu"
+  # The multi-process tests of the sync client, the shard and the security paths under ASan +
+  # UBSan too (the processes they start are the sanitized builds); cadence and long training
+  # tests stay out (timing-bound).
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir "$asan" -j"$jobs" --output-on-failure --timeout 600 -L integration \
+    -R "SyncClientTest|DamagedPush|WorkerSyncTest|CurveServerTest|protocol_client" \
+    -E "Dynamic|WithoutDylu|Int8AndInt4|TrainsAtFullSpeed"
+
+  # ThreadSanitizer over the threaded code (tests/sanitizers/run_tsan.sh).
+  "$root/tests/sanitizers/run_tsan.sh" "${TSAN_BUILD_DIR:-$root/build/tsan}"
 fi

@@ -36,9 +36,12 @@ CheckpointWriter::~CheckpointWriter() {
 }
 
 CheckpointWriter::Result CheckpointWriter::Run(const Job& job) {
-  if (before_write_) before_write_();
   Result r;
   r.id = job.id;
+  if (before_write_) {
+    r.status = before_write_();
+    if (!r.status.ok()) return r;
+  }
   for (const auto& f : job.fragments)
     if (!f.unchanged) r.bytes += f.params.size_bytes() + f.momentum.size_bytes();
   const absl::Time t0 = absl::Now();

@@ -39,7 +39,9 @@ class CheckpointWriter {
     uint64_t bytes = 0;   // tensor bytes the job handed over (params + momentum)
   };
   // Test hook: runs on the writing thread before each write (e.g. blocks on a gate).
-  using Hook = std::function<void()>;
+  // Test hook, run on the writing thread before each write: a non-OK status is that write's
+  // result, the store untouched (a disk failing on demand, without a small file system).
+  using Hook = std::function<absl::Status()>;
 
   CheckpointWriter(storage::CheckpointStore* store, bool threaded, Hook before_write = {});
   ~CheckpointWriter();  // waits for the write in flight, then joins

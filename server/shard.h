@@ -106,8 +106,9 @@ struct ShardOptions {
   // Checkpoints are written by a writer thread while the loop keeps serving (default); false
   // writes them inside Tick/Handle (tests that want synchronous checkpoints).
   bool checkpoint_thread = true;
-  // Test hook: runs on the writing thread before each checkpoint write (e.g. blocks on a gate).
-  std::function<void()> test_before_checkpoint_write;
+  // Test hook: runs on the writing thread before each checkpoint write (e.g. blocks on a gate);
+  // a non-OK status fails that write without touching the store.
+  std::function<absl::Status()> test_before_checkpoint_write;
 };
 
 // The number of wire::ErrorCode values (None .. NoCredit).

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
@@ -272,7 +272,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   // also removes tensor files no kept manifest names (a write cut by a crash). An undecodable
   // manifest is left for Load to report as DataLoss, and then nothing is removed.
   absl::Status Init(bool vet) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     absl::StatusOr<std::vector<uint64_t>> ids = ScanIds(nullptr);
     if (!ids.ok()) return ids.status();
     ids_ = *std::move(ids);
@@ -308,7 +308,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   absl::StatusOr<Checkpoint> LoadCheckpoint(uint64_t id) override;
   StoreIdentity identity() const override { return identity_; }
   absl::StatusOr<std::vector<uint64_t>> ListCheckpoints() override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!db_) return Reopening();
     return ScanIds(nullptr);
   }
@@ -318,7 +318,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   // What the read-only vetting of Open found: its rollback note and the newest checkpoint,
   // handed to the first LoadLatest unless a Write comes first.
   void SetVetted(std::string rollback, std::optional<Checkpoint> latest) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     rollback_ = std::move(rollback);
     vetted_ = std::move(latest);
   }
@@ -360,7 +360,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   const StoreIdentity identity_;
   const StoreOptions options_;
   const bool read_only_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::unique_ptr<Db> db_ ABSL_GUARDED_BY(mu_);     // null while a reopen is pending
   std::vector<uint64_t> ids_ ABSL_GUARDED_BY(mu_);  // kept checkpoints, ascending
   bool broken_ ABSL_GUARDED_BY(mu_) = false;        // a write failed: reopen before the next
@@ -443,7 +443,7 @@ absl::Status RocksCheckpointStore::Write(uint64_t id, uint64_t rounds,
                                          const OptimizerMeta& optimizer,
                                          std::span<const FragmentView> fragments,
                                          std::span<const DedupEntry> dedup, bool sync) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (read_only_) return absl::FailedPreconditionError("checkpoint store is open read-only");
   vetted_.reset();  // no longer the newest
   if (broken_) {
@@ -640,14 +640,14 @@ absl::StatusOr<Checkpoint> RocksCheckpointStore::LoadAt(uint64_t id,
 }
 
 absl::StatusOr<Checkpoint> RocksCheckpointStore::LoadCheckpoint(uint64_t id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!db_) return Reopening();
   rocksdb::ManagedSnapshot snap(db_->db.get());
   return LoadAt(id, snap.snapshot());
 }
 
 absl::StatusOr<std::optional<Checkpoint>> RocksCheckpointStore::LoadLatest() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (vetted_) {
     std::optional<Checkpoint> c = *std::move(vetted_);
     vetted_.reset();
@@ -680,7 +680,7 @@ absl::StatusOr<std::optional<Checkpoint>> RocksCheckpointStore::LoadLatest() {
 }
 
 uint64_t RocksCheckpointStore::ApproximateSizeBytes() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!db_) return 0;
   std::vector<rocksdb::ColumnFamilyMetaData> cfs;
   db_->db->GetAllColumnFamilyMetaData(&cfs);

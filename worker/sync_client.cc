@@ -11,8 +11,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "common/checksum.h"
+#include "common/mutex.h"
 #include "kernels/optim.h"
 #include "schema/curve.h"
 #include "schema/handshake_monitor.h"
@@ -135,8 +135,8 @@ struct SyncClient::Impl {
   std::atomic<uint64_t> fleet_step_time_us{0};
 
   // Shared between threads.
-  mutable absl::Mutex mu;
-  absl::CondVar cv;  // signalled with arrivals, answers and a fatal refusal
+  mutable Mutex mu;
+  CondVar cv;  // signalled with arrivals, answers and a fatal refusal
   // Due pushes (metadata; the delta is in frags[f].delta).
   std::deque<PushJob> push_queue ABSL_GUARDED_BY(mu);
   std::deque<std::pair<uint32_t, std::shared_ptr<const wire::Bytes>>> init_queue
@@ -196,7 +196,7 @@ struct SyncClient::Impl {
   void ReadVersions(ShardLink& l, const wire::Header& h);
   wire::HeaderFields Header(MsgType t) const;
   void Deliver(Arrival a) {
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     arrivals.push_back(std::move(a));
     cv.SignalAll();
   }
@@ -232,7 +232,7 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
   impl->anchor.assign(manifest.total_elements(), 0.0f);
   impl->frags.resize(o.num_fragments);
   {
-    absl::MutexLock g(&impl->mu);  // no other thread yet; the lock satisfies the analysis
+    MutexLock g(&impl->mu);  // no other thread yet; the lock satisfies the analysis
     impl->stats.versions.assign(o.num_fragments, 0);
   }
   impl->joined_io.assign(o.num_fragments, false);
@@ -259,7 +259,7 @@ std::span<const float> SyncClient::global_params() const { return impl_->anchor;
 bool SyncClient::joined() const { return impl_->all_joined.load(); }
 
 SyncStats SyncClient::stats() const {
-  absl::MutexLock g(&impl_->mu);
+  MutexLock g(&impl_->mu);
   SyncStats s = impl_->stats;
   s.step_time_us = static_cast<double>(impl_->step_time_us.load());
   s.fleet_step_time_us = static_cast<double>(impl_->fleet_step_time_us.load());
@@ -267,7 +267,7 @@ SyncStats SyncClient::stats() const {
 }
 
 std::vector<SyncEvent> SyncClient::TakeEvents() {
-  absl::MutexLock g(&impl_->mu);
+  MutexLock g(&impl_->mu);
   std::vector<SyncEvent> out(std::make_move_iterator(impl_->events.begin()),
                              std::make_move_iterator(impl_->events.end()));
   impl_->events.clear();
@@ -283,7 +283,7 @@ absl::Status SyncClient::Join(std::span<float> params, absl::Duration deadline) 
   while (im.joined_count < im.frags.size()) {
     std::deque<Arrival> arrived;
     {
-      absl::MutexLock lk(&im.mu);
+      MutexLock lk(&im.mu);
       if (!im.fatal.empty()) return absl::FailedPreconditionError(im.fatal);
       if (absl::Now() >= end) {
         return absl::DeadlineExceededError(
@@ -307,7 +307,7 @@ absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) 
     std::deque<Arrival> arrived;
     bool done = false;
     {
-      absl::MutexLock lk(&im.mu);
+      MutexLock lk(&im.mu);
       im.draining = true;
       const uint64_t before = im.pending_pushes;
       if (im.pending_pushes > 0 && absl::Now() < end)
@@ -347,7 +347,7 @@ void SyncClient::Impl::Process(SyncClient::ParamsFn params, Arrival& a) {
       auto bytes = std::make_shared<wire::Bytes>(f.spec->numel * sizeof(float));
       plan.Gather(*f.spec, f.joined ? anchor.data() : params().data(),
                   reinterpret_cast<float*>(bytes->data()));
-      absl::MutexLock g(&mu);
+      MutexLock g(&mu);
       init_queue.emplace_back(a.fragment, std::move(bytes));
       return;
     }
@@ -416,7 +416,7 @@ void SyncClient::Impl::Adopt(std::span<float> params, Arrival& a) {
     f.tokens = 0;
   }
   f.version = a.version;
-  absl::MutexLock g(&mu);
+  MutexLock g(&mu);
   stats.versions[a.fragment] = a.version;
   stats.joined = joined_count;
   ++stats.adoptions;
@@ -433,7 +433,7 @@ void SyncClient::Impl::AwaitAnswers(SyncClient::ParamsFn params,
   while (pending() && absl::Now() < end && !stop) {
     std::deque<Arrival> arrived;
     {
-      absl::MutexLock lk(&mu);
+      MutexLock lk(&mu);
       if (arrivals.empty()) cv.WaitWithTimeout(&mu, absl::Milliseconds(20));
       arrived.swap(arrivals);
     }
@@ -460,7 +460,7 @@ void SyncClient::AfterStep(ParamsFn fetch, uint64_t tokens, absl::Duration step_
   std::deque<Arrival> arrived;
   bool draining;
   {
-    absl::MutexLock g(&im.mu);
+    MutexLock g(&im.mu);
     arrived.swap(im.arrivals);
     draining = im.draining;
   }
@@ -503,7 +503,7 @@ void SyncClient::AfterStep(ParamsFn fetch, uint64_t tokens, absl::Duration step_
   const double cost_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
   std::vector<uint32_t> pushed;
   {
-    absl::MutexLock g(&im.mu);
+    MutexLock g(&im.mu);
     im.stats.inner_steps_now = h;
     im.stats.after_step_us = Ema(im.stats.after_step_us, cost_us, 0.02);
     im.stats.after_step_max_us = std::max(im.stats.after_step_max_us, cost_us);
@@ -567,7 +567,7 @@ void SyncClient::Impl::CheckHandshakes(ShardLink& l) {
     if (!m) continue;
     auto refusal = m->TakeRefusal();
     if (!refusal) continue;
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     ++stats.errors;
     if (!fatal.empty()) continue;
     fatal =
@@ -644,7 +644,7 @@ void SyncClient::Impl::EncodePush(PushJob& job) {
       std::fill(f.error.begin() + off, f.error.begin() + off + n, 0.0f);
       std::memset(bytes->data() + pos, 0, sz);
       job.poisoned = true;
-      absl::MutexLock g(&mu);
+      MutexLock g(&mu);
       ++stats.errors;
     }
     job.checksums.push_back(Checksum64(bytes->data() + pos, sz));
@@ -675,7 +675,7 @@ void SyncClient::Impl::Finish(ShardLink& l,
                               bool applied) {
   if (!applied) UndoErrorFeedback(it->second);
   l.unacked.erase(it);
-  absl::MutexLock g(&mu);
+  MutexLock g(&mu);
   if (pending_pushes > 0) --pending_pushes;
   cv.SignalAll();
 }
@@ -699,7 +699,7 @@ void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
   if (wire::SendWithChecksums(*l.socket, h, wire::PayloadFrames(bytes, opt.codec, f.numel),
                               job.checksums)
           .ok()) {
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     stats.bytes_sent += job.encoded->size();
   }
   job.sent = absl::Now();
@@ -737,7 +737,7 @@ void SyncClient::Impl::ReadVersions(ShardLink& l, const wire::Header& h) {
 
 void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
   if (h.shard() != l.index) {  // same plan, another shard: --servers is out of shard order
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     ++stats.errors;
     fatal = absl::StrCat("the shard at ", l.endpoint, " is shard ", h.shard(), ", but --servers ",
                          "lists it as shard ", l.index, ": list the shards' endpoints in shard ",
@@ -757,7 +757,7 @@ void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
   if (!fresh) return;
   if (restarted) {
     l.control_welcomed = false;  // the new process has no binding for it
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     ++stats.shard_restarts;
     Event({SyncEvent::kShardRestart, l.index, 0, 0, 0, 0, ""});
   }
@@ -773,7 +773,7 @@ void SyncClient::Impl::OnWelcome(ShardLink& l, const wire::Header& h) {
       it->second.in_flight = false;  // counted afresh against the (new) credit
       it->second.queued = false;
       it->second.resend_interval = opt.resend_after;
-      absl::MutexLock g(&mu);
+      MutexLock g(&mu);
       ++stats.resends;
     }
     it = next;
@@ -818,7 +818,7 @@ void SyncClient::Impl::OnPushAck(ShardLink& l, const wire::Header& h) {
       const bool stale = h.ack() == AckStatus::Stale;
       const PushJob& job = it->second;
       {
-        absl::MutexLock g(&mu);
+        MutexLock g(&mu);
         ++(stale ? stats.stale : stats.duplicates);
         Event({stale ? SyncEvent::kStale : SyncEvent::kDuplicate, l.index, job.fragment, job.seq,
                job.base_version, h.version(), ""});
@@ -841,7 +841,7 @@ void SyncClient::Impl::OnError(ShardLink& l, const wire::Header& h) {
   const ErrorCode code = h.error_code();
   const std::string what = h.message() ? h.message()->str() : "";
   {
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     ++stats.errors;
     // A refused plan, model or protocol, or a refused data-connection Hello (the CURVE
     // allow-list binds this key to another worker id, or a newer process of this worker id is
@@ -871,7 +871,7 @@ void SyncClient::Impl::OnError(ShardLink& l, const wire::Header& h) {
         it != l.unacked.end() && !it->second.resent_corrupt) {
       it->second.resent_corrupt = true;
       it->second.in_flight = false;  // PumpPushes sends it again
-      absl::MutexLock g(&mu);
+      MutexLock g(&mu);
       ++stats.resends;
       return;
     }
@@ -882,7 +882,7 @@ void SyncClient::Impl::OnError(ShardLink& l, const wire::Header& h) {
   auto it = l.unacked.find({h.fragment_id(), h.seq()});
   if (h.seq() == 0 || it == l.unacked.end()) return;
   {
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     ++stats.refused;
     Event(
         {SyncEvent::kRefused, l.index, h.fragment_id(), h.seq(), it->second.base_version, 0, what});
@@ -900,7 +900,7 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control
   const auto& h = m.header();
   l.last_heard = absl::Now();
   {
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     stats.bytes_received += m.payload_bytes();
   }
   if (via_control) {  // Welcome, Heartbeat or a refusal of either; nothing else is expected
@@ -915,7 +915,7 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control
   }
   if (h.type() == MsgType::Error) return OnError(l, h);  // may name the shard's own plan
   if (h.plan_fingerprint() != plan.fingerprint()) {
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     ++stats.errors;
     return;
   }
@@ -929,7 +929,7 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control
       if (h.codec() != static_cast<uint8_t>(wire::kFragmentCodec.kind) ||
           h.num_elements() != plan.fragment(h.fragment_id()).numel ||
           m.payload_bytes() != h.num_elements() * 4) {
-        absl::MutexLock g(&mu);
+        MutexLock g(&mu);
         ++stats.errors;
         return;
       }
@@ -945,7 +945,7 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control
           // Rounds other workers closed between this push's base and its own round.
           const uint64_t staleness = h.version() > base + 1 ? h.version() - base - 1 : 0;
           {
-            absl::MutexLock g(&mu);
+            MutexLock g(&mu);
             ++stats.applied;
             stats.mean_staleness = Ema(stats.mean_staleness, static_cast<double>(staleness));
             stats.max_staleness = std::max(stats.max_staleness, staleness);
@@ -990,7 +990,7 @@ void SyncClient::Impl::IoLoop() {
           if (!via_control && (!m.ok() || m->has_value() || trains.partial_bytes() != partial))
             l.last_data = absl::Now();
           if (!m.ok()) {
-            absl::MutexLock g(&mu);
+            MutexLock g(&mu);
             ++stats.errors;
             continue;
           }
@@ -1003,7 +1003,7 @@ void SyncClient::Impl::IoLoop() {
     std::deque<PushJob> pushes;
     std::deque<std::pair<uint32_t, std::shared_ptr<const wire::Bytes>>> inits;
     {
-      absl::MutexLock g(&mu);
+      MutexLock g(&mu);
       pushes.swap(push_queue);
       inits.swap(init_queue);
     }
@@ -1016,7 +1016,7 @@ void SyncClient::Impl::IoLoop() {
       EncodePush(job);
       job.resend_interval = opt.resend_after;
       auto& kept = l.unacked[{job.fragment, job.seq}] = std::move(job);
-      absl::MutexLock g(&mu);
+      MutexLock g(&mu);
       ++stats.pushes;
       Event({SyncEvent::kPush, l.index, kept.fragment, kept.seq, kept.base_version, 0, ""});
     }
@@ -1030,7 +1030,7 @@ void SyncClient::Impl::IoLoop() {
         Connect(l);
         l.backoff = std::min(l.backoff * 2, opt.backoff_max);
         l.last_heard = now + l.backoff;  // give the reconnect time before judging again
-        absl::MutexLock g(&mu);
+        MutexLock g(&mu);
         ++stats.reconnects;
       }
       if (!l.welcomed && now - l.last_hello > l.backoff) SendHello(l);
@@ -1053,7 +1053,7 @@ void SyncClient::Impl::IoLoop() {
           if (job.in_flight && due) {
             SendPush(l, job);
             job.resend_interval = std::min(job.resend_interval * 2, opt.retry_max);
-            absl::MutexLock g(&mu);
+            MutexLock g(&mu);
             ++stats.resends;
           }
         }
@@ -1069,7 +1069,7 @@ void SyncClient::Impl::IoLoop() {
       }
       unacked += static_cast<uint32_t>(l.unacked.size());
     }
-    absl::MutexLock g(&mu);
+    MutexLock g(&mu);
     stats.unacked = unacked;
   }
 }

@@ -1,10 +1,12 @@
 // A shard whose disk fills up (per-round durability): the round's new version is held back
 // rather than published undurable, the shard keeps answering from memory and counts the
 // failure, and once space is back the retry publishes and a restart finds that version.
-// Needs a tmpfs it can mount (root); skipped elsewhere.
+// The first test needs a tmpfs it can mount (root) and is skipped elsewhere; the second fails
+// writes through the writer's test hook and runs everywhere.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -115,6 +117,70 @@ TEST(ShardDiskFullTest, HoldsTheVersionKeepsServingAndPublishesAfterSpaceReturns
   ShardHarness again(o);
   EXPECT_EQ(again.shard().published_version(0), 2u);
   EXPECT_EQ(again.shard().params(0), params);
+}
+
+// The same reporting without a file system to fill (runs everywhere): the writes fail on
+// demand through the writer's test hook with the status a full disk gives.
+TEST(ShardDiskFullTest, AFailingWriteIsReportedWithItsCauseUntilOneSucceeds) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("shard_failing_write_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto o = TinyOptions();
+  o.store_path = (dir / "store").string();
+  o.durability = Durability::kPerRound;
+  o.checkpoint_thread = false;  // each write inside Tick/Handle: no waiting
+  const std::string cause =
+      "writing tensor file /data/store/tensors/x.tensor.tmp: No space left on device";
+  std::atomic<bool> failing{false};
+  o.test_before_checkpoint_write = [&] {
+    return failing ? absl::ResourceExhaustedError(cause) : absl::OkStatus();
+  };
+  {
+    ShardHarness h(o);
+    const uint64_t n = h.fragment(0).numel;
+    h.Hello("a", 1);
+    ASSERT_EQ(Only(h.Init("a", 1, 0, std::vector<float>(n, 1.0f)), MsgType::PushAck)->header.ack,
+              AckStatus::Initialized);
+    EXPECT_EQ(ProgressLine(h.shard()).find("FAILING"), std::string::npos);
+    failing = true;
+    (void)h.Push("a", 1, 0, 1, 1, std::vector<float>(n, 0.1f));
+    for (int i = 0; i < 3; ++i) {  // three retries, one cause: one log line
+      h.clock().Advance(o.checkpoint_retry);
+      EXPECT_TRUE(h.Tick().empty()) << "published a version that is not durable";
+    }
+    const auto& c = h.shard().counters();
+    EXPECT_GE(c.checkpoint_failures, 3u);
+    EXPECT_EQ(c.checkpoint_error, cause);
+    EXPECT_EQ(c.checkpoint_error_code, "RESOURCE_EXHAUSTED");
+    const auto lines = h.shard().TakeLogLines();
+    ASSERT_EQ(lines.size(), 1u) << "logged once per cause, not per retry";
+    EXPECT_NE(lines[0].find("failed (RESOURCE_EXHAUSTED): " + cause), std::string::npos)
+        << lines[0];
+    EXPECT_NE(lines[0].find("new versions wait for it"), std::string::npos) << lines[0];
+    EXPECT_NE(ProgressLine(h.shard()).find(" failed) FAILING: " + cause), std::string::npos)
+        << ProgressLine(h.shard());
+    EXPECT_NE(h.shard().StatsJson().find("\"checkpoint_error\":\"" + cause + "\""),
+              std::string::npos)
+        << h.shard().StatsJson();
+    EXPECT_NE(PrometheusText(h.shard()).find(
+                  "diloco_checkpoint_failing{shard=\"0\",code=\"RESOURCE_EXHAUSTED\"} 1"),
+              std::string::npos);
+
+    failing = false;  // space is back
+    h.clock().Advance(o.checkpoint_retry);
+    const auto published = h.Tick();
+    ASSERT_EQ(published.size(), 1u);
+    EXPECT_EQ(published[0].header.ack, AckStatus::Applied);
+    EXPECT_EQ(h.shard().counters().checkpoint_error, "");
+    const auto recovered = h.shard().TakeLogLines();
+    ASSERT_EQ(recovered.size(), 1u);
+    EXPECT_NE(recovered[0].find("written after "), std::string::npos) << recovered[0];
+    EXPECT_EQ(ProgressLine(h.shard()).find("FAILING"), std::string::npos);
+    EXPECT_NE(
+        PrometheusText(h.shard()).find("diloco_checkpoint_failing{shard=\"0\",code=\"OK\"} 0"),
+        std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

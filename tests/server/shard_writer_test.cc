@@ -75,7 +75,10 @@ class ShardWriterTest : public ::testing::Test {
     o.durability = d;
     o.checkpoint_thread = true;
     o.checkpoint_every_rounds = 1;
-    o.test_before_checkpoint_write = [this] { gate_.Pass(); };
+    o.test_before_checkpoint_write = [this] {
+      gate_.Pass();
+      return absl::OkStatus();
+    };
     return o;
   }
   // Lets the held write through and returns what the next Tick sends.
