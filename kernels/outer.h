@@ -1,6 +1,6 @@
 // Server-side merge and outer-step rules beyond the plain Nesterov step of optim.h:
 //
-// RDA merge (DESIGN.md section 3, option): given K dense fp32 deltas d_k with weights w_k >= 0,
+// RDA merge (an option beside the weighted mean): given K dense fp32 deltas d_k with weights w_k >= 0,
 //     W     = sum_k w_k                              (must be > 0)
 //     n_k   = ||d_k||_2                              (computed in double)
 //     nbar  = sum_k w_k n_k / W                      weighted mean of the norms

@@ -70,7 +70,7 @@ void TuneAllocatorForFrames();
 
 // Encoded payload chunking: payload frame i holds elements [i*chunk, (i+1)*chunk), each chunk
 // encoded on its own. A chunk is a whole number of codec blocks of about 1 Mi elements, so that
-// frames stay a few MiB (large zmq frames are slow to receive, see TOOLCHAIN.md).
+// frames stay a few MiB (large received zmq frames are freshly mapped memory: slow, benchmarks/RESULTS.md "Transport").
 uint64_t ChunkElements(uint32_t block);
 
 // Fragment values (theta(0) uploads, FragmentUpdates) always travel as fp32, cut in chunks of

@@ -2,7 +2,7 @@
 // payload frames, and validating a received one. A refusal is an absl::Status carrying an
 // ErrorCode (docs/protocol.md lists them and which are retryable).
 //
-// Validation order, cheapest and least trusting first (DESIGN.md section 6):
+// Validation order, cheapest and least trusting first (docs/protocol.md, "Validation order"):
 //   1. frame count (at least the header, at most Limits::max_payload_frames payloads)
 //   2. header size cap, before the verifier: FlatBuffers 2.0.8 only asserts its own bound
 //   3. alignment: a misaligned header frame (libzmq hands out small frames at any offset of its

@@ -1,6 +1,6 @@
-// When a fragment's open round closes, and how much each push weighs in it (DESIGN.md
-// section 3). Pure functions of the round's state and the time: the shard calls them, tests
-// drive them with a fake clock.
+// When a fragment's open round closes, and how much each push weighs in it (docs/architecture.md,
+// "A round, end to end"). Pure functions of the round's state and the time: the shard calls
+// them, tests drive them with a fake clock.
 #pragma once
 
 #include <cstdint>

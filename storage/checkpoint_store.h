@@ -4,7 +4,7 @@
 // manifest record, which names for every fragment its version and the checkpoint whose file
 // holds it, the shard's dedup table and the round counter. The batch is the commit point, so on
 // disk params, momentum, versions and dedup always belong to the same round for each fragment
-// (DESIGN.md section 9, invariant 4).
+// (docs/architecture.md, "Invariants", 4).
 //
 // Column families: "meta" (schema version, plan fingerprint, shard, the manifests, the newest
 // complete checkpoint id), "dedup". Keys are fixed-width big-endian. Every value and file

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything the GPU machine runs (CUDA tests, GPU benchmarks, a one-shard cluster with a
 # GPU worker, the transport benchmarks) into one folder, and packs it for the device tool
-# (TOOLCHAIN.md: that machine has CUDA, cuBLAS, NCCL and PyTorch, but no ZeroMQ, RocksDB,
+# (that machine has CUDA, cuBLAS, NCCL and PyTorch, but no ZeroMQ, RocksDB,
 # FlatBuffers, Abseil or OpenBLAS, and no network). Then, on the GPU machine:
 #   benchmarks/gpu/run.sh build-gpu-carry/bundle.tgz "$OUT"      (carry: build-gpu-carry)
 # Usage: benchmarks/gpu/prepare.sh [BUNDLE]     (default build-gpu-bundle, ignored by git)

@@ -15,7 +15,7 @@
 // so that the load of other tenants on this shared machine weighs on ceiling and push alike. rx =
 // CPU seconds per GiB of the receiving application thread in that run (getrusage RUSAGE_THREAD):
 // what validation costs the receiver, beside the I/O threads. Ratios are taken within this run
-// (TOOLCHAIN.md: never compare absolute figures across machines).
+// (absolute figures differ from machine to machine; compare ratios).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
   const int reps = absl::GetFlag(FLAGS_reps);
   const bool curve = absl::GetFlag(FLAGS_curve);
   Keys keys{wire::NewCurveKeyPair().value(), wire::NewCurveKeyPair().value()};
-  // One pre-touched buffer for every message (TOOLCHAIN.md: first touch is 10x slower).
+  // One pre-touched buffer for every message (the first touch of fresh pages is ~10x slower).
   auto buf = std::make_shared<wire::Bytes>(*std::max_element(sizes.begin(), sizes.end()));
   std::mt19937_64 rng(1);
   for (size_t i = 0; i + 8 <= buf->size(); i += 8) {

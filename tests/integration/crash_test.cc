@@ -1,4 +1,4 @@
-// Crash consistency of a real shard process (DESIGN.md section 9, invariants 2-4 and 6), in
+// Crash consistency of a real shard process (docs/architecture.md, "Invariants", 2-4 and 6), in
 // the style of LevelDB's fault_injection_test: a scripted worker pushes one fragment after
 // another while the shard is SIGKILLed at random points during rounds and checkpoints, then
 // restarted from its store. After every restart:

@@ -20,7 +20,7 @@ using testing::Bits;
 TEST(Nesterov, OneStepPerArrivalCompoundsMomentum) {
   // Starting from m = 0, four sequential steps on the same g move theta by
   // (1.9 + 2.71 + 3.439 + 4.0951) * lr * g = 12.1441 * lr * g; one step on their mean moves it
-  // by (1 + mu) * lr * g = 1.9 * lr * g (DESIGN.md section 3).
+  // by (1 + mu) * lr * g = 1.9 * lr * g (the Nesterov look-ahead, kernels/optim.h).
   const NesterovParams p{.lr = 0.5f, .mu = 0.9f};
   const float g = 2.0f;
   std::vector<float> theta(8, 0.0f), m(8, 0.0f), d(8, g);

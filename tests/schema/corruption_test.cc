@@ -1,6 +1,6 @@
 // A catalogue of corrupt and hostile messages, one short test each (after LevelDB's
 // log_test): every one is refused with its error code and leaves the Shard's state unchanged
-// (DESIGN.md section 9, invariant 5).
+// (docs/architecture.md, "Invariants", 5).
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -4,7 +4,6 @@
 // The first test needs a tmpfs it can mount (root) and is skipped elsewhere; the second fails
 // writes through the writer's test hook and runs everywhere.
 #include <gtest/gtest.h>
-#include <sys/mount.h>
 
 #include <atomic>
 #include <cerrno>
@@ -15,30 +14,13 @@
 
 #include "server/metrics.h"
 #include "tests/server/shard_harness.h"
+#include "tests/util/tmpfs.h"
 
 namespace diloco::server::testing {
 namespace {
 
 using wire::AckStatus;
 using wire::MsgType;
-
-class Tmpfs {
- public:
-  explicit Tmpfs(std::filesystem::path dir) : dir_(std::move(dir)) {
-    std::filesystem::create_directories(dir_);
-    mounted_ = ::mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=8m") == 0;
-  }
-  ~Tmpfs() {
-    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
-    std::filesystem::remove_all(dir_);
-  }
-  bool mounted() const { return mounted_; }
-  const std::filesystem::path& dir() const { return dir_; }
-
- private:
-  std::filesystem::path dir_;
-  bool mounted_ = false;
-};
 
 // Writes `path` until the file system is full.
 void FillUp(const std::filesystem::path& path) {
@@ -53,9 +35,9 @@ void FillUp(const std::filesystem::path& path) {
 }
 
 TEST(ShardDiskFullTest, HoldsTheVersionKeepsServingAndPublishesAfterSpaceReturns) {
-  Tmpfs fs(std::filesystem::temp_directory_path() /
-           ("shard_disk_full_" + std::to_string(::getpid())));
-  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  diloco::testing::Tmpfs fs(std::filesystem::temp_directory_path() /
+                            ("shard_disk_full_" + std::to_string(::getpid())));
+  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << fs.error();
   auto o = TinyOptions();
   o.store_path = (fs.dir() / "store").string();
   o.durability = Durability::kPerRound;

@@ -2,7 +2,6 @@
 // report ResourceExhausted and leave the previous checkpoint the newest; once space is freed
 // the next write must succeed (RocksDB stays read-only after ENOSPC until Resume()), and a
 // reopened store must hold it. Mounting needs root (CAP_SYS_ADMIN): skipped where refused.
-#include <sys/mount.h>
 #include <sys/statvfs.h>
 
 #include <cerrno>
@@ -14,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/storage/test_util.h"
+#include "tests/util/tmpfs.h"
 
 namespace diloco::storage {
 namespace {
@@ -25,30 +25,12 @@ using testutil::TempDir;
 using testutil::TestIdentity;
 using testutil::WriteContents;
 
-class TmpfsMount {
- public:
-  TmpfsMount(const std::string& dir, const char* size) : dir_(dir) {
-    std::filesystem::create_directories(dir);
-    const std::string opts = std::string("size=") + size;
-    mounted_ = mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) == 0;
-  }
-  ~TmpfsMount() {
-    if (mounted_ && umount2(dir_.c_str(), MNT_DETACH) != 0)
-      ADD_FAILURE() << "umount " << dir_ << ": " << std::strerror(errno);
-  }
-  bool mounted() const { return mounted_; }
-
- private:
-  std::string dir_;
-  bool mounted_ = false;
-};
-
 Contents Sized(uint64_t id) { return MakeContents(id, {0, 1}, 40000 + 20000 * id); }
 
 TEST(DiskFullTest, FailedWriteKeepsThePreviousAndWritingResumesAfterSpaceIsFreed) {
   TempDir dir;
-  TmpfsMount mnt(dir.Sub("mnt"), "8m");
-  if (!mnt.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  diloco::testing::Tmpfs mnt(dir.Sub("mnt"), "8m");
+  if (!mnt.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << mnt.error();
   const std::string ballast = dir.Sub("mnt/ballast");
   {
     std::ofstream f(ballast, std::ios::binary);
@@ -118,8 +100,8 @@ TEST(DiskFullTest, FailedWriteKeepsThePreviousAndWritingResumesAfterSpaceIsFreed
 // that holds its kept checkpoints a few times over.
 TEST(DiskFullTest, PerRoundCheckpointsOfTheTinyModelRunOnAnEightMiBDisk) {
   TempDir dir;
-  TmpfsMount mnt(dir.Sub("mnt"), "8m");
-  if (!mnt.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  diloco::testing::Tmpfs mnt(dir.Sub("mnt"), "8m");
+  if (!mnt.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << mnt.error();
   const std::string path = dir.Sub("mnt/store");
   auto store = CheckpointStore::Open(path, TestIdentity(), StoreOptions{});
   ASSERT_TRUE(store.ok()) << store.status();
