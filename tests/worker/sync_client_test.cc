@@ -15,21 +15,27 @@
 namespace diloco::testing {
 namespace {
 
-TEST(SyncClientTest, AfterStepFetchesParamsOnlyOnStepsThatUseThem) {
-  LocalShards shards;
+// One shard of the tiny model (4 fragments) and a client's options for it: int8 pushes, every
+// fragment due on the same step once every `inner_steps`.
+worker::SyncOptions OneShardOptions(LocalShards& shards, uint32_t inner_steps) {
   shards.dir = TestDir();
-  shards.StartShards(1);  // 4 fragments of the tiny model
-  auto manifest = GptManifest(*ParseGptConfig("tiny"));
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  std::vector<float> params(manifest->total_elements(), 0.01f);
-
+  shards.StartShards(1);
   worker::SyncOptions o;
   o.servers = shards.endpoints;
   o.worker_id = 0;
   o.num_fragments = 4;
   o.codec = *kernels::ParseCodec("int8:256");
-  o.inner_steps = 20;
-  o.stream = false;  // all 4 fragments due on the same step, once every 20 steps
+  o.inner_steps = inner_steps;
+  o.stream = false;
+  return o;
+}
+
+TEST(SyncClientTest, AfterStepFetchesParamsOnlyOnStepsThatUseThem) {
+  LocalShards shards;
+  const worker::SyncOptions o = OneShardOptions(shards, 20);
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::vector<float> params(manifest->total_elements(), 0.01f);
   auto client = worker::SyncClient::Create(o, *manifest);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
@@ -65,18 +71,11 @@ class DamagedPushTest : public ::testing::TestWithParam<uint32_t> {};
 TEST_P(DamagedPushTest, IsSentAgainOnceThenGivenUp) {
   const uint32_t damaged_sends = GetParam();
   LocalShards shards;
-  shards.dir = TestDir();
-  shards.StartShards(1);  // 4 fragments of the tiny model
+  worker::SyncOptions o = OneShardOptions(shards, 10);
+  o.test_corrupt_push_sends = damaged_sends;
   auto manifest = GptManifest(*ParseGptConfig("tiny"));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   std::vector<float> params(manifest->total_elements(), 0.01f);
-  worker::SyncOptions o;
-  o.servers = shards.endpoints;
-  o.num_fragments = 4;
-  o.codec = *kernels::ParseCodec("int8:256");
-  o.inner_steps = 10;
-  o.stream = false;
-  o.test_corrupt_push_sends = damaged_sends;
   auto client = worker::SyncClient::Create(o, *manifest);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
