@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/counter_table.h"
 
 namespace diloco::server {
 namespace {
@@ -42,39 +43,23 @@ std::string PrometheusText(const Shard& shard) {
     absl::StrAppend(&t, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, "{", l,
                     "} ", v, "\n");
   };
-  counter("diloco_rounds_total", "Rounds closed (one Nesterov step each).", c.rounds, l);
-  absl::StrAppend(&t, "# HELP diloco_pushes_total Pushes by outcome.\n",
+  for (const CounterRow& r : CounterRows()) counter(r.prometheus, r.help, c.*r.field, l);
+  absl::StrAppend(&t, "# HELP diloco_pushes_total ", PushOutcomeRows()[0].help, "\n",
                   "# TYPE diloco_pushes_total counter\n");
-  const std::pair<const char*, uint64_t> outcomes[] = {{"queued", c.pushes_queued},
-                                                       {"duplicate", c.pushes_duplicate},
-                                                       {"stale", c.pushes_stale},
-                                                       {"refused", c.pushes_refused}};
-  for (const auto& [name, v] : outcomes)
-    absl::StrAppend(&t, "diloco_pushes_total{", l, ",outcome=\"", name, "\"} ", v, "\n");
-  counter("diloco_bad_messages_total", "Messages refused with an Error reply.", c.messages_bad, l);
+  for (const CounterRow& r : PushOutcomeRows())
+    absl::StrAppend(&t, "diloco_pushes_total{", l, ",outcome=\"", r.json, "\"} ", c.*r.field, "\n");
   absl::StrAppend(&t, "# HELP diloco_refusals_total Error replies by reason (wire ErrorCode).\n",
                   "# TYPE diloco_refusals_total counter\n");
   for (size_t i = 1; i < kErrorCodes; ++i)
     absl::StrAppend(&t, "diloco_refusals_total{", l, ",reason=\"",
                     wire::EnumNameErrorCode(static_cast<wire::ErrorCode>(i)), "\"} ",
                     c.refused_by_reason[i], "\n");
-  counter("diloco_bytes_in_total", "Bytes received.", c.bytes_in, l);
-  counter("diloco_bytes_out_total", "Payload bytes sent.", c.bytes_out, l);
-  counter("diloco_checkpoints_total", "Checkpoints written.", c.checkpoints, l);
-  counter("diloco_checkpoint_failures_total", "Checkpoint writes that failed.",
-          c.checkpoint_failures, l);
   // 1 while the newest checkpoint write failed, labelled with its cause's absl code (a full
   // disk is RESOURCE_EXHAUSTED); the cause's text is in the log and the Stats JSON.
   absl::StrAppend(&t, "# HELP diloco_checkpoint_failing 1 while checkpoint writes fail.\n",
                   "# TYPE diloco_checkpoint_failing gauge\n", "diloco_checkpoint_failing{", l,
                   ",code=\"", c.checkpoint_error.empty() ? "OK" : c.checkpoint_error_code, "\"} ",
                   c.checkpoint_error.empty() ? 0 : 1, "\n");
-  counter("diloco_identity_refused_total",
-          "Messages whose CURVE key is listed for another worker id.", c.identity_refused, l);
-  counter("diloco_curve_handshakes_refused_total",
-          "CURVE handshakes refused: the key is not in --curve_authorized_keys.", c.curve_refused,
-          l);
-  counter("diloco_unroutable_total", "Replies to workers that had gone.", c.unroutable, l);
   gauge("diloco_checkpoint_seconds", "Duration of the last checkpoint write.",
         c.last_checkpoint_ms / 1e3);
   gauge("diloco_checkpoint_bytes", "Tensor bytes of the last checkpoint.",
@@ -92,6 +77,7 @@ std::string PrometheusText(const Shard& shard) {
     cum += c.staleness_hist[i];
     absl::StrAppend(&t, "diloco_push_staleness_bucket{", l, ",le=\"", les[i], "\"} ", cum, "\n");
   }
+  absl::StrAppend(&t, "diloco_push_staleness_sum{", l, "} ", c.staleness_sum, "\n");
   absl::StrAppend(&t, "diloco_push_staleness_count{", l, "} ", cum, "\n");
   absl::StrAppend(&t, "# HELP diloco_fragment_version Published version per fragment.\n",
                   "# TYPE diloco_fragment_version gauge\n");

@@ -14,6 +14,7 @@
 #include "common/event_log.h"
 #include "kernels/codec.h"
 #include "kernels/outer.h"
+#include "server/counter_table.h"
 #include "server/payload_check.h"
 #include "server/process_memory.h"
 
@@ -608,6 +609,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   if (h.step_time_us() > 0) w.step_time_us = Ema(w.step_time_us, h.step_time_us());
   ++counters_.pushes_queued;
   ++counters_.staleness_hist[StalenessBucket(staleness)];
+  counters_.staleness_sum += staleness;
   ack.header.ack = AckStatus::Queued;
   ack.header.round = counters_.rounds;
   out->push_back(std::move(ack));
@@ -1013,20 +1015,12 @@ std::string Shard::StatsJson() const {
   const ProcessMemory mem = ReadProcessMemory().value_or(ProcessMemory{});
   const auto& c = counters_;
   return absl::StrCat(
-      "{\"shard\":", opt_.shard, ",\"incarnation\":", incarnation_, ",\"rounds\":", c.rounds,
-      ",\"versions\":{", versions, "},\"pushes\":{\"queued\":", c.pushes_queued,
-      ",\"duplicate\":", c.pushes_duplicate, ",\"stale\":", c.pushes_stale,
-      ",\"refused\":", c.pushes_refused, ",\"no_credit\":", c.pushes_no_credit,
-      ",\"dropped\":", c.pushes_dropped, "},\"max_held_bytes\":", c.max_held_bytes,
+      "{\"shard\":", opt_.shard, ",\"incarnation\":", incarnation_, ",", CounterJsonMembers(c),
+      ",\"versions\":{", versions, "},\"max_held_bytes\":", c.max_held_bytes,
       ",\"trains_cut\":", trains_.trains_cut(), ",\"partial_trains\":", trains_.partial_trains(),
-      ",\"bad_messages\":", c.messages_bad, ",\"identity_refused\":", c.identity_refused,
-      ",\"curve_refused\":", c.curve_refused, ",\"unroutable\":", c.unroutable,
       ",\"store_rollback\":", store_ && !store_->rollback().empty() ? "true" : "false",
-      ",\"round_share\":", absl::StrFormat("%.4f", c.round_share), ",\"bytes_in\":", c.bytes_in,
-      ",\"bytes_out\":", c.bytes_out, ",\"checkpoints\":", c.checkpoints,
-      ",\"checkpoint_failures\":", c.checkpoint_failures,
+      ",\"round_share\":", absl::StrFormat("%.4f", c.round_share),
       ",\"checkpoint_error\":", JsonString(c.checkpoint_error),
-      ",\"checkpoint_bytes\":", c.checkpoint_bytes_total,
       ",\"checkpoint_ms\":", absl::StrFormat("%.1f", c.checkpoint_ms_total), ",\"durable\":{",
       durable, "},\"params\":", owned_params_, ",\"resident_bytes\":", mem.resident_bytes,
       ",\"peak_resident_bytes\":", mem.peak_resident_bytes,

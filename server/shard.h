@@ -139,6 +139,7 @@ struct ShardCounters {
   uint64_t apply_errors = 0;  // decode failures after validation: never expected
   double round_share = 1;     // EMA of a closed round's weight over a full round's (RoundNorm)
   uint64_t staleness_hist[8] = {};  // 0,1,2,3,4-7,8-15,16-31,32+
+  uint64_t staleness_sum = 0;       // of every queued push's staleness (the histogram's _sum)
   // Every Error reply by its code (wire::ErrorCode), CURVE identity refusals included.
   std::array<uint64_t, kErrorCodes> refused_by_reason = {};
   // Counted in the server loop, around the Shard: messages refused for a CURVE key bound to
