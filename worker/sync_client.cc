@@ -18,6 +18,7 @@
 #include "schema/handshake_monitor.h"
 #include "schema/train.h"
 #include "schema/transport.h"
+#include "worker/push_codec.h"
 
 namespace diloco::worker {
 
@@ -628,46 +629,21 @@ void SyncClient::Impl::AskJoin(ShardLink& l, uint32_t fragment) {
 void SyncClient::Impl::EncodePush(PushJob& job) {
   FragmentSync& f = frags[job.fragment];
   if (!opt.error_feedback) std::fill(f.error.begin(), f.error.end(), 0.0f);  // e = delta only
-  const uint64_t chunk = wire::ChunkElements(opt.codec.block);
-  size_t total = 0;
-  for (uint64_t off = 0; off < f.spec->numel; off += chunk)
-    total += kernels::EncodedSize(opt.codec, std::min(chunk, f.spec->numel - off));
-  auto bytes = std::make_shared<wire::Bytes>(total);
-  size_t pos = 0;
-  for (uint64_t off = 0; off < f.spec->numel; off += chunk) {
-    const uint64_t n = std::min(chunk, f.spec->numel - off);
-    const size_t sz = kernels::EncodedSize(opt.codec, n);
-    auto s = kernels::ErrorFeedbackEncode(
-        opt.codec, std::span<const float>(f.delta.data() + off, n),
-        std::span<float>(f.error.data() + off, n), std::span<uint8_t>(bytes->data() + pos, sz));
-    if (!s.ok()) {  // a non-finite delta: the model diverged; do not poison the shard
-      std::fill(f.error.begin() + off, f.error.begin() + off + n, 0.0f);
-      std::memset(bytes->data() + pos, 0, sz);
-      job.poisoned = true;
-      MutexLock g(&mu);
-      ++stats.errors;
-    }
-    job.checksums.push_back(Checksum64(bytes->data() + pos, sz));
-    pos += sz;
+  EncodedPush push = worker::EncodePush(opt.codec, f.delta, f.error);
+  if (push.poisoned) {
+    MutexLock g(&mu);
+    stats.errors += push.poisoned_chunks;
   }
-  job.encoded = std::move(bytes);
+  job.encoded = push.bytes;
+  job.checksums = std::move(push.checksums);
+  job.poisoned = push.poisoned;
 }
 
 // e was e0 + delta - deQ(q); back to e0, as if the push had never been taken.
 void SyncClient::Impl::UndoErrorFeedback(const PushJob& job) {
   if (job.poisoned || !job.encoded) return;
   FragmentSync& f = frags[job.fragment];
-  const uint64_t chunk = wire::ChunkElements(opt.codec.block);
-  size_t pos = 0;
-  for (uint64_t off = 0; off < f.spec->numel; off += chunk) {
-    const uint64_t n = std::min(chunk, f.spec->numel - off);
-    const size_t sz = kernels::EncodedSize(opt.codec, n);
-    std::span<float> e(f.error.data() + off, n);
-    for (uint64_t i = 0; i < n; ++i) e[i] -= f.delta[off + i];
-    (void)kernels::DecodeAccumulate(
-        opt.codec, std::span<const uint8_t>(job.encoded->data() + pos, sz), 1.0f, e);
-    pos += sz;
-  }
+  worker::UndoErrorFeedback(opt.codec, f.delta, f.error, EncodedPush{job.encoded, {}, false, 0});
 }
 
 void SyncClient::Impl::Finish(ShardLink& l,

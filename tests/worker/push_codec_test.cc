@@ -1,0 +1,91 @@
+// The push payload alone: chunk layout as the wire expects it, error feedback that carries what
+// quantisation lost into the next push, its exact undo, and a diverged delta kept off the wire.
+#include "worker/push_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "common/checksum.h"
+
+namespace diloco::worker {
+namespace {
+
+std::vector<float> Random(size_t n, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// More than one chunk, and a last chunk that is not whole.
+constexpr size_t kNumel = 2 * 1048576 + 1000;
+
+TEST(PushCodecTest, ChunksMatchTheWireLayoutAndTheirChecksums) {
+  const auto codec = *kernels::ParseCodec("int8:256");
+  std::vector<float> delta = Random(kNumel, 1, 1e-3f), error(kNumel, 0.0f);
+  const EncodedPush p = EncodePush(codec, delta, error);
+  const auto frames = wire::PayloadFrames(p.bytes, codec, kNumel);
+  ASSERT_EQ(frames.size(), 3u);
+  ASSERT_EQ(p.checksums.size(), frames.size());
+  for (size_t i = 0; i < frames.size(); ++i)
+    EXPECT_EQ(p.checksums[i], Checksum64(frames[i].data(), frames[i].size())) << "chunk " << i;
+  EXPECT_EQ(frames[2].size(), kernels::EncodedSize(codec, 1000));
+  EXPECT_FALSE(p.poisoned);
+}
+
+TEST(PushCodecTest, ErrorFeedbackKeepsWhatQuantisationLostAndUndoRestoresIt) {
+  const auto codec = *kernels::ParseCodec("int4:128");
+  const std::vector<float> delta = Random(kNumel, 2, 1e-3f);
+  const std::vector<float> error0 = Random(kNumel, 3, 1e-5f);
+  std::vector<float> error = error0;
+  const EncodedPush p = EncodePush(codec, delta, error);
+  // decoded + new error == old error + delta, element by element.
+  std::vector<float> decoded(kNumel, 0.0f);
+  const uint64_t chunk = wire::ChunkElements(codec.block);
+  size_t pos = 0;
+  for (uint64_t off = 0; off < kNumel; off += chunk) {
+    const uint64_t n = std::min<uint64_t>(chunk, kNumel - off);
+    const size_t size = kernels::EncodedSize(codec, n);
+    ASSERT_TRUE(kernels::Decode(codec, std::span<const uint8_t>(p.bytes->data() + pos, size),
+                                std::span<float>(decoded.data() + off, n))
+                    .ok());
+    pos += size;
+  }
+  double worst = 0, lost = 0;
+  for (size_t i = 0; i < kNumel; ++i) {
+    worst = std::max<double>(worst, std::fabs(decoded[i] + error[i] - (error0[i] + delta[i])));
+    lost = std::max<double>(lost, std::fabs(error[i] - error0[i]));
+  }
+  EXPECT_LT(worst, 1e-8);
+  EXPECT_GT(lost, 1e-6) << "int4 loses something: the error must have moved";
+  UndoErrorFeedback(codec, delta, error, p);
+  double back = 0;
+  for (size_t i = 0; i < kNumel; ++i)
+    back = std::max<double>(back, std::fabs(error[i] - error0[i]));
+  EXPECT_LT(back, 1e-8);
+}
+
+TEST(PushCodecTest, ANonFiniteChunkIsSentAsZerosAndItsErrorReset) {
+  const auto codec = *kernels::ParseCodec("int8:256");
+  std::vector<float> delta = Random(kNumel, 4, 1e-3f), error(kNumel, 1e-4f);
+  delta[1048576 + 5] = std::numeric_limits<float>::quiet_NaN();  // in the second chunk
+  const EncodedPush p = EncodePush(codec, delta, error);
+  EXPECT_TRUE(p.poisoned);
+  EXPECT_EQ(p.poisoned_chunks, 1u);
+  const auto frames = wire::PayloadFrames(p.bytes, codec, kNumel);
+  const auto* second = static_cast<const uint8_t*>(frames[1].data());
+  EXPECT_TRUE(std::all_of(second, second + frames[1].size(), [](uint8_t b) { return b == 0; }));
+  for (size_t i = 1048576; i < 2 * 1048576; ++i) ASSERT_EQ(error[i], 0.0f) << i;
+  EXPECT_NE(error[0], 1e-4f) << "the healthy first chunk keeps its error feedback";
+  std::vector<float> before = error;
+  UndoErrorFeedback(codec, delta, error, p);  // nothing to undo for a poisoned push
+  EXPECT_EQ(error, before);
+}
+
+}  // namespace
+}  // namespace diloco::worker

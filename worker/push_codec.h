@@ -1,0 +1,36 @@
+// A push's payload from a fragment's delta, and back: the chunked, quantised encoding a Push
+// carries (docs/protocol.md, "Chunked payloads"), with error feedback. Pure functions of their
+// arguments (no sockets, no clock, no shared state), so the sync client's I/O thread calls them
+// and tests check them alone.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/codec.h"
+#include "schema/transport.h"
+
+namespace diloco::worker {
+
+struct EncodedPush {
+  std::shared_ptr<const wire::Bytes> bytes;  // the chunks back to back (wire::PayloadFrames)
+  std::vector<uint64_t> checksums;           // per chunk, hashed while still in cache
+  bool poisoned = false;  // a non-finite delta: its chunks were zeroed and their error reset
+  uint64_t poisoned_chunks = 0;
+};
+
+// Encodes `delta` with `codec`, chunk by chunk, with error feedback: per chunk e = error +
+// delta, payload = Q(e), error = e - deQ(payload) (`error` is updated in place; pass zeros for
+// no error feedback). A chunk whose e has a NaN or Inf (a diverged model) is sent as zeros and
+// its error reset, so nothing non-finite reaches the shard.
+EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::span<float> error);
+
+// Takes a push that will never be applied back out of the error: error -= delta - deQ(payload),
+// returning it to what it was before EncodePush (up to float rounding). A poisoned push has
+// nothing to undo.
+void UndoErrorFeedback(kernels::Codec codec, std::span<const float> delta, std::span<float> error,
+                       const EncodedPush& push);
+
+}  // namespace diloco::worker
