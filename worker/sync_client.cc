@@ -55,9 +55,7 @@ struct PushJob {
   uint32_t fragment = 0;
   uint64_t seq = 0, base_version = 0, tokens = 0;
   uint32_t steps = 0;
-  std::shared_ptr<const wire::Bytes> encoded;  // set by the I/O thread
-  std::vector<uint64_t> checksums;             // per chunk frame, hashed while still in cache
-  bool poisoned = false;                       // a non-finite delta was zeroed: nothing to undo
+  EncodedPush push;        // the payload, set by the I/O thread (worker/push_codec.h)
   bool in_flight = false;  // sent on this connection and counted against the shard's credit
   // The shard answered Queued on this connection: it holds the push, and a new incarnation
   // (OnWelcome) is what would lose it, so only retry_max's last-resort resend remains.
@@ -629,21 +627,17 @@ void SyncClient::Impl::AskJoin(ShardLink& l, uint32_t fragment) {
 void SyncClient::Impl::EncodePush(PushJob& job) {
   FragmentSync& f = frags[job.fragment];
   if (!opt.error_feedback) std::fill(f.error.begin(), f.error.end(), 0.0f);  // e = delta only
-  EncodedPush push = worker::EncodePush(opt.codec, f.delta, f.error);
-  if (push.poisoned) {
+  job.push = worker::EncodePush(opt.codec, f.delta, f.error);
+  if (job.push.poisoned) {
     MutexLock g(&mu);
-    stats.errors += push.poisoned_chunks;
+    stats.errors += job.push.poisoned_chunks;
   }
-  job.encoded = push.bytes;
-  job.checksums = std::move(push.checksums);
-  job.poisoned = push.poisoned;
 }
 
 // e was e0 + delta - deQ(q); back to e0, as if the push had never been taken.
 void SyncClient::Impl::UndoErrorFeedback(const PushJob& job) {
-  if (job.poisoned || !job.encoded) return;
   FragmentSync& f = frags[job.fragment];
-  worker::UndoErrorFeedback(opt.codec, f.delta, f.error, EncodedPush{job.encoded, {}, false, 0});
+  worker::UndoErrorFeedback(opt.codec, f.delta, f.error, job.push);
 }
 
 void SyncClient::Impl::Finish(ShardLink& l,
@@ -665,7 +659,7 @@ void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
   h.tokens = job.tokens;
   h.steps = job.steps;
   wire::SetPayloadLayout(h, opt.codec, f.numel);
-  std::shared_ptr<const wire::Bytes> bytes = job.encoded;
+  std::shared_ptr<const wire::Bytes> bytes = job.push.bytes;
   if (job.fragment == 0 && job.seq == 1 && corrupt_sends_left > 0 && !bytes->empty()) {
     --corrupt_sends_left;  // test only (SyncOptions::test_corrupt_push_sends): a damaged copy
     auto damaged = std::make_shared<wire::Bytes>(*bytes);
@@ -673,10 +667,10 @@ void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
     bytes = std::move(damaged);
   }
   if (wire::SendWithChecksums(*l.socket, h, wire::PayloadFrames(bytes, opt.codec, f.numel),
-                              job.checksums)
+                              job.push.checksums)
           .ok()) {
     MutexLock g(&mu);
-    stats.bytes_sent += job.encoded->size();
+    stats.bytes_sent += job.push.bytes->size();
   }
   job.sent = absl::Now();
 }
@@ -684,11 +678,11 @@ void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
 void SyncClient::Impl::PumpPushes(ShardLink& l) {
   uint64_t in_flight = 0;
   for (const auto& [_, job] : l.unacked)
-    if (job.in_flight) in_flight += job.encoded->size();
+    if (job.in_flight) in_flight += job.push.bytes->size();
   const absl::Time now = absl::Now();
   for (auto& [_, job] : l.unacked) {
     if (job.in_flight || now < job.not_before) continue;
-    const uint64_t bytes = job.encoded->size();
+    const uint64_t bytes = job.push.bytes->size();
     // One push is always allowed, so a fragment larger than the credit still goes.
     if (l.credit_bytes > 0 && in_flight > 0 && in_flight + bytes > l.credit_bytes) return;
     SendPush(l, job);
