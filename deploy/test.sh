@@ -45,7 +45,7 @@ if ((sanitize)); then
   # tests stay out (timing-bound).
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$asan" -j"$jobs" --output-on-failure --timeout 600 -L integration \
-    -R "SyncClientTest|DamagedPush|WorkerSyncTest|CurveServerTest|protocol_client" \
+    -R "SyncClientTest|DamagedPush|WorkerSyncTest|CurveServerTest|protocol_client|FaultProxy" \
     -E "Dynamic|WithoutDylu|Int8AndInt4|TrainsAtFullSpeed"
 
   # ThreadSanitizer over the threaded code (tests/sanitizers/run_tsan.sh).

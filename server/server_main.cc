@@ -17,6 +17,7 @@
 #include "common/model_spec.h"
 #include "schema/curve.h"
 #include "schema/transport.h"
+#include "server/audit_log.h"
 #include "server/metrics.h"
 #include "server/shard.h"
 
@@ -73,6 +74,13 @@ ABSL_FLAG(std::string, curve_authorized_keys, "",
           "CURVE: file of \"worker_id z85-public-key\" lines; only these keys may connect, and "
           "each only as its worker id (required with --curve_secret_key_file)");
 ABSL_FLAG(std::string, metrics_jsonl, "", "append JSON-lines events (progress, shutdown) here");
+ABSL_FLAG(std::string, audit_jsonl, "",
+          "append one JSON line per promise here before it is made: the versions recovered at "
+          "each start, each Applied answer (worker, generation, fragment, seq, version) and "
+          "each theta(0) accepted (server/audit_log.h)");
+ABSL_FLAG(uint64_t, test_kill_after_applied, 0,
+          "test flag: SIGKILL this process once this many Applied answers are ready, after "
+          "they are durable (per-round) and audited but before any of them is sent; 0 = never");
 ABSL_FLAG(std::string, metrics_address, "",
           "serve Prometheus text on http://HOST:PORT/metrics (e.g. 127.0.0.1:9464; port 0 picks)");
 
@@ -220,6 +228,10 @@ int main(int argc, char** argv) {
   const std::string endpoint = sock.get(zmq::sockopt::last_endpoint);
   auto log = EventLog::Open(absl::GetFlag(FLAGS_metrics_jsonl));
   if (!log.ok()) return Fail(log.status());
+  auto audit = AuditLog::Open(absl::GetFlag(FLAGS_audit_jsonl));
+  if (!audit.ok()) return Fail(audit.status());
+  const uint64_t kill_after_applied = absl::GetFlag(FLAGS_test_kill_after_applied);
+  uint64_t applied_answers = 0;
   std::unique_ptr<MetricsHttpServer> http;
   if (const auto addr = absl::GetFlag(FLAGS_metrics_address); !addr.empty()) {
     auto h = MetricsHttpServer::Start(addr);
@@ -247,6 +259,7 @@ int main(int argc, char** argv) {
                auth ? absl::StrCat(", CURVE with ", auth->size(), " authorized keys").c_str()
                     : ", no CURVE");
 
+  audit->Started(**shard);
   std::vector<Outgoing> out;
   absl::Time next_progress = absl::Now() + absl::GetFlag(FLAGS_progress_interval);
   absl::Time next_metrics = absl::Now();
@@ -304,6 +317,14 @@ int main(int argc, char** argv) {
         ev.Add("code", c.checkpoint_error_code).Add("error", c.checkpoint_error);
       log->Write(ev);
       noted_checkpoint_error = c.checkpoint_error;
+    }
+    applied_answers += audit->Answers(**shard, out);
+    if (kill_after_applied > 0 && applied_answers >= kill_after_applied) {
+      std::fprintf(stderr,
+                   "diloco-server[%u]: --test_kill_after_applied: killed with %zu "
+                   "answers unsent\n",
+                   o.shard, out.size());
+      std::raise(SIGKILL);
     }
     for (auto& o : out) {
       uint64_t bytes = 0;

@@ -985,6 +985,11 @@ uint64_t Shard::published_version(uint32_t fragment) const {
   return it == fragments_.end() ? 0 : it->second->published;
 }
 
+std::shared_ptr<const std::vector<uint64_t>> Shard::published_checksums(uint32_t fragment) const {
+  auto it = fragments_.find(fragment);
+  return it == fragments_.end() ? nullptr : it->second->snapshot_sums;
+}
+
 std::vector<float> Shard::params(uint32_t fragment) const {
   auto it = fragments_.find(fragment);
   if (it == fragments_.end()) return {};

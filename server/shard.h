@@ -186,6 +186,9 @@ class Shard {
   const Plan& plan() const { return plan_; }
   const std::vector<uint32_t>& owned() const { return owned_; }
   uint64_t published_version(uint32_t fragment) const;
+  // The checksum of each fp32 chunk of a fragment's published values, as a FragmentUpdate sends
+  // them (null before theta(0) is published).
+  std::shared_ptr<const std::vector<uint64_t>> published_checksums(uint32_t fragment) const;
   std::vector<float> params(uint32_t fragment) const;
   const ShardCounters& counters() const { return counters_; }
   void CountBytesOut(uint64_t n) { counters_.bytes_out += n; }

@@ -17,7 +17,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DDILOCO_SANITIZE_THREAD=ON -DDILOCO_CUDA=OFF -DDILOCO_BUILD_BENCHMARKS=OFF >/dev/null
 ninja -C "$build" -j"$jobs" diloco-server diloco-worker diloco-ctl kernels_thread_pool_test \
   server_shard_test server_writer_test worker_sync_client_test worker_sync_test \
-  security_curve_test
+  security_curve_test chaos_fault_proxy_test
 
 reports=$build/tsan-reports
 rm -rf "$reports"
@@ -27,7 +27,7 @@ mkdir -p "$reports"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 log_path=$reports/tsan \
 suppressions=$root/tests/sanitizers/tsan.supp" \
   ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600 \
-  -R "ThreadPool|Shard|Writer|SyncClientTest|DamagedPush|WorkerSyncTest|CurveServerTest" \
+  -R "ThreadPool|Shard|Writer|SyncClientTest|DamagedPush|WorkerSyncTest|CurveServerTest|FaultProxy" \
   -E "Dynamic|WithoutDylu|Int8AndInt4|TrainsAtFullSpeed"
 if compgen -G "$reports/tsan.*" >/dev/null; then
   cat "$reports"/tsan.*

@@ -1,0 +1,682 @@
+#include "tests/chaos/chaos_run.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/event_log.h"
+#include "schema/transport.h"
+
+namespace diloco::testing {
+namespace {
+
+constexpr absl::Duration kTick = absl::Milliseconds(200);
+constexpr absl::Duration kStatsTimeout = absl::Milliseconds(400);
+constexpr absl::Duration kBackWithin = absl::Seconds(30);  // "survived": back at work by then
+constexpr absl::Duration kMinChecked = absl::Seconds(3);   // invariant 1: faults this long
+constexpr double kMinStepRatio = 0.2;
+
+const FaultRates kBackground{
+    .drop = 0.002, .duplicate = 0.002, .delay = 0.01, .corrupt = 0.001, .replay = 0.005};
+const FaultRates kBurst{
+    .drop = 0.05, .duplicate = 0.05, .delay = 0.1, .corrupt = 0.02, .replay = 0.03};
+
+// The complete lines appended to a file since the last call.
+class TailReader {
+ public:
+  void Reset(std::filesystem::path p) {
+    path_ = std::move(p);
+    offset_ = 0;
+    partial_.clear();
+  }
+  std::vector<std::string> Lines() {
+    std::vector<std::string> out;
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return out;
+    in.seekg(offset_);
+    std::string chunk((std::istreambuf_iterator<char>(in)), {});
+    offset_ += chunk.size();
+    partial_ += chunk;
+    size_t start = 0;
+    for (size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1)
+      out.push_back(partial_.substr(start, nl - start));
+    partial_.erase(0, start);
+    return out;
+  }
+
+ private:
+  std::filesystem::path path_;
+  std::streamoff offset_ = 0;
+  std::string partial_;
+};
+
+struct Sample {
+  absl::Time t;
+  double value;
+  int run;  // worker run or shard incarnation count: differences only within one
+};
+
+// The value at or before `t` (nullopt before the first sample).
+std::optional<Sample> At(const std::vector<Sample>& s, absl::Time t) {
+  auto it = std::upper_bound(s.begin(), s.end(), t,
+                             [](absl::Time x, const Sample& y) { return x < y.t; });
+  if (it == s.begin()) return std::nullopt;
+  return *std::prev(it);
+}
+
+bool IsWorkerFault(const std::string& k) { return k == "worker_kill" || k == "worker_freeze"; }
+bool IsShardProcessFault(const std::string& k) {
+  return k == "shard_kill" || k == "shard_freeze" || k == "shard_restart" || k == "kill_unanswered";
+}
+
+class Run {
+ public:
+  explicit Run(const ChaosOptions& o) : o_(o), c_(o.cluster), rng_(o.cluster.seed) {
+    steps_.resize(o.cluster.workers);
+    rounds_.resize(o.cluster.shards);
+    tails_.resize(o.cluster.workers);
+    shard_runs_.assign(o.cluster.shards, 0);
+  }
+
+  ChaosReport Go() {
+    if (auto s = c_.Start(); !s.ok()) {
+      Violate(4, absl::StrCat("the cluster did not start: ", s.message()));
+      return r_;
+    }
+    r_.facts["tmpfs"] = c_.has_tmpfs() ? "shard 1's store on an 8 MiB tmpfs"
+                                       : "no tmpfs (" + c_.tmpfs_error() + "): no disk_full";
+    for (int w = 0; w < o_.cluster.workers; ++w) tails_[w].Reset(c_.worker_events(w, 0));
+    for (int s = 0; s < o_.cluster.shards; ++s) c_.proxy(s).set_rates(kBackground);
+    const absl::Time start = absl::Now(), end = start + o_.duration;
+    absl::Time next_fault = start + absl::Seconds(10);  // the fleet joins first
+    absl::Time next_stats = start;
+    while (absl::Now() < end) {
+      absl::SleepFor(kTick);
+      SampleWorkers();
+      if (absl::Now() >= next_stats) {
+        SampleShards();
+        next_stats = absl::Now() + absl::Seconds(1);
+      }
+      EndDueFaults();
+      WatchProcesses();
+      if (absl::Now() >= next_fault) {
+        InjectOne();
+        next_fault = absl::Now() + absl::Seconds(std::exponential_distribution<double>(
+                                       1.0 / absl::ToDoubleSeconds(o_.mean_fault_interval))(rng_));
+      }
+    }
+    EndAllFaults();
+    r_.facts["fault_seconds"] = absl::StrCat(absl::ToDoubleSeconds(o_.duration));
+    for (absl::Time settle = absl::Now() + absl::Seconds(5); absl::Now() < settle;) {
+      absl::SleepFor(kTick);
+      SampleWorkers();
+    }
+    SampleShards();
+    Stop();
+    Check();
+    return r_;
+  }
+
+ private:
+  void Violate(int invariant, std::string what) {
+    std::fprintf(stderr, "diloco-chaos: VIOLATION of invariant %d: %s\n", invariant, what.c_str());
+    r_.violations.push_back({invariant, std::move(what)});
+  }
+
+  bool Active(const std::string& kind_prefix, int target) const {
+    for (const auto* f : active_)
+      if (f->target == target && f->kind.rfind(kind_prefix, 0) == 0) return true;
+    return false;
+  }
+  int ActiveCount(bool (*pred)(const std::string&)) const {
+    int n = 0;
+    for (const auto* f : active_) n += pred(f->kind);
+    return n;
+  }
+
+  // --- sampling ---------------------------------------------------------------------------
+  void SampleWorkers() {
+    static const std::regex step("\"step\":([0-9]+)");
+    for (int w = 0; w < o_.cluster.workers; ++w) {
+      for (const auto& line : tails_[w].Lines()) {
+        if (line.find("\"event\":\"progress\"") == std::string::npos) continue;
+        std::smatch m;
+        if (std::regex_search(line, m, step))
+          steps_[w].push_back({absl::Now(), std::stod(m[1]), c_.worker_runs(w)});
+      }
+    }
+  }
+
+  void SampleShards() {
+    for (int s = 0; s < o_.cluster.shards; ++s) {
+      if (Active("shard_", s) || Active("kill_", s)) continue;  // down or frozen
+      auto stats = wire::RequestStats(c_.shard_endpoint(s), kStatsTimeout);
+      if (!stats.ok()) continue;
+      if (auto v = JsonNumber(*stats, "rounds"))
+        rounds_[s].push_back({absl::Now(), *v, shard_runs_[s]});
+    }
+  }
+
+  // --- faults -----------------------------------------------------------------------------
+  FaultWindow& Open(const std::string& kind, int target, absl::Duration length) {
+    r_.faults.push_back({kind, target, absl::Now(), absl::Now() + length});
+    std::fprintf(stderr, "diloco-chaos: %s %d for %s\n", kind.c_str(), target,
+                 absl::FormatDuration(length).c_str());
+    active_.push_back(&r_.faults.back());
+    return r_.faults.back();
+  }
+
+  absl::Duration Uniform(double lo_s, double hi_s) {
+    return absl::Seconds(std::uniform_real_distribution<double>(lo_s, hi_s)(rng_));
+  }
+
+  int Pick(int n, const char* prefix) {
+    std::vector<int> free;
+    for (int i = 0; i < n; ++i)
+      if (!Active(prefix, i)) free.push_back(i);
+    if (free.empty()) return -1;
+    return free[rng_() % free.size()];
+  }
+
+  void RestartShard(int s, const std::vector<std::string>& extra = {}) {
+    ++shard_runs_[s];
+    if (auto st = c_.StartShard(s, extra); !st.ok())
+      Violate(4, absl::StrCat("shard ", s, " did not come back from its store: ", st.message()));
+  }
+
+  void InjectOne() {
+    static const std::vector<std::pair<std::string, double>> kWeights = {
+        {"worker_kill", 2},   {"worker_freeze", 2},   {"shard_kill", 1.5}, {"shard_freeze", 1.5},
+        {"shard_restart", 1}, {"kill_unanswered", 1}, {"link_burst", 3},   {"disk_full", 1}};
+    // Every kind once first, in a seeded order, so that a short run covers them all; then
+    // at random by weight. A kind whose target is busy is tried again later.
+    if (!started_kinds_) {
+      started_kinds_ = true;
+      for (const auto& [k, _] : kWeights) first_kinds_.push_back(k);
+      std::shuffle(first_kinds_.begin(), first_kinds_.end(), rng_);
+    }
+    std::string kind;
+    const bool owed = !first_kinds_.empty();
+    if (owed) {
+      kind = first_kinds_.front();
+      first_kinds_.pop_front();
+    } else {
+      double total = 0;
+      for (const auto& [_, w] : kWeights) total += w;
+      double x = std::uniform_real_distribution<double>(0, total)(rng_);
+      for (const auto& [k, w] : kWeights)
+        if ((x -= w) < 0 && kind.empty()) kind = k;
+      if (kind.empty()) kind = kWeights.back().first;
+    }
+    const size_t before = r_.faults.size();
+    Inject(kind);
+    const bool possible = kind != "disk_full" || c_.has_tmpfs();
+    if (owed && r_.faults.size() == before && possible) first_kinds_.push_back(kind);  // busy
+  }
+
+  void Inject(const std::string& kind) {
+    const int W = o_.cluster.workers, S = o_.cluster.shards;
+    if (IsWorkerFault(kind)) {
+      if (ActiveCount(IsWorkerFault) >= 2) return;
+      const int w = Pick(W, "worker_");
+      if (w < 0) return;
+      if (kind == "worker_kill") {
+        c_.worker(w).Signal(SIGKILL);
+        Open(kind, w, Uniform(1, 3));
+      } else {
+        c_.worker(w).Signal(SIGSTOP);
+        Open(kind, w, Uniform(2, 6));
+      }
+    } else if (IsShardProcessFault(kind)) {
+      if (ActiveCount(IsShardProcessFault) >= 1) return;
+      const int s = Pick(S, "shard_");
+      if (s < 0 || Active("kill_", s) || Active("disk_full", s)) return;
+      if (kind == "shard_kill") {
+        c_.shard(s).Signal(SIGKILL);
+        (void)c_.shard(s).Wait(absl::Seconds(10));
+        auto& f = Open(kind, s, absl::Seconds(3));
+        RestartShard(s);
+        f.note = "restarted on its store";
+      } else if (kind == "shard_freeze") {
+        c_.shard(s).Signal(SIGSTOP);
+        Open(kind, s, Uniform(1, 5));
+      } else if (kind == "shard_restart") {
+        c_.shard(s).Signal(SIGTERM);
+        const auto st = c_.shard(s).Wait(absl::Seconds(30));
+        if (st != 0)
+          Violate(0,
+                  absl::StrCat("shard ", s, " did not stop cleanly on SIGTERM: status ",
+                               st.value_or(-1), ": ", c_.Tail(c_.log(absl::StrCat("shard", s)))));
+        auto& f = Open(kind, s, absl::Seconds(3));
+        RestartShard(s);
+        f.note = "SIGTERM, restarted";
+      } else {
+        c_.shard(s).Signal(SIGKILL);
+        (void)c_.shard(s).Wait(absl::Seconds(10));
+        const int k = 1 + static_cast<int>(rng_() % 6);
+        // Ends when the shard has killed itself and is back (WatchProcesses), or after 30 s.
+        Open(kind, s, absl::Seconds(30)).note = absl::StrCat("armed after ", k, " answers");
+        RestartShard(s, {absl::StrCat("--test_kill_after_applied=", k)});
+      }
+    } else if (kind == "link_burst") {
+      const int s = Pick(S, "link_");
+      if (s < 0) return;
+      c_.proxy(s).set_rates(kBurst);
+      Open(kind, s, Uniform(3, 8));
+    } else if (kind == "disk_full") {
+      const int s = c_.tmpfs_shard();
+      if (!c_.has_tmpfs() || Active("disk_", s) || Active("shard_", s) || Active("kill_", s))
+        return;
+      Open(kind, s, Uniform(3, 6)).note = FillDisk();
+    }
+  }
+
+  std::string FillDisk() {
+    const auto filler = c_.tmpfs_dir() / "filler";
+    const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return "could not create the filler";
+    std::vector<char> block(64 << 10, 'x');
+    uint64_t written = 0;
+    for (;;) {
+      const ssize_t n = ::write(fd, block.data(), block.size());
+      if (n <= 0) break;  // ENOSPC
+      written += n;
+    }
+    ::close(fd);
+    return absl::StrCat("filled with ", written >> 10, " KiB");
+  }
+
+  void End(FaultWindow& f) {
+    const int t = f.target;
+    if (f.kind == "worker_kill") {
+      (void)c_.worker(t).Wait(absl::Seconds(5));
+      c_.StartWorker(t);
+      tails_[t].Reset(c_.worker_events(t, c_.worker_runs(t) - 1));
+    } else if (f.kind == "worker_freeze") {
+      c_.worker(t).Signal(SIGCONT);
+    } else if (f.kind == "shard_freeze") {
+      c_.shard(t).Signal(SIGCONT);
+    } else if (f.kind == "kill_unanswered") {
+      if (c_.shard(t).Running()) {  // not triggered in time: no push reached it
+        f.note += ", not triggered";
+        c_.shard(t).Signal(SIGKILL);
+        (void)c_.shard(t).Wait(absl::Seconds(10));
+      }
+      RestartShard(t);
+    } else if (f.kind == "link_burst") {
+      c_.proxy(t).set_rates(kBackground);
+    } else if (f.kind == "disk_full") {
+      std::filesystem::remove(c_.tmpfs_dir() / "filler");
+    }
+    f.end = absl::Now();
+  }
+
+  void EndDueFaults() {
+    for (auto it = active_.begin(); it != active_.end();) {
+      if (absl::Now() >= (*it)->end) {
+        End(**it);
+        it = active_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void EndAllFaults() {
+    for (auto* f : active_) End(*f);
+    active_.clear();
+    for (int s = 0; s < o_.cluster.shards; ++s) c_.proxy(s).set_rates({});
+  }
+
+  // A process that exited on its own: the armed shard's suicide (expected), or a failure.
+  void WatchProcesses() {
+    for (int s = 0; s < o_.cluster.shards; ++s) {
+      if (c_.shard(s).Running()) continue;
+      const int status = c_.shard(s).Wait(absl::ZeroDuration()).value_or(-1);
+      FaultWindow* armed = nullptr;
+      for (auto* f : active_)
+        if (f->kind == "kill_unanswered" && f->target == s) armed = f;
+      if (armed && status == 128 + SIGKILL) {
+        armed->note += ", killed itself with answers unsent";
+        armed->end = absl::Now();  // End() restarts it on the next pass
+        continue;
+      }
+      if (Active("shard_", s)) continue;  // being restarted by the fault itself
+      Violate(0, absl::StrCat("shard ", s, " exited by itself with status ", status, ": ",
+                              c_.Tail(c_.log(absl::StrCat("shard", s)))));
+      RestartShard(s);
+    }
+    for (int w = 0; w < o_.cluster.workers; ++w) {
+      if (c_.worker(w).Running() || Active("worker_kill", w)) continue;
+      const int status = c_.worker(w).Wait(absl::ZeroDuration()).value_or(-1);
+      Violate(0, absl::StrCat("worker ", w, " exited by itself with status ", status, ": ",
+                              c_.Tail(c_.log(absl::StrCat("worker", w)))));
+      c_.StartWorker(w);
+      tails_[w].Reset(c_.worker_events(w, c_.worker_runs(w) - 1));
+    }
+  }
+
+  // --- the end ----------------------------------------------------------------------------
+  void Stop() {
+    for (int s = 0; s < o_.cluster.shards; ++s) {
+      const auto n = c_.proxy(s).counts();
+      FaultCounts& t = r_.messages;
+      t.forwarded += n.forwarded;
+      t.dropped += n.dropped;
+      t.duplicated += n.duplicated;
+      t.delayed += n.delayed;
+      t.corrupted += n.corrupted;
+      t.replayed += n.replayed;
+      t.replay_refused += n.replay_refused;
+      t.replay_answered += n.replay_answered;
+      t.connections += n.connections;
+    }
+    for (int w = 0; w < o_.cluster.workers; ++w) c_.worker(w).Signal(SIGTERM);
+    for (int w = 0; w < o_.cluster.workers; ++w) {
+      const auto st = c_.worker(w).Wait(absl::Seconds(60));
+      if (st != 0)
+        Violate(0, absl::StrCat("worker ", w, " did not stop cleanly on SIGTERM: status ",
+                                st.value_or(-1), ": ", c_.Tail(c_.log(absl::StrCat("worker", w)))));
+    }
+    for (int s = 0; s < o_.cluster.shards; ++s) c_.shard(s).Signal(SIGTERM);
+    for (int s = 0; s < o_.cluster.shards; ++s) {
+      const auto st = c_.shard(s).Wait(absl::Seconds(60));
+      if (st != 0)
+        Violate(0, absl::StrCat("shard ", s, " did not stop cleanly on SIGTERM: status ",
+                                st.value_or(-1), ": ", c_.Tail(c_.log(absl::StrCat("shard", s)))));
+    }
+  }
+
+  // Runs a command to its end; returns its exit status and output.
+  std::pair<int, std::string> Command(const std::vector<std::string>& argv,
+                                      const std::string& name) {
+    const auto log = c_.log(name);
+    std::filesystem::remove(log);
+    Process p(argv, log.string());
+    const int st = p.Wait(absl::Minutes(5)).value_or(-1);
+    std::ifstream in(log);
+    return {st, std::string((std::istreambuf_iterator<char>(in)), {})};
+  }
+
+  void Check() {
+    CheckNobodyWaits();
+    CheckTrails();
+    CheckStores();
+    CheckProgress();
+  }
+
+  // Invariant 1.
+  void CheckNobodyWaits() {
+    const int W = o_.cluster.workers, S = o_.cluster.shards;
+    std::vector<double> typical(W, 0);
+    for (int w = 0; w < W; ++w) {
+      std::vector<double> rates;
+      for (size_t i = 1; i < steps_[w].size(); ++i)
+        if (steps_[w][i].run == steps_[w][i - 1].run)
+          rates.push_back((steps_[w][i].value - steps_[w][i - 1].value) /
+                          absl::ToDoubleSeconds(steps_[w][i].t - steps_[w][i - 1].t));
+      if (rates.empty()) continue;
+      std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
+      typical[w] = rates[rates.size() / 2];
+    }
+    uint64_t checked = 0;
+    for (const auto& f : r_.faults) {
+      const bool worker_fault = IsWorkerFault(f.kind);
+      if (!worker_fault && !IsShardProcessFault(f.kind)) continue;
+      if (f.end - f.start < kMinChecked) continue;
+      auto touched = [&](const char* prefix, int target) {  // by a fault of its own meanwhile
+        for (const auto& g : r_.faults)
+          if (&g != &f && g.target == target && g.kind.rfind(prefix, 0) == 0 &&
+              g.start < f.end + absl::Seconds(1) && g.end > f.start - absl::Seconds(1))
+            return true;
+        return false;
+      };
+      for (int w = 0; w < W; ++w) {
+        if ((worker_fault && w == f.target) || touched("worker_", w) || typical[w] <= 0) continue;
+        const auto a = At(steps_[w], f.start), b = At(steps_[w], f.end);
+        if (!a || !b || a->run != b->run || b->t <= a->t) continue;
+        const double ratio =
+            (b->value - a->value) / absl::ToDoubleSeconds(b->t - a->t) / typical[w];
+        r_.min_step_ratio = std::min(r_.min_step_ratio, ratio);
+        ++checked;
+        if (ratio < kMinStepRatio)
+          Violate(1, absl::StrFormat("worker %d stepped at %.2f of its median rate during %s "
+                                     "of %d (%.1f s)",
+                                     w, ratio, f.kind, f.target,
+                                     absl::ToDoubleSeconds(f.end - f.start)));
+      }
+      if (!worker_fault) continue;
+      for (int s = 0; s < S; ++s) {
+        if (touched("shard_", s) || touched("kill_", s) || touched("disk_", s)) continue;
+        const auto a = At(rounds_[s], f.start), b = At(rounds_[s], f.end);
+        if (!a || !b || a->run != b->run || b->t - a->t < absl::Seconds(2)) continue;
+        ++checked;
+        if (b->value <= a->value)
+          Violate(1, absl::StrFormat("shard %d closed no round in %.1f s while worker %d was "
+                                     "down (%s)",
+                                     s, absl::ToDoubleSeconds(b->t - a->t), f.target, f.kind));
+      }
+    }
+    r_.facts["nobody_waits_checks"] = absl::StrCat(checked);
+    int triggered = 0, armed = 0, filled = 0;
+    for (const auto& f : r_.faults) {
+      armed += f.kind == "kill_unanswered";
+      triggered += f.note.find("killed itself") != std::string::npos;
+      filled += f.kind == "disk_full" && f.note.rfind("filled", 0) == 0;
+    }
+    r_.facts["kill_unanswered_triggered"] = absl::StrCat(triggered, " of ", armed);
+    r_.facts["disk_full_filled"] = absl::StrCat(filled);
+    if (c_.has_tmpfs())  // what the full disk did: checkpoints refused, then resumed
+      r_.facts["disk_full_checkpoint_failures"] = absl::StrCat(
+          ReadEvents(c_.config().dir / absl::StrCat("shard", c_.tmpfs_shard(), ".jsonl"),
+                     "checkpoint_failed")
+              .size());
+    // Survived: the target was back at work within kBackWithin of the fault's end.
+    for (auto& f : r_.faults) {
+      const absl::Time by = f.end + kBackWithin;
+      if (IsWorkerFault(f.kind)) {
+        const auto& s = steps_[f.target];
+        f.survived = std::any_of(s.begin(), s.end(),
+                                 [&](const Sample& x) { return x.t > f.end && x.t <= by; });
+      } else {
+        const auto& s = rounds_[f.target];
+        const auto before = At(s, f.start);
+        f.survived = std::any_of(s.begin(), s.end(), [&](const Sample& x) {
+          return x.t > f.end && x.t <= by &&
+                 (!before || x.value > before->value || x.run != before->run);
+        });
+      }
+    }
+  }
+
+  // Invariants 2, 3, 6 and 5.
+  void CheckTrails() {
+    uint64_t applied = 0, rolled_back = 0, incarnations = 0;
+    std::vector<bool> per_round;
+    for (int s = 0; s < o_.cluster.shards; ++s) per_round.push_back(c_.per_round(s));
+    for (int s = 0; s < o_.cluster.shards; ++s) {
+      AuditSummary sum;
+      for (auto& v : CheckShardAudit(ReadAudit(c_.audit(s)), c_.per_round(s), &sum))
+        Violate(v.invariant, absl::StrCat("shard ", s, ": ", v.what));
+      applied += sum.applied;
+      rolled_back += sum.rolled_back;
+      incarnations += sum.incarnations;
+    }
+    uint64_t duplicates = 0, restarts_seen = 0;
+    for (int w = 0; w < o_.cluster.workers; ++w) {
+      for (int run = 0; run < c_.worker_runs(w); ++run) {
+        const auto file = c_.worker_events(w, run);
+        std::vector<WorkerApplied> seen;
+        for (const auto& e : ReadEvents(file, "applied"))
+          seen.push_back({static_cast<uint64_t>(e.at("shard")),
+                          static_cast<uint64_t>(e.at("fragment")),
+                          static_cast<uint64_t>(e.at("version"))});
+        for (auto& v :
+             CheckWorkerVersions(absl::StrCat("worker ", w, " run ", run), seen, per_round))
+          Violate(v.invariant, v.what);
+        duplicates += ReadEvents(file, "duplicate").size();
+        restarts_seen += ReadEvents(file, "shard_restart").size();
+      }
+    }
+    r_.facts["applied_pushes_audited"] = absl::StrCat(applied);
+    r_.facts["applied_rolled_back_periodic"] = absl::StrCat(rolled_back);
+    r_.facts["shard_incarnations"] = absl::StrCat(incarnations);
+    r_.facts["duplicate_answers_to_workers"] = absl::StrCat(duplicates);
+    r_.facts["shard_restarts_seen_by_workers"] = absl::StrCat(restarts_seen);
+    if (r_.messages.replay_answered > 0)
+      Violate(5, absl::StrCat(r_.messages.replay_answered,
+                              " replayed messages were answered other than with an Error"));
+  }
+
+  // Invariant 4.
+  void CheckStores() {
+    for (int s = 0; s < o_.cluster.shards; ++s) {
+      auto [st, out] = Command({o_.cluster.ctl_binary, "show", "--store=" + c_.store(s).string()},
+                               absl::StrCat("show", s));
+      if (st != 0)
+        Violate(4, absl::StrCat("store of shard ", s, " fails vetting (status ", st, "): ", out));
+    }
+  }
+
+  // Invariant 7.
+  void CheckProgress() {
+    const auto theta0 = c_.config().dir / "theta0.jsonl";
+    auto [st0, out0] =
+        Command({o_.cluster.worker_binary, "--model=" + o_.cluster.model, "--init_seed=1234",
+                 "--steps=1", "--eval_batches=64", "--metrics_jsonl=" + theta0.string()},
+                "theta0");
+    const auto done = ReadEvents(theta0, "done");
+    std::vector<std::string> argv = {o_.cluster.ctl_binary,
+                                     "eval",
+                                     "--model=" + o_.cluster.model,
+                                     "--data=synthetic",
+                                     "--eval_batches=64",
+                                     absl::StrCat("--fragments=", o_.cluster.fragments),
+                                     absl::StrCat("--shards=", o_.cluster.shards)};
+    for (int s = 0; s < o_.cluster.shards; ++s) argv.push_back(c_.store(s).string());
+    auto [st, out] = Command(argv, "eval");
+    std::smatch m;
+    static const std::regex re("loss ([0-9.]+) over ([0-9]+) tokens \\(entropy floor ([0-9.]+)");
+    if (st0 != 0 || done.empty() || !done[0].count("eval_initial") || st != 0 ||
+        !std::regex_search(out, m, re)) {
+      Violate(7, absl::StrCat("could not evaluate: theta(0) status ", st0, ", eval status ", st,
+                              ": ", out));
+      return;
+    }
+    const double initial = done[0].at("eval_initial"), final = std::stod(m[1]),
+                 floor = std::stod(m[3]);
+    const double closed = (initial - final) / (initial - floor);
+    r_.facts["loss_theta0"] = absl::StrFormat("%.4f", initial);
+    r_.facts["loss_final"] = absl::StrFormat("%.4f", final);
+    r_.facts["entropy_floor"] = absl::StrFormat("%.4f", floor);
+    r_.facts["eval_tokens"] = m[2];
+    r_.facts["gap_closed"] = absl::StrFormat("%.3f", closed);
+    if (!(closed >= 0.5))
+      Violate(7, absl::StrFormat("the global model closed %.3f of the gap from theta(0) (%.4f) "
+                                 "to the floor (%.4f): loss %.4f",
+                                 closed, initial, floor, final));
+  }
+
+  const ChaosOptions& o_;
+  ChaosCluster c_;
+  std::mt19937_64 rng_;
+  ChaosReport r_;
+  std::vector<FaultWindow*> active_;
+  bool started_kinds_ = false;
+  std::deque<std::string> first_kinds_;  // kinds not yet injected once
+  std::vector<std::vector<Sample>> steps_, rounds_;
+  std::vector<TailReader> tails_;
+  std::vector<int> shard_runs_;
+};
+
+}  // namespace
+
+ChaosReport RunChaos(const ChaosOptions& o) {
+  Run run(o);
+  return run.Go();
+}
+
+std::string ChaosReport::Text() const {
+  std::map<std::string, std::pair<int, int>> by_kind;  // injected, survived
+  for (const auto& f : faults) {
+    auto& k = by_kind[f.kind];
+    ++k.first;
+    k.second += f.survived;
+  }
+  std::string t = "fault                 injected  survived\n";
+  int total = 0, survived = 0;
+  for (const auto& [k, n] : by_kind) {
+    absl::StrAppendFormat(&t, "%-20s %9d %9d\n", k, n.first, n.second);
+    total += n.first;
+    survived += n.second;
+  }
+  absl::StrAppendFormat(&t, "%-20s %9d %9d\n", "processes and disk", total, survived);
+  const auto& m = messages;
+  absl::StrAppendFormat(&t,
+                        "messages: %d forwarded, %d dropped, %d duplicated, %d delayed, %d "
+                        "corrupted, %d replayed (%d refused, %d answered)\n",
+                        m.forwarded, m.dropped, m.duplicated, m.delayed, m.corrupted, m.replayed,
+                        m.replay_refused, m.replay_answered);
+  absl::StrAppendFormat(&t, "faults in all: %d\n", total + static_cast<int>(m.faults()));
+  for (const auto& [k, v] : facts) absl::StrAppend(&t, k, ": ", v, "\n");
+  if (min_step_ratio < 1e9)
+    absl::StrAppendFormat(&t, "tightest step-rate ratio during a fault: %.2f (bound %.2f)\n",
+                          min_step_ratio, kMinStepRatio);
+  absl::StrAppendFormat(&t, "violations: %d\n", violations.size());
+  for (const auto& v : violations)
+    absl::StrAppend(&t, "  invariant ", v.invariant, ": ", v.what, "\n");
+  return t;
+}
+
+std::string ChaosReport::Json() const {
+  std::ostringstream j;
+  j << "{\"faults\":{";
+  std::map<std::string, std::pair<int, int>> by_kind;
+  for (const auto& f : faults) {
+    ++by_kind[f.kind].first;
+    by_kind[f.kind].second += f.survived;
+  }
+  bool first = true;
+  for (const auto& [k, n] : by_kind) {
+    j << (first ? "" : ",") << "\"" << k << "\":{\"injected\":" << n.first
+      << ",\"survived\":" << n.second << "}";
+    first = false;
+  }
+  j << "},\"messages\":{\"forwarded\":" << messages.forwarded << ",\"dropped\":" << messages.dropped
+    << ",\"duplicated\":" << messages.duplicated << ",\"delayed\":" << messages.delayed
+    << ",\"corrupted\":" << messages.corrupted << ",\"replayed\":" << messages.replayed
+    << ",\"replay_answered\":" << messages.replay_answered << "},\"facts\":{";
+  first = true;
+  for (const auto& [k, v] : facts) {
+    j << (first ? "" : ",") << "\"" << k << "\":\"" << v << "\"";
+    first = false;
+  }
+  j << "},\"fault_list\":[";
+  first = true;
+  for (const auto& f : faults) {
+    j << (first ? "" : ",") << "{\"kind\":\"" << f.kind << "\",\"target\":" << f.target
+      << ",\"seconds\":" << absl::ToDoubleSeconds(f.end - f.start)
+      << ",\"survived\":" << (f.survived ? "true" : "false") << ",\"note\":\"" << f.note << "\"}";
+    first = false;
+  }
+  j << "],\"violations\":[";
+  first = true;
+  for (const auto& v : violations) {
+    j << (first ? "" : ",") << "{\"invariant\":" << v.invariant
+      << ",\"what\":" << diloco::JsonString(v.what) << "}";
+    first = false;
+  }
+  j << "]}";
+  return j.str();
+}
+
+}  // namespace diloco::testing
