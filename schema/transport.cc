@@ -149,6 +149,12 @@ void TuneAllocatorForFrames() {
 #endif
 }
 
+void TrimFrameHeap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 uint64_t ChunkElements(uint32_t block) {
   const uint64_t b = block == 0 ? 1 : block;
   return ((uint64_t{1} << 20) + b - 1) / b * b;

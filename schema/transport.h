@@ -68,9 +68,17 @@ void ConfigureSocket(zmq::socket_t& socket);
 // faulting it in again. No-op outside glibc.
 void TuneAllocatorForFrames();
 
+// Hands the free pages of every malloc arena back to the kernel (glibc's malloc_trim): what
+// TuneAllocatorForFrames keeps mapped for the next burst of frames. For a process gone quiet
+// after one (a shard after its workers' fp32 joins: up to ~2 bytes per parameter at 124M), so
+// that its resident memory is what it holds, not what it once received. Costs the next burst
+// its page faults again. No-op outside glibc.
+void TrimFrameHeap();
+
 // Encoded payload chunking: payload frame i holds elements [i*chunk, (i+1)*chunk), each chunk
 // encoded on its own. A chunk is a whole number of codec blocks of about 1 Mi elements, so that
-// frames stay a few MiB (large received zmq frames are freshly mapped memory: slow, benchmarks/RESULTS.md "Transport").
+// frames stay a few MiB (large received zmq frames are freshly mapped memory: slow,
+// benchmarks/RESULTS.md "Transport").
 uint64_t ChunkElements(uint32_t block);
 
 // Fragment values (theta(0) uploads, FragmentUpdates) always travel as fp32, cut in chunks of

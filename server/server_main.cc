@@ -18,6 +18,7 @@
 #include "schema/curve.h"
 #include "schema/transport.h"
 #include "server/audit_log.h"
+#include "server/heap_trim.h"
 #include "server/metrics.h"
 #include "server/shard.h"
 
@@ -260,6 +261,8 @@ int main(int argc, char** argv) {
                     : ", no CURVE");
 
   audit->Started(**shard);
+  // Freed frames go back to the kernel after 2 s without a payload, once 64 MiB came in.
+  HeapTrimPolicy trim(64 << 20, absl::Seconds(2));
   std::vector<Outgoing> out;
   absl::Time next_progress = absl::Now() + absl::GetFlag(FLAGS_progress_interval);
   absl::Time next_metrics = absl::Now();
@@ -290,6 +293,11 @@ int main(int argc, char** argv) {
       if (frames->size() < 2) continue;  // a ROUTER always prepends the routing id
       std::string rid(static_cast<const char*>((*frames)[0].data()), (*frames)[0].size());
       frames->erase(frames->begin());
+      if (frames->size() > 1) {  // payload: heartbeats, pulls and Stats do not count
+        uint64_t bytes = 0;
+        for (const auto& f : *frames) bytes += f.size();
+        trim.Received(bytes, pass_start);
+      }
       wire::MessageIds claimed;
       if (auth) {
         if (auto s = CheckKeyBinding(*auth, (*frames)[0], &claimed); !s.ok()) {
@@ -300,6 +308,10 @@ int main(int argc, char** argv) {
       (*shard)->Handle(rid, std::move(*frames), &out);
     }
     (*shard)->Tick(&out);
+    if (trim.Due(absl::Now())) {
+      wire::TrimFrameHeap();
+      trim.Trimmed();
+    }
     if (zap && absl::Now() >= next_zap_note) {
       if (auto note = zap->TakeRefusalNote()) {  // at most one line per interval
         std::fprintf(stderr, "diloco-server[%u]: %s\n", o.shard, note->c_str());

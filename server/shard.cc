@@ -16,7 +16,7 @@
 #include "kernels/outer.h"
 #include "server/counter_table.h"
 #include "server/payload_check.h"
-#include "server/process_memory.h"
+#include "common/process_memory.h"
 
 namespace diloco::server {
 

@@ -20,6 +20,7 @@
 #include "common/checksum.h"
 #include "common/event_log.h"
 #include "common/model_spec.h"
+#include "common/process_memory.h"
 #include "schema/curve.h"
 #include "schema/transport.h"
 #include "worker/model/cpu_trainer.h"
@@ -166,15 +167,27 @@ void WriteSyncEvents(diloco::worker::SyncClient& sync, uint32_t wid, diloco::Eve
 }
 
 // Held-out loss of `values` on the trainer's own device (a GPU worker's model is far too slow to
-// evaluate on the CPU); the trainer's parameters are put back afterwards.
-float EvalOnTrainer(diloco::Trainer& tr, std::span<const float> values) {
+// evaluate on the CPU). With `restore` the trainer's parameters are put back afterwards, from a
+// copy (4 bytes per parameter while it lasts); without, they are left as `values` (the end of a
+// run, when nothing reads them again).
+float EvalOnTrainer(diloco::Trainer& tr, std::span<const float> values, bool restore = true) {
   std::span<float> p = tr.params();
-  const std::vector<float> saved(p.begin(), p.end());
+  std::vector<float> saved;
+  if (restore) saved.assign(p.begin(), p.end());
   std::copy(values.begin(), values.end(), p.begin());
   const float loss = tr.EvalLoss();
+  if (!restore) return loss;
   p = tr.params();  // fetched again: a GPU trainer's host mirror is refreshed by params()
   std::copy(saved.begin(), saved.end(), p.begin());
   return loss;
+}
+
+// Resident memory now and at peak, per parameter, into `ev` under `prefix`.
+void AddMemory(diloco::JsonObject& ev, const std::string& prefix, uint64_t params) {
+  const auto m = diloco::ReadProcessMemory();
+  if (!m.ok() || params == 0) return;
+  ev.Add(prefix + "resident_bytes_per_param", static_cast<double>(m->resident_bytes) / params);
+  ev.Add(prefix + "peak_bytes_per_param", static_cast<double>(m->peak_resident_bytes) / params);
 }
 
 absl::StatusOr<std::unique_ptr<diloco::Trainer>> MakeTrainer(
@@ -271,10 +284,18 @@ int main(int argc, char** argv) {
     sync = std::move(*s);
     const uint64_t initial = ParamsChecksum(tr.params());
     const absl::Time t0 = absl::Now();
+    JsonObject setup;  // what the trainer and the sync client hold before any traffic
+    setup.Add("event", "setup").Add("worker", uint64_t{wid});
+    AddMemory(setup, "", tr.params().size());
+    log->Write(setup);
     const absl::Status st = sync->Join(tr.params(), absl::GetFlag(FLAGS_join_timeout));
+    // The join pulled every fragment in fp32 at once (4 bytes per parameter of frames, freed but
+    // kept mapped by TuneAllocatorForFrames): handed back, as pushes never need that much.
+    wire::TrimFrameHeap();
     if (st.ok() && absl::GetFlag(FLAGS_log_sync_events)) {
       JsonObject ev;
       ev.Add("event", "joined").Add("worker", uint64_t{wid});
+      AddMemory(ev, "", tr.params().size());
       ev.Add("params_checksum", ParamsChecksum(tr.params()));
       ev.Add("initial_checksum", initial);
       ev.Add("join_ms", absl::ToDoubleMilliseconds(absl::Now() - t0));
@@ -403,11 +424,6 @@ int main(int argc, char** argv) {
     done.Add("resends", st.resends).Add("joined", uint64_t{st.joined});
     done.Add("reconnects", st.reconnects).Add("errors", st.errors).Add("refused", st.refused);
     done.Add("after_step_us", st.after_step_us).Add("step_time_us", st.step_time_us);
-    const float g = EvalOnTrainer(tr, sync->global_params());
-    if (std::isfinite(g)) {
-      done.Add("eval_global", static_cast<double>(g));
-      global_str = absl::StrFormat(", global model %.4f", g);
-    }
   }
   done.Add("heldout_tokens", heldout_tokens);
   if (oracle.ok() && *oracle >= 0) done.Add("entropy_floor", *oracle);
@@ -422,6 +438,15 @@ int main(int argc, char** argv) {
     else
       done.Add("saved_model", out);
   }
+  if (sync) {
+    // Last: the local parameters are overwritten by the global ones, not copied aside.
+    const float g = EvalOnTrainer(tr, sync->global_params(), /*restore=*/false);
+    if (std::isfinite(g)) {
+      done.Add("eval_global", static_cast<double>(g));
+      global_str = absl::StrFormat(", global model %.4f", g);
+    }
+  }
+  AddMemory(done, "", tr.params().size());
   log->Write(done);
   std::fprintf(stderr,
                "diloco-worker[%u]: done after %ld steps; held-out loss %.4f -> %.4f on %lld "

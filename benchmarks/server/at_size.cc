@@ -32,7 +32,7 @@
 #include "absl/time/clock.h"
 #include "benchmarks/server/spawn.h"
 #include "schema/transport.h"
-#include "server/process_memory.h"
+#include "common/process_memory.h"
 #include "tests/integration/synthetic_pusher.h"
 
 namespace {
@@ -150,7 +150,7 @@ void Run(const Config& c, const std::string& durability, double seconds) {
     bad += StatNumber(eps[s], "bad_messages");
     refused += StatNumber(eps[s], "refused") + StatNumber(eps[s], "no_credit");
     params += StatNumber(eps[s], "params");
-    auto m = server::ReadProcessMemory(pids[s]);
+    auto m = ReadProcessMemory(pids[s]);
     if (m.ok()) {
       rss = std::max(rss, m->resident_bytes / StatNumber(eps[s], "params"));
       hwm = std::max(hwm, m->peak_resident_bytes / StatNumber(eps[s], "params"));

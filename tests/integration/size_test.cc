@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/process_memory.h"
+#include "common/process_memory.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/synthetic_pusher.h"
 
@@ -59,7 +59,7 @@ TEST_P(SizeTest, ShardOf124MAppliesEveryPushAndRecoversWhatItPublished) {
   EXPECT_EQ(p.pushes_applied(), uint64_t{kRounds} * kFragments);
 
   // Steady state: every round closed and published, no push open.
-  auto mem = server::ReadProcessMemory(c.shards[0]->pid());
+  auto mem = ReadProcessMemory(c.shards[0]->pid());
   ASSERT_TRUE(mem.ok()) << mem.status();
   const double rss = mem->resident_bytes / params, hwm = mem->peak_resident_bytes / params;
   std::printf("shard %s: %.0f params, resident %.2f B/param (bound %.1f), peak %.2f B/param\n",

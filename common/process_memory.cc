@@ -1,4 +1,4 @@
-#include "server/process_memory.h"
+#include "common/process_memory.h"
 
 #include <fstream>
 #include <string>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
-namespace diloco::server {
+namespace diloco {
 
 absl::StatusOr<ProcessMemory> ReadProcessMemory(pid_t pid) {
   const std::string path =
@@ -37,4 +37,4 @@ absl::StatusOr<ProcessMemory> ReadProcessMemory(pid_t pid) {
   return m;
 }
 
-}  // namespace diloco::server
+}  // namespace diloco
