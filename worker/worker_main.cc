@@ -182,12 +182,12 @@ float EvalOnTrainer(diloco::Trainer& tr, std::span<const float> values, bool res
   return loss;
 }
 
-// Resident memory now and at peak, per parameter, into `ev` under `prefix`.
-void AddMemory(diloco::JsonObject& ev, const std::string& prefix, uint64_t params) {
+// This process's resident memory now and at its peak, per parameter, into `ev`.
+void AddMemory(diloco::JsonObject& ev, uint64_t params) {
   const auto m = diloco::ReadProcessMemory();
   if (!m.ok() || params == 0) return;
-  ev.Add(prefix + "resident_bytes_per_param", static_cast<double>(m->resident_bytes) / params);
-  ev.Add(prefix + "peak_bytes_per_param", static_cast<double>(m->peak_resident_bytes) / params);
+  ev.Add("resident_bytes_per_param", static_cast<double>(m->resident_bytes) / params);
+  ev.Add("peak_bytes_per_param", static_cast<double>(m->peak_resident_bytes) / params);
 }
 
 absl::StatusOr<std::unique_ptr<diloco::Trainer>> MakeTrainer(
@@ -286,7 +286,7 @@ int main(int argc, char** argv) {
     const absl::Time t0 = absl::Now();
     JsonObject setup;  // what the trainer and the sync client hold before any traffic
     setup.Add("event", "setup").Add("worker", uint64_t{wid});
-    AddMemory(setup, "", tr.params().size());
+    AddMemory(setup, tr.params().size());
     log->Write(setup);
     const absl::Status st = sync->Join(tr.params(), absl::GetFlag(FLAGS_join_timeout));
     // The join pulled every fragment in fp32 at once (4 bytes per parameter of frames, freed but
@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
     if (st.ok() && absl::GetFlag(FLAGS_log_sync_events)) {
       JsonObject ev;
       ev.Add("event", "joined").Add("worker", uint64_t{wid});
-      AddMemory(ev, "", tr.params().size());
+      AddMemory(ev, tr.params().size());
       ev.Add("params_checksum", ParamsChecksum(tr.params()));
       ev.Add("initial_checksum", initial);
       ev.Add("join_ms", absl::ToDoubleMilliseconds(absl::Now() - t0));
@@ -446,7 +446,7 @@ int main(int argc, char** argv) {
       global_str = absl::StrFormat(", global model %.4f", g);
     }
   }
-  AddMemory(done, "", tr.params().size());
+  AddMemory(done, tr.params().size());
   log->Write(done);
   std::fprintf(stderr,
                "diloco-worker[%u]: done after %ld steps; held-out loss %.4f -> %.4f on %lld "

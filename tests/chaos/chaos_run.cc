@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -367,32 +368,20 @@ class Run {
 
   // --- the end ----------------------------------------------------------------------------
   void Stop() {
-    for (int s = 0; s < o_.cluster.shards; ++s) {
-      const auto n = c_.proxy(s).counts();
-      FaultCounts& t = r_.messages;
-      t.forwarded += n.forwarded;
-      t.dropped += n.dropped;
-      t.duplicated += n.duplicated;
-      t.delayed += n.delayed;
-      t.corrupted += n.corrupted;
-      t.replayed += n.replayed;
-      t.replay_refused += n.replay_refused;
-      t.replay_answered += n.replay_answered;
-      t.connections += n.connections;
-    }
-    for (int w = 0; w < o_.cluster.workers; ++w) c_.worker(w).Signal(SIGTERM);
-    for (int w = 0; w < o_.cluster.workers; ++w) {
-      const auto st = c_.worker(w).Wait(absl::Seconds(60));
+    for (int s = 0; s < o_.cluster.shards; ++s) r_.messages += c_.proxy(s).counts();
+    // Workers first (they drain into the shards), then the shards (a final checkpoint each).
+    StopAll("worker", o_.cluster.workers, [&](int w) -> Process& { return c_.worker(w); });
+    StopAll("shard", o_.cluster.shards, [&](int s) -> Process& { return c_.shard(s); });
+  }
+
+  // SIGTERM to each, then each must exit with status 0 within a minute.
+  void StopAll(const std::string& role, int n, const std::function<Process&(int)>& process) {
+    for (int i = 0; i < n; ++i) process(i).Signal(SIGTERM);
+    for (int i = 0; i < n; ++i) {
+      const auto st = process(i).Wait(absl::Seconds(60));
       if (st != 0)
-        Violate(0, absl::StrCat("worker ", w, " did not stop cleanly on SIGTERM: status ",
-                                st.value_or(-1), ": ", c_.Tail(c_.log(absl::StrCat("worker", w)))));
-    }
-    for (int s = 0; s < o_.cluster.shards; ++s) c_.shard(s).Signal(SIGTERM);
-    for (int s = 0; s < o_.cluster.shards; ++s) {
-      const auto st = c_.shard(s).Wait(absl::Seconds(60));
-      if (st != 0)
-        Violate(0, absl::StrCat("shard ", s, " did not stop cleanly on SIGTERM: status ",
-                                st.value_or(-1), ": ", c_.Tail(c_.log(absl::StrCat("shard", s)))));
+        Violate(0, absl::StrCat(role, " ", i, " did not stop cleanly on SIGTERM: status ",
+                                st.value_or(-1), ": ", c_.Tail(c_.log(absl::StrCat(role, i)))));
     }
   }
 

@@ -196,16 +196,7 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string&
         l.Deliver(std::move(node.mapped()), &c);
       }
       MutexLock lock(&self->mu_);
-      FaultCounts& t = self->counts_;
-      t.forwarded += c.forwarded;
-      t.dropped += c.dropped;
-      t.duplicated += c.duplicated;
-      t.delayed += c.delayed;
-      t.corrupted += c.corrupted;
-      t.replayed += c.replayed;
-      t.replay_refused += c.replay_refused;
-      t.replay_answered += c.replay_answered;
-      t.connections += c.connections;
+      self->counts_ += c;
     }
   });
   return p;

@@ -50,6 +50,18 @@ struct FaultCounts {
   uint64_t replay_answered = 0;  // any other answer to a replay: a replay was accepted
   uint64_t connections = 0;      // worker connections seen
   uint64_t faults() const { return dropped + duplicated + delayed + corrupted + replayed; }
+  FaultCounts& operator+=(const FaultCounts& o) {
+    forwarded += o.forwarded;
+    dropped += o.dropped;
+    duplicated += o.duplicated;
+    delayed += o.delayed;
+    corrupted += o.corrupted;
+    replayed += o.replayed;
+    replay_refused += o.replay_refused;
+    replay_answered += o.replay_answered;
+    connections += o.connections;
+    return *this;
+  }
 };
 
 class FaultProxy {

@@ -14,21 +14,12 @@
 
 #include "gtest/gtest.h"
 #include "schema/transport.h"
+#include "tests/util/sanitizer_malloc.h"
 
 namespace diloco::wire {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kOwnMalloc = true;  // ASan replaces malloc: nothing of glibc's to tune
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kOwnMalloc = true;
-#else
-constexpr bool kOwnMalloc = false;
-#endif
-#else
-constexpr bool kOwnMalloc = false;
-#endif
+constexpr bool kOwnMalloc = ::diloco::testing::kSanitizerMalloc;
 
 // Transparent huge pages on every anonymous mapping: faults come per 2 MiB, not per page, and
 // the counts below mean something else.

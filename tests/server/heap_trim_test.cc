@@ -9,8 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "schema/transport.h"
 #include "common/process_memory.h"
+#include "schema/transport.h"
+#include "tests/util/sanitizer_malloc.h"
 
 namespace diloco::server {
 namespace {
@@ -32,17 +33,7 @@ TEST(HeapTrimPolicyTest, DueAfterABurstAndAQuietSpellOnce) {
   EXPECT_TRUE(p.Due(t0 + absl::Seconds(63)));
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kOwnMalloc = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kOwnMalloc = true;
-#else
-constexpr bool kOwnMalloc = false;
-#endif
-#else
-constexpr bool kOwnMalloc = false;
-#endif
+constexpr bool kOwnMalloc = ::diloco::testing::kSanitizerMalloc;
 
 TEST(TrimFrameHeapTest, FreedFramesPagesGoBack) {
 #if !defined(__GLIBC__)
