@@ -70,7 +70,7 @@ struct PushJob {
 struct Arrival {
   enum Kind {
     kUpdate,    // a FragmentUpdate (fp32 chunks) to adopt
-    kDone,      // this worker's push is answered without an update (Duplicate, Stale, refused)
+    kDone,      // this worker's push ended not applied (Stale, refused, lost by a restarted shard)
     kReset,     // the shard restarted: forget the adopted version, take what it sends next
     kNeedInit,  // the shard has no values for the fragment: send it ours
   } kind = kUpdate;

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <span>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -17,9 +20,10 @@ namespace {
 
 // One shard of the tiny model (4 fragments) and a client's options for it: int8 pushes, every
 // fragment due on the same step once every `inner_steps`.
-worker::SyncOptions OneShardOptions(LocalShards& shards, uint32_t inner_steps) {
+worker::SyncOptions OneShardOptions(LocalShards& shards, uint32_t inner_steps,
+                                    const std::vector<std::string>& server_flags = {}) {
   shards.dir = TestDir();
-  shards.StartShards(1);
+  shards.StartShards(1, server_flags);
   worker::SyncOptions o;
   o.servers = shards.endpoints;
   o.worker_id = 0;
@@ -106,6 +110,52 @@ TEST_P(DamagedPushTest, IsSentAgainOnceThenGivenUp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sends, DamagedPushTest, ::testing::Values(1u, 2u));
+
+// An applied push whose Applied answer was lost (the shard killed between making it durable and
+// sending it, then restarted on its store) is answered Duplicate after the resend; the update
+// the worker then pulls is that push's answer, and adoption takes its delta out exactly once.
+// Same setting as above (one worker, fp32, outer lr 1, no momentum, lockstep): had the pulled
+// update not been taken as the push's answer, the pushed work would be counted twice.
+TEST(SyncClientTest, APushWhoseAppliedAnswerWasLostIsAdoptedOnce) {
+  LocalShards shards;
+  const std::vector<std::string> flags = {"--durability=per-round", "--outer_lr=1",
+                                          "--outer_momentum=0"};
+  std::vector<std::string> first = flags;
+  first.push_back("--test_kill_after_applied=6");  // the second push step's answers die unsent
+  worker::SyncOptions o = OneShardOptions(shards, 5, first);
+  o.codec = *kernels::ParseCodec("fp32");
+  o.lockstep = true;
+  o.shard_timeout = absl::Milliseconds(500);
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  // The shard kills itself; it comes back on the same address and store.
+  std::thread restarter([&] {
+    if (shards.shards[0]->Wait(absl::Seconds(60)).has_value())
+      shards.shards[0] = shards.StartShard(0, 1, shards.endpoints[0], flags);
+  });
+  std::vector<float> params(manifest->total_elements(), 1.0f);
+  std::vector<float> alone(params.size(), 1.0f);  // the same training without sync
+  auto client = worker::SyncClient::Create(o, *manifest);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
+  constexpr int kSteps = 40;
+  for (int s = 0; s < kSteps; ++s) {
+    for (float& p : params) p -= 1e-4f;
+    for (float& p : alone) p -= 1e-4f;
+    (*client)->AfterStep(params, 64, absl::Milliseconds(1));
+  }
+  ASSERT_TRUE((*client)->Drain(params, absl::Seconds(20)).ok());
+  restarter.join();
+  const worker::SyncStats st = (*client)->stats();
+  EXPECT_EQ(st.shard_restarts, 1u);
+  EXPECT_GE(st.duplicates, 1u) << "no Applied answer was lost: the case is not exercised";
+  EXPECT_EQ(st.applied + st.duplicates, st.pushes);
+  for (size_t i = 0; i < params.size(); ++i)
+    ASSERT_NEAR(params[i], alone[i], 2e-5f) << "element " << i << " counted a push twice";
+  // Every push applied once: the global values are the local ones (the run ends on a push).
+  const std::span<const float> global = (*client)->global_params();
+  EXPECT_NEAR(global[0], params[0], 2e-5f);
+}
 
 }  // namespace
 }  // namespace diloco::testing
