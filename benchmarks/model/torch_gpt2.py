@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""The same GPT-2 training step in PyTorch eager, for comparison with model_gpu_bench.
+"""The same GPT-2 training step in PyTorch eager, for comparison with model_gpu_bench and
+model_cpu_bench.
 
-Same model (pre-LN GPT-2, tanh GELU, tied LM head, explicit causal softmax attention), batch
-(8 x 1024), precision (fp32 parameters, TF32 matmuls) and optimizer (AdamW, clip 1.0).
-Prints "RESULT name tokens_per_s tflops" lines like model_gpu_bench.
+Same model (pre-LN GPT-2, tanh GELU, tied LM head, explicit causal softmax attention) and
+optimizer (AdamW, clip 1.0). On the GPU (default): GPT-2 124M and 350M, batch 8 x 1024, fp32
+parameters with TF32 matmuls. With --device cpu: one preset of common/model_spec.cc (tiny,
+small) at batch 8 x context, fp32, --threads intra-op threads (run it with
+OMP_WAIT_POLICY=PASSIVE: spinning OpenMP workers starve a 2-core box; cpu_vs_torch.py does).
+Prints "RESULT name tokens_per_s tflops" lines like the C++ benchmarks.
   python3 torch_gpt2.py [--batch 8] [--steps 10] [--sdpa]
+  python3 torch_gpt2.py --device cpu --model small --threads 1 [--steps 20]
 """
 import argparse
+import contextlib
 import math
 import time
 
@@ -14,8 +20,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-CONFIGS = {"gpt2-124m": (12, 12, 768), "gpt2-350m": (24, 16, 1024)}
-VOCAB, CONTEXT = 50257, 1024
+# name: (L, H, C, vocab, context)
+CONFIGS = {"gpt2-124m": (12, 12, 768, 50257, 1024), "gpt2-350m": (24, 16, 1024, 50257, 1024)}
+CPU_CONFIGS = {"tiny": (2, 4, 64, 256, 64), "small": (4, 4, 128, 256, 128)}
 
 
 class Block(nn.Module):
@@ -45,9 +52,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, L, H, C, sdpa):
+    def __init__(self, L, H, C, V, T, sdpa):
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(VOCAB, C), nn.Embedding(CONTEXT, C)
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
         self.h = nn.ModuleList(Block(C, H, sdpa) for _ in range(L))
         self.ln_f = nn.LayerNorm(C)
         # GPT-2 init as InitGpt2 (worker/model/param_layout.cc): matrices and embeddings
@@ -67,7 +74,49 @@ class GPT(nn.Module):
         for b in self.h:
             x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def measure(name, cfg, batch, steps, sdpa, dev):
+    """Times `steps` training steps after 3 warm-up ones and prints the RESULT line."""
+    L, H, C, V, T = cfg
+    # Initialise on the GPU: seconds less of CPU init at 350M (torch.device is a context
+    # manager from PyTorch 2.0; Debian 12's 1.13 runs the CPU path only).
+    with torch.device(dev) if dev == "cuda" else contextlib.nullcontext():
+        model = GPT(L, H, C, V, T, sdpa)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+    idx = torch.randint(0, V, (batch, T), device=dev)
+    tgt = torch.randint(0, V, (batch, T), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    for _ in range(3):
+        step()
+    sync()
+    t0 = time.time()
+    for _ in range(steps):
+        loss = step()
+    sync()
+    sec = time.time() - t0
+    P = sum(p.numel() for p in model.parameters())
+    tokens = batch * T * steps
+    flops = tokens * (6.0 * P + 12.0 * L * T * C)
+    print(f"{name} batch {batch} x {T}: {tokens / sec:.0f} tokens/s, "
+          f"{flops / sec / 1e12:.4f} TFLOP/s, {1e3 * sec / steps:.1f} ms/step, "
+          f"loss {loss.item():.3f}")
+    print(f"RESULT {name} {tokens / sec:.1f} {flops / sec / 1e12:.5f}")
+    del model, opt
 
 
 def main():
@@ -75,48 +124,21 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--sdpa", action="store_true", help="fused attention instead of explicit")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--model", choices=sorted(CPU_CONFIGS), default="small", help="--device cpu")
+    ap.add_argument("--threads", type=int, default=1, help="--device cpu: intra-op threads")
     args = ap.parse_args()
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)
+        measure(args.model, CPU_CONFIGS[args.model], args.batch, args.steps, args.sdpa, "cpu")
+        return
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure")
         return
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    dev = "cuda"
-    for name, (L, H, C) in CONFIGS.items():
-        with torch.device(dev):  # initialise on the GPU: seconds less of CPU init at 350M
-            model = GPT(L, H, C, args.sdpa)
-        decay = [p for p in model.parameters() if p.dim() == 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                 {"params": no_decay, "weight_decay": 0.0}],
-                                lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
-        idx = torch.randint(0, VOCAB, (args.batch, CONTEXT), device=dev)
-        tgt = torch.randint(0, VOCAB, (args.batch, CONTEXT), device=dev)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = model(idx, tgt)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            return loss
-
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
-        t0 = time.time()
-        for _ in range(args.steps):
-            loss = step()
-        torch.cuda.synchronize()
-        sec = time.time() - t0
-        P = sum(p.numel() for p in model.parameters())
-        tokens = args.batch * CONTEXT * args.steps
-        flops = tokens * (6.0 * P + 12.0 * L * CONTEXT * C)
-        print(f"{name} batch {args.batch} x {CONTEXT}: {tokens / sec:.0f} tokens/s, "
-              f"{flops / sec / 1e12:.1f} TFLOP/s, {1e3 * sec / args.steps:.1f} ms/step, "
-              f"loss {loss.item():.3f}")
-        print(f"RESULT {name} {tokens / sec:.1f} {flops / sec / 1e12:.3f}")
-        del model, opt
+    for name, cfg in CONFIGS.items():
+        measure(name, cfg, args.batch, args.steps, args.sdpa, "cuda")
         torch.cuda.empty_cache()
 
 

@@ -2,7 +2,9 @@
 // softmax in place, out = att v. The strided q/k/v slices of qkv are passed to BLAS through
 // their leading dimension (3C), so nothing is copied.
 #include <cmath>
+#include <type_traits>
 
+#include "worker/model/fast_f32.h"
 #include "worker/model/layers.h"
 
 namespace diloco::model {
@@ -20,6 +22,11 @@ void AttentionForward(F* out, F* att, const F* qkv, int B, int T, int C, int NH)
       Gemm<F>(false, true, T, T, hs, scale, q, C3, k, C3, F(0), a, T);
       for (int i = 0; i < T; ++i) {
         F* row = a + int64_t(i) * T;
+        if constexpr (std::is_same_v<F, float>) {
+          f32::SoftmaxRow(row, i + 1);
+          for (int j = i + 1; j < T; ++j) row[j] = 0;
+          continue;
+        }
         F mx = row[0];
         for (int j = 1; j <= i; ++j) mx = row[j] > mx ? row[j] : mx;
         F sum = 0;

@@ -23,10 +23,10 @@ absl::StatusOr<std::unique_ptr<Gpt<F>>> Gpt<F>::Create(const GptConfig& config, 
   g->B_ = batch;
   g->T_ = seq_len;
   g->params_.assign(g->layout_.total, F(0));
-  g->Allocate(g->acts_, false);
+  g->Allocate(g->acts_);
   if (training) {
     g->grads_.assign(g->layout_.total, F(0));
-    g->Allocate(g->dacts_, true);
+    g->AllocateGrads();
     g->scratch_.assign(size_t(seq_len) * seq_len, F(0));
   }
   g->inputs_.assign(size_t(batch) * seq_len, 0);
@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<Gpt<F>>> Gpt<F>::Create(const GptConfig& config, 
 
 template <typename F>
 size_t Gpt<F>::ForwardActivationBytes(const GptConfig& c, int batch, int seq_len) {
-  // As Allocate(acts, false): per layer 18 (N, C) tensors, 4 statistics per position and the
+  // As Allocate(acts): per layer 18 (N, C) tensors, 4 statistics per position and the
   // (B, H, T, T) attention; then the embedding, ln_f with its statistics, logits, probabilities
   // and losses.
   const size_t N = size_t(batch) * seq_len, C = c.width, V = c.vocab;
@@ -45,49 +45,46 @@ size_t Gpt<F>::ForwardActivationBytes(const GptConfig& c, int batch, int seq_len
 }
 
 template <typename F>
-void Gpt<F>::Allocate(Acts& a, bool grads) {
+void Gpt<F>::Allocate(Acts& a) {
   const GptConfig& c = layout_.config;
   const size_t N = size_t(B_) * T_, C = c.width, V = c.vocab;
-  // Statistics (mean, rstd), probabilities and losses have no gradient buffer.
-  const size_t stat = grads ? 0 : N;
   a.encoded.assign(N * C, F(0));
   a.layers.resize(c.layers);
   for (Layer& l : a.layers) {
     l.ln1.assign(N * C, F(0));
-    l.ln1_mean.assign(stat, F(0));
-    l.ln1_rstd.assign(stat, F(0));
+    l.ln1_mean.assign(N, F(0));
+    l.ln1_rstd.assign(N, F(0));
     l.qkv.assign(N * 3 * C, F(0));
     l.atty.assign(N * C, F(0));
-    l.att.assign(grads ? 0 : size_t(B_) * c.heads * T_ * T_, F(0));
+    l.att.assign(size_t(B_) * c.heads * T_ * T_, F(0));
     l.attproj.assign(N * C, F(0));
     l.res2.assign(N * C, F(0));
     l.ln2.assign(N * C, F(0));
-    l.ln2_mean.assign(stat, F(0));
-    l.ln2_rstd.assign(stat, F(0));
+    l.ln2_mean.assign(N, F(0));
+    l.ln2_rstd.assign(N, F(0));
     l.fch.assign(N * 4 * C, F(0));
     l.fch_gelu.assign(N * 4 * C, F(0));
     l.fcproj.assign(N * C, F(0));
     l.res3.assign(N * C, F(0));
   }
   a.lnf.assign(N * C, F(0));
-  a.lnf_mean.assign(stat, F(0));
-  a.lnf_rstd.assign(stat, F(0));
+  a.lnf_mean.assign(N, F(0));
+  a.lnf_rstd.assign(N, F(0));
   a.logits.assign(N * V, F(0));
-  a.probs.assign(stat * V, F(0));
-  a.losses.assign(stat, F(0));
+  a.probs.assign(N * V, F(0));
+  a.losses.assign(N, F(0));
 }
 
 template <typename F>
-void Gpt<F>::Zero(Acts& a) {
-  auto z = [](std::vector<F>& v) { std::fill(v.begin(), v.end(), F(0)); };
-  z(a.encoded);
-  for (Layer& l : a.layers) {
-    for (std::vector<F>* v : {&l.ln1, &l.qkv, &l.atty, &l.attproj, &l.res2, &l.ln2, &l.fch,
-                              &l.fch_gelu, &l.fcproj, &l.res3})
-      z(*v);
-  }
-  z(a.lnf);
-  z(a.logits);
+void Gpt<F>::AllocateGrads() {
+  const GptConfig& c = layout_.config;
+  const size_t N = size_t(B_) * T_, C = c.width, V = c.vocab;
+  d_.dlogits.assign(N * V, F(0));
+  for (std::vector<F>* v : {&d_.dlnf, &d_.dresid, &d_.dln2, &d_.datty, &d_.dln1})
+    v->assign(N * C, F(0));
+  d_.dfch_gelu.assign(N * 4 * C, F(0));
+  d_.dfch.assign(N * 4 * C, F(0));
+  d_.dqkv.assign(N * 3 * C, F(0));
 }
 
 template <typename F>
@@ -131,43 +128,44 @@ void Gpt<F>::Backward() {
     std::fprintf(stderr, "Gpt::Backward on a forward-only model\n");
     std::abort();
   }
-  std::fill(grads_.begin(), grads_.end(), F(0));
-  Zero(dacts_);
+  auto zero = [](std::vector<F>& v) { std::fill(v.begin(), v.end(), F(0)); };
+  zero(grads_);
+  zero(d_.dlogits);
+  zero(d_.dresid);
   const F* p = params_.data();
   F* g = grads_.data();
-  CrossEntropyBackward(dacts_.logits.data(), acts_.probs.data(), targets_.data(), N, V, F(1) / N);
-  LinearBackward<F>(dacts_.lnf.data(), g + layout_.wte, nullptr, dacts_.logits.data(),
-                    acts_.lnf.data(), p + layout_.wte, N, C, V);
+  constexpr bool kOverwrite = true;
+  CrossEntropyBackward(d_.dlogits.data(), acts_.probs.data(), targets_.data(), N, V, F(1) / N);
+  LinearBackward<F>(d_.dlnf.data(), g + layout_.wte, nullptr, d_.dlogits.data(), acts_.lnf.data(),
+                    p + layout_.wte, N, C, V, kOverwrite);
   const int L = c.layers;
-  const F* x_last = acts_.layers[L - 1].res3.data();
-  LayerNormBackward(dacts_.layers[L - 1].res3.data(), g + layout_.lnfw, g + layout_.lnfb,
-                    dacts_.lnf.data(), x_last, p + layout_.lnfw, acts_.lnf_mean.data(),
+  F* dresid = d_.dresid.data();
+  LayerNormBackward(dresid, g + layout_.lnfw, g + layout_.lnfb, d_.dlnf.data(),
+                    acts_.layers[L - 1].res3.data(), p + layout_.lnfw, acts_.lnf_mean.data(),
                     acts_.lnf_rstd.data(), N, C);
+  // dresid holds d(res3) of layer i on entry, which is also d(fcproj) and part of d(res2).
   for (int i = L - 1; i >= 0; --i) {
     const LayerOffsets& o = layout_.layers[i];
     const Layer& a = acts_.layers[i];
-    Layer& d = dacts_.layers[i];
     const F* x = i == 0 ? acts_.encoded.data() : acts_.layers[i - 1].res3.data();
-    F* dx = i == 0 ? dacts_.encoded.data() : dacts_.layers[i - 1].res3.data();
-    ResidualBackward(d.res2.data(), d.fcproj.data(), d.res3.data(), int64_t(N) * C);
-    LinearBackward(d.fch_gelu.data(), g + o.fcprojw, g + o.fcprojb, d.fcproj.data(),
-                   a.fch_gelu.data(), p + o.fcprojw, N, 4 * C, C);
-    GeluBackward(d.fch.data(), a.fch.data(), d.fch_gelu.data(), int64_t(N) * 4 * C);
-    LinearBackward(d.ln2.data(), g + o.fcw, g + o.fcb, d.fch.data(), a.ln2.data(), p + o.fcw, N, C,
-                   4 * C);
-    LayerNormBackward(d.res2.data(), g + o.ln2w, g + o.ln2b, d.ln2.data(), a.res2.data(),
-                      p + o.ln2w, a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
-    ResidualBackward(dx, d.attproj.data(), d.res2.data(), int64_t(N) * C);
-    LinearBackward(d.atty.data(), g + o.attprojw, g + o.attprojb, d.attproj.data(), a.atty.data(),
-                   p + o.attprojw, N, C, C);
-    AttentionBackward(d.qkv.data(), scratch_.data(), d.atty.data(), a.qkv.data(), a.att.data(), B,
-                      T, C, NH);
-    LinearBackward(d.ln1.data(), g + o.qkvw, g + o.qkvb, d.qkv.data(), a.ln1.data(), p + o.qkvw, N,
-                   C, 3 * C);
-    LayerNormBackward(dx, g + o.ln1w, g + o.ln1b, d.ln1.data(), x, p + o.ln1w, a.ln1_mean.data(),
-                      a.ln1_rstd.data(), N, C);
+    LinearBackward(d_.dfch_gelu.data(), g + o.fcprojw, g + o.fcprojb, dresid, a.fch_gelu.data(),
+                   p + o.fcprojw, N, 4 * C, C, kOverwrite);
+    GeluBackward(d_.dfch.data(), a.fch.data(), d_.dfch_gelu.data(), int64_t(N) * 4 * C, kOverwrite);
+    LinearBackward(d_.dln2.data(), g + o.fcw, g + o.fcb, d_.dfch.data(), a.ln2.data(), p + o.fcw, N,
+                   C, 4 * C, kOverwrite);
+    LayerNormBackward(dresid, g + o.ln2w, g + o.ln2b, d_.dln2.data(), a.res2.data(), p + o.ln2w,
+                      a.ln2_mean.data(), a.ln2_rstd.data(), N, C);  // dresid = d(res2)
+    LinearBackward(d_.datty.data(), g + o.attprojw, g + o.attprojb, dresid, a.atty.data(),
+                   p + o.attprojw, N, C, C, kOverwrite);
+    zero(d_.dqkv);
+    AttentionBackward(d_.dqkv.data(), scratch_.data(), d_.datty.data(), a.qkv.data(), a.att.data(),
+                      B, T, C, NH);
+    LinearBackward(d_.dln1.data(), g + o.qkvw, g + o.qkvb, d_.dqkv.data(), a.ln1.data(), p + o.qkvw,
+                   N, C, 3 * C, kOverwrite);
+    LayerNormBackward(dresid, g + o.ln1w, g + o.ln1b, d_.dln1.data(), x, p + o.ln1w,
+                      a.ln1_mean.data(), a.ln1_rstd.data(), N, C);  // dresid = d(x)
   }
-  EncoderBackward(g + layout_.wte, g + layout_.wpe, dacts_.encoded.data(), inputs_.data(), B, T, C);
+  EncoderBackward(g + layout_.wte, g + layout_.wpe, dresid, inputs_.data(), B, T, C);
 }
 
 template class Gpt<float>;

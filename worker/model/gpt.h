@@ -1,7 +1,7 @@
 // The GPT-2 model on the CPU: parameters and their gradients as flat buffers in manifest order,
-// activations for one (B, T) allocated once and reused by every step. Forward computes the mean
-// cross-entropy; Backward fills grads() (it zeroes them first). Templated like layers.h: float
-// for training, double for the gradient checks.
+// activations for one (B, T) allocated once and reused by every step (no allocation per step).
+// Forward computes the mean cross-entropy; Backward fills grads() (it zeroes them first).
+// Templated like layers.h: float for training, double for the gradient checks.
 #pragma once
 
 #include <cstdint>
@@ -50,14 +50,22 @@ class Gpt {
     std::vector<Layer> layers;
     std::vector<F> lnf, lnf_mean, lnf_rstd, logits, probs, losses;
   };
+  // Gradients of the activations, one layer at a time: the residual stream's gradient is one
+  // (N, C) buffer that every layer's LayerNorm backward adds into (the residual additions pass
+  // it through unchanged), and a layer's inner gradients are scratch the next layer down
+  // overwrites. Only dresid, dlogits and dqkv accumulate, so only they are cleared per step.
+  struct Grads {
+    std::vector<F> dlogits, dlnf, dresid, dfch_gelu, dfch, dln2, datty, dqkv, dln1;
+  };
   Gpt() = default;
-  void Allocate(Acts& a, bool grads);
-  void Zero(Acts& a);
+  void Allocate(Acts& a);
+  void AllocateGrads();
 
   ParamLayout layout_;
   int B_ = 0, T_ = 0;
   std::vector<F> params_, grads_;
-  Acts acts_, dacts_;
+  Acts acts_;
+  Grads d_;
   std::vector<F> scratch_;  // T*T for the attention backward
   std::vector<int32_t> inputs_, targets_;
 };

@@ -1,5 +1,8 @@
+// LayerNorm over the channels of each row; F = float runs fast_f32.h's vectorised rows.
 #include <cmath>
+#include <type_traits>
 
+#include "worker/model/fast_f32.h"
 #include "worker/model/layers.h"
 
 namespace diloco::model {
@@ -12,6 +15,10 @@ void LayerNormForward(F* out, F* mean, F* rstd, const F* inp, const F* w, const 
   for (int i = 0; i < N; ++i) {
     const F* x = inp + int64_t(i) * C;
     F* y = out + int64_t(i) * C;
+    if constexpr (std::is_same_v<F, float>) {
+      f32::LayerNormRow(y, mean + i, rstd + i, x, w, b, C, float(kLayerNormEps));
+      continue;
+    }
     F m = 0;
     for (int c = 0; c < C; ++c) m += x[c];
     m /= C;
@@ -33,6 +40,10 @@ void LayerNormBackward(F* dinp, F* dw, F* db, const F* dout, const F* inp, const
     const F* x = inp + int64_t(i) * C;
     F* dx = dinp + int64_t(i) * C;
     const F m = mean[i], s = rstd[i];
+    if constexpr (std::is_same_v<F, float>) {
+      f32::LayerNormRowBackward(dx, dw, db, dy, x, w, m, s, C);
+      continue;
+    }
     // dnorm = dy * w; dx = s * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat))
     F dnorm_mean = 0, dnorm_xhat_mean = 0;
     for (int c = 0; c < C; ++c) {

@@ -5,7 +5,9 @@
 // Conventions: activations are row-major with N = B*T rows; weight matrices are [out, in]
 // row-major (torch.nn.Linear). Every backward ACCUMULATES (+=) into its gradient outputs, so a
 // tensor used twice (wte: embedding and LM head) sums both contributions; callers zero the
-// gradient buffers before a backward pass.
+// gradient buffers before a backward pass. Where a `dinp_overwrite` flag exists, true writes
+// dinp (=) instead: the model uses it for activation gradients with a single producer, so that
+// it need not clear them every step.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,7 @@ template <typename F>
 void LinearForward(F* out, const F* inp, const F* w, const F* bias, int N, int C, int OC);
 template <typename F>
 void LinearBackward(F* dinp, F* dw, F* dbias, const F* dout, const F* inp, const F* w, int N, int C,
-                    int OC);
+                    int OC, bool dinp_overwrite = false);
 
 // Causal multi-head self-attention. qkv is (B,T,3C) = [q | k | v], heads are contiguous slices
 // of C/NH channels; att (B,NH,T,T) keeps the softmax probabilities for the backward pass;
@@ -50,7 +52,7 @@ void AttentionBackward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F
 template <typename F>
 void GeluForward(F* out, const F* inp, int64_t n);
 template <typename F>
-void GeluBackward(F* dinp, const F* inp, const F* dout, int64_t n);
+void GeluBackward(F* dinp, const F* inp, const F* dout, int64_t n, bool dinp_overwrite = false);
 
 // out = a + b
 template <typename F>

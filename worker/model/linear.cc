@@ -30,8 +30,9 @@ void LinearForward(F* out, const F* inp, const F* w, const F* bias, int N, int C
 
 template <typename F>
 void LinearBackward(F* dinp, F* dw, F* dbias, const F* dout, const F* inp, const F* w, int N, int C,
-                    int OC) {
-  Gemm<F>(false, false, N, C, OC, F(1), dout, OC, w, C, F(1), dinp, C);  // dinp += dout w
+                    int OC, bool dinp_overwrite) {
+  const F beta = dinp_overwrite ? F(0) : F(1);
+  Gemm<F>(false, false, N, C, OC, F(1), dout, OC, w, C, beta, dinp, C);  // dinp (+)= dout w
   Gemm<F>(true, false, OC, C, N, F(1), dout, OC, inp, C, F(1), dw, C);   // dw += dout^T inp
   if (dbias != nullptr) {
     for (int i = 0; i < N; ++i) {
@@ -45,8 +46,8 @@ template void LinearForward<float>(float*, const float*, const float*, const flo
 template void LinearForward<double>(double*, const double*, const double*, const double*, int, int,
                                     int);
 template void LinearBackward<float>(float*, float*, float*, const float*, const float*,
-                                    const float*, int, int, int);
+                                    const float*, int, int, int, bool);
 template void LinearBackward<double>(double*, double*, double*, const double*, const double*,
-                                     const double*, int, int, int);
+                                     const double*, int, int, int, bool);
 
 }  // namespace diloco::model

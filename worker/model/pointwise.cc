@@ -1,7 +1,9 @@
 // Embeddings, GELU, residual additions and the softmax cross-entropy: the layers that are not
-// matrix products.
+// matrix products. F = float runs the vectorised loops of fast_f32.h where libm would be called.
 #include <cmath>
+#include <type_traits>
 
+#include "worker/model/fast_f32.h"
 #include "worker/model/layers.h"
 
 namespace diloco::model {
@@ -36,6 +38,7 @@ void EncoderBackward(F* dwte, F* dwpe, const F* dout, const int32_t* inp, int B,
 // gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 template <typename F>
 void GeluForward(F* out, const F* inp, int64_t n) {
+  if constexpr (std::is_same_v<F, float>) return f32::GeluForward(out, inp, n);
   const F k = F(0.7978845608028654);  // sqrt(2/pi)
   for (int64_t i = 0; i < n; ++i) {
     const F x = inp[i];
@@ -44,7 +47,9 @@ void GeluForward(F* out, const F* inp, int64_t n) {
 }
 
 template <typename F>
-void GeluBackward(F* dinp, const F* inp, const F* dout, int64_t n) {
+void GeluBackward(F* dinp, const F* inp, const F* dout, int64_t n, bool dinp_overwrite) {
+  if constexpr (std::is_same_v<F, float>)
+    return f32::GeluBackward(dinp, inp, dout, n, dinp_overwrite);
   const F k = F(0.7978845608028654);
   for (int64_t i = 0; i < n; ++i) {
     const F x = inp[i];
@@ -52,7 +57,7 @@ void GeluBackward(F* dinp, const F* inp, const F* dout, int64_t n) {
     const F th = std::tanh(u);
     const F sech2 = F(1) - th * th;
     const F grad = F(0.5) * (F(1) + th) + F(0.5) * x * sech2 * k * (F(1) + F(3 * 0.044715) * x * x);
-    dinp[i] += grad * dout[i];
+    dinp[i] = (dinp_overwrite ? F(0) : dinp[i]) + grad * dout[i];
   }
 }
 
@@ -76,6 +81,11 @@ double CrossEntropyForward(F* probs, F* losses, const F* logits, const int32_t* 
   for (int i = 0; i < N; ++i) {
     const F* l = logits + int64_t(i) * V;
     F* p = probs + int64_t(i) * V;
+    if constexpr (std::is_same_v<F, float>) {
+      losses[i] = f32::SoftmaxCrossEntropyRow(p, l, targets[i], V);
+      total += losses[i];
+      continue;
+    }
     F mx = l[0];
     for (int j = 1; j < V; ++j) mx = l[j] > mx ? l[j] : mx;
     F sum = 0;
@@ -104,7 +114,7 @@ void CrossEntropyBackward(F* dlogits, const F* probs, const int32_t* targets, in
   template void EncoderForward<F>(F*, const int32_t*, const F*, const F*, int, int, int); \
   template void EncoderBackward<F>(F*, F*, const F*, const int32_t*, int, int, int);      \
   template void GeluForward<F>(F*, const F*, int64_t);                                    \
-  template void GeluBackward<F>(F*, const F*, const F*, int64_t);                         \
+  template void GeluBackward<F>(F*, const F*, const F*, int64_t, bool);                   \
   template void ResidualForward<F>(F*, const F*, const F*, int64_t);                      \
   template void ResidualBackward<F>(F*, F*, const F*, int64_t);                           \
   template double CrossEntropyForward<F>(F*, F*, const F*, const int32_t*, int, int);     \
