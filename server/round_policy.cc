@@ -33,7 +33,8 @@ double PushWeight(WeightScheme scheme, uint64_t tokens, uint32_t steps, uint64_t
 }
 
 absl::Duration GraceWindow(const RoundPolicy& p, const RoundTimings& t) {
-  const double s = p.gamma * (t.inner_steps * t.step_time_s - t.time_to_quorum_s - t.sync_time_s);
+  const double cycle = t.cycle_s > 0 ? t.cycle_s : t.inner_steps * t.step_time_s;
+  const double s = p.gamma * (cycle - t.time_to_quorum_s - t.sync_time_s);
   absl::Duration g = absl::Seconds(std::isfinite(s) ? s : 0.0);
   return std::clamp(g, std::min(p.min_grace, p.grace_cap), p.grace_cap);
 }

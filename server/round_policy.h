@@ -22,7 +22,7 @@ double PushWeight(WeightScheme scheme, uint64_t tokens, uint32_t steps, uint64_t
 struct RoundPolicy {
   uint32_t quorum = 1;                          // K: pushes needed before closing
   absl::Duration grace_cap = absl::Seconds(5);  // no round waits longer than this
-  double gamma = 1.0;                           // grace = gamma*(tau*t_step - t_q - t_sync)
+  double gamma = 1.0;                           // grace = gamma*(cycle - t_q - t_sync)
   absl::Duration min_grace = absl::Milliseconds(20);
 };
 
@@ -30,11 +30,18 @@ struct RoundPolicy {
 struct RoundTimings {
   double step_time_s = 0;  // fleet's mean inner step time
   double inner_steps = 0;  // tau: mean inner steps between a worker's pushes
+  // The fleet's push cadence: the time between two pushes of a worker, as measured (the lower
+  // median over the live workers); 0 while unknown. It is the cycle when known: tau*t_step
+  // underestimates it when workers push unequal step counts (DyLU: the slow workers' few, slow
+  // steps take as long as the fast ones' H steps, and the mean of the counts times the fastest
+  // step time falls short of both).
+  double cycle_s = 0;
   double time_to_quorum_s = 0;
   double sync_time_s = 0;  // push-to-adopt time seen by workers
 };
 
-// clamp(gamma * (tau*t_step - t_quorum - t_sync), min_grace, cap).
+// clamp(gamma * (cycle - t_quorum - t_sync), min_grace, cap), cycle = cycle_s when known, else
+// tau*t_step.
 absl::Duration GraceWindow(const RoundPolicy& p, const RoundTimings& t);
 
 struct OpenRound {

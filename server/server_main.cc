@@ -40,7 +40,9 @@ ABSL_FLAG(absl::Duration, checkpoint_interval, absl::Seconds(30),
           "periodic mode: time between checkpoints");
 ABSL_FLAG(uint32_t, quorum, 1, "K: pushes before a round may close");
 ABSL_FLAG(absl::Duration, grace_cap, absl::Seconds(5), "no round stays open longer than this");
-ABSL_FLAG(double, grace_gamma, 1.0, "adaptive grace window factor");
+ABSL_FLAG(double, grace_gamma, 1.0,
+          "adaptive grace window factor: a round waits this many fleet push cadences (less the "
+          "time to its quorum) for the workers not yet in it");
 ABSL_FLAG(std::string, weights, "tokens2_over_steps", "tokens2_over_steps, tokens or uniform");
 ABSL_FLAG(double, staleness_alpha, 0.0, "staleness discount (1+s)^-alpha; 0 = off");
 ABSL_FLAG(std::string, outer, "rounds",

@@ -12,11 +12,11 @@
 #include "absl/strings/str_format.h"
 #include "common/checksum.h"
 #include "common/event_log.h"
+#include "common/process_memory.h"
 #include "kernels/codec.h"
 #include "kernels/outer.h"
 #include "server/counter_table.h"
 #include "server/payload_check.h"
-#include "common/process_memory.h"
 
 namespace diloco::server {
 
@@ -666,22 +666,26 @@ uint32_t Shard::LiveMissing(const FragmentState& f) const {
   return missing;
 }
 
+double Shard::FleetCadenceS(std::optional<uint32_t> fragment) const {
+  const absl::Time now = clock_->Now();
+  absl::InlinedVector<double, 16> intervals;  // the live workers' known push intervals
+  for (const auto& [_, w] : workers_) {
+    if (now - w->last_seen > opt_.worker_timeout) continue;
+    for (const auto& [id, rate] : w->push_rate)
+      if (rate.interval_s > 0 && (!fragment || id == *fragment))
+        intervals.push_back(rate.interval_s);
+  }
+  if (intervals.empty()) return 0;
+  auto mid = intervals.begin() + (intervals.size() - 1) / 2;
+  std::nth_element(intervals.begin(), mid, intervals.end());
+  return *mid;
+}
+
 double Shard::ExpectedMissingWeight(const FragmentState& f) const {
   const absl::Time now = clock_->Now();
   const uint32_t id = f.spec->id;
   auto live = [&](const WorkerInfo& w) { return now - w.last_seen <= opt_.worker_timeout; };
-  absl::InlinedVector<double, 16> intervals;  // the live workers' known push intervals
-  for (const auto& [_, w] : workers_) {
-    auto it = w->push_rate.find(id);
-    if (it != w->push_rate.end() && it->second.interval_s > 0 && live(*w))
-      intervals.push_back(it->second.interval_s);
-  }
-  double cadence = 0;  // the fleet's: the lower median of those intervals, 0 when none is known
-  if (!intervals.empty()) {
-    auto mid = intervals.begin() + (intervals.size() - 1) / 2;
-    std::nth_element(intervals.begin(), mid, intervals.end());
-    cadence = *mid;
-  }
+  const double cadence = FleetCadenceS(id);
   double missing = 0;
   for (const auto& [wid, w] : workers_) {
     if (!live(*w)) continue;
@@ -727,6 +731,7 @@ double Shard::FleetStepTimeUs() const {
 absl::Duration Shard::Grace() const {
   RoundTimings t = timings_;
   t.step_time_s = FleetStepTimeUs() * 1e-6;
+  t.cycle_s = FleetCadenceS(std::nullopt);
   return GraceWindow(opt_.round, t);
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -255,6 +256,9 @@ class Shard {
   // kExpected: what the live workers missing from f's round usually bring to one round (their
   // moving-average push weight, scaled by their push rate over the fleet's cadence, at most 1).
   double ExpectedMissingWeight(const FragmentState& f) const;
+  // The fleet's push cadence in seconds: the lower median of the live workers' moving-average
+  // intervals between two pushes of `fragment` (of any fragment: nullopt); 0 when none is known.
+  double FleetCadenceS(std::optional<uint32_t> fragment) const;
   // Payload bytes of `worker`'s pushes (this generation) waiting in open rounds.
   uint64_t HeldBytes(uint32_t worker, uint64_t generation) const;
   absl::Duration Grace() const;

@@ -17,6 +17,8 @@ TEST(RoundPolicyTest, GraceWindowFollowsTheFormulaAndIsClamped) {
   EXPECT_EQ(GraceWindow(p, t), absl::Seconds(5));  // cap
   t.inner_steps = 1;
   EXPECT_EQ(GraceWindow(p, t), absl::ZeroDuration());  // negative -> 0
+  t.cycle_s = 3;  // a measured cadence is the cycle, whatever tau*t_step says
+  EXPECT_EQ(GraceWindow(p, t), absl::Seconds(0.5 * (3.0 - 1.0 - 0.5)));
 }
 
 TEST(RoundPolicyTest, CloseConditions) {

@@ -234,6 +234,44 @@ TEST(ShardRoundNormTest, RoundsCutFinerThanTheCadenceStillExpectEveryWorker) {
   }
 }
 
+// DyLU: a fast worker pushes 50 steps of 20 ms, a slow one 10 steps of 100 ms, both once a
+// second. The grace window is one cadence (1 s, measured), not the mean pushed steps times the
+// fastest step time (30 x 20 ms = 0.6 s, which closed the fast worker's rounds before the slow
+// one's push came and split every round in two).
+TEST(ShardGraceTest, TheWindowIsTheFleetsCadenceWhenWorkersPushUnequalSteps) {
+  auto o = TinyOptions();
+  o.outer.lr = 1.0f;
+  o.outer.mu = 0.0f;
+  o.worker_timeout = absl::Hours(1);
+  ShardHarness h(o);
+  const uint64_t n = h.fragment(0).numel;
+  h.Hello("a", 1);
+  h.Hello("b", 2);
+  h.Init("a", 1, 0, Filled(n, 1.0f));
+  auto push = [&](const char* rid, uint32_t worker, uint64_t seq, uint32_t steps,
+                  uint64_t step_us) {
+    auto f = h.PushFields(worker, 0, seq, h.shard().published_version(0), n, 64 * steps, steps);
+    f.step_time_us = step_us;
+    auto r = h.Send(rid, f, ShardHarness::Encode(wire::kFragmentCodec, Filled(n, 0.1f)));
+    ASSERT_EQ(Only(r, MsgType::PushAck)->header.ack, AckStatus::Queued);
+  };
+  for (uint64_t seq = 1; seq <= 3; ++seq) {  // both push together: the cadences are learnt
+    push("a", 1, seq, 50, 20000);
+    push("b", 2, seq, 10, 100000);
+    h.Tick();
+    ASSERT_EQ(h.shard().published_version(0), seq + 1);
+    h.clock().Advance(absl::Seconds(1));
+  }
+  const uint64_t v = h.shard().published_version(0);
+  push("a", 1, 4, 50, 20000);
+  h.clock().Advance(absl::Milliseconds(800));  // the slow worker is late, within one cadence
+  h.Tick();
+  EXPECT_EQ(h.shard().published_version(0), v) << "the round closed before one cadence passed";
+  push("b", 2, 4, 10, 100000);
+  h.Tick();  // every live worker is in: closes
+  EXPECT_EQ(h.shard().published_version(0), v + 1);
+}
+
 // The study's test flag: a dropped push is answered Applied like any other, but its round
 // leaves theta as it was; about the asked fraction is dropped.
 TEST(ShardDropTest, DroppedPushesAreAnsweredButNeverMerged) {
