@@ -73,6 +73,9 @@ ABSL_FLAG(std::string, device, "cpu",
 ABSL_FLAG(int, gpus, 1, "--device=cuda: GPUs of this worker (--batch sequences on each)");
 ABSL_FLAG(absl::Duration, step_delay, absl::ZeroDuration(),
           "test flag: extra time per inner step (a slower machine)");
+ABSL_FLAG(double, step_slowdown, 1.0,
+          "test flag: each inner step takes this many times its compute time (sleeps the rest): "
+          "a device this many times slower, whatever the speed of this machine (>= 1)");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5), "progress line period");
 ABSL_FLAG(int, eval_batches, 4, "held-out batches per evaluation");
 ABSL_FLAG(std::string, metrics_jsonl, "", "append JSON-lines events here");
@@ -223,6 +226,9 @@ int main(int argc, char** argv) {
   if (!cfg.ok()) return Fail(cfg.status());
   auto codec = kernels::ParseCodec(absl::GetFlag(FLAGS_codec));
   if (!codec.ok()) return Fail(codec.status());
+  if (const double k = absl::GetFlag(FLAGS_step_slowdown); !(k >= 1 && std::isfinite(k)))
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--step_slowdown=", k, ": expected a finite factor >= 1")));
   const uint32_t wid = absl::GetFlag(FLAGS_worker_id);
   const int nw = absl::GetFlag(FLAGS_num_workers) > 0 ? absl::GetFlag(FLAGS_num_workers)
                                                       : static_cast<int>(wid) + 1;
@@ -335,6 +341,7 @@ int main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   const absl::Time end = start + absl::GetFlag(FLAGS_duration);
   const absl::Duration delay = absl::GetFlag(FLAGS_step_delay);
+  const double slowdown = absl::GetFlag(FLAGS_step_slowdown);
   const absl::Duration period = absl::GetFlag(FLAGS_progress_interval);
   absl::Time next_progress = start + period;
   uint64_t tokens = 0, tokens_at_last = 0;
@@ -345,6 +352,7 @@ int main(int argc, char** argv) {
     const absl::Time t0 = absl::Now();
     const float loss = tr.Step();
     if (absl::Status e = tr.error(); !e.ok()) return Fail(e);
+    if (slowdown > 1) absl::SleepFor((absl::Now() - t0) * (slowdown - 1));
     if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
     const absl::Duration dt = absl::Now() - t0;
     tokens += tr.tokens_per_step();

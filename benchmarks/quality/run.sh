@@ -16,7 +16,8 @@
 #   d  push codecs fp32 / bf16 / int8 / int4, int4 without error feedback (synchronous, 4 workers)
 #   e  10 / 30 / 50% of pushes dropped, and a worker killed half-way (asynchronous, 4 workers)
 #   f  step cost 1x / 2x / 4x across workers, with and without DyLU, vs a homogeneous fleet of
-#      about the same aggregate speed, for the same wall time
+#      about the same aggregate speed, for the same wall time; full mode also runs DyLU's unequal
+#      pushes (H, H/2, H/4, H) in synchronous rounds vs the same steps spread evenly
 #   g  the main job as shipped (deploy/run-local-cluster.sh's settings) vs one worker, equal wall time
 #
 # Usage: benchmarks/quality/run.sh [--mode=quick|full] [--groups=abcdefg] [--out=DIR]
@@ -131,7 +132,8 @@ run_lone() {  # arm group batch [worker flags...]
 
 # A fleet: `shards` shards with `server flags`, `workers` workers with `worker flags` (IID data:
 # each worker draws its own windows of the whole mixture). Per-worker extras from the
-# environment: DELAYS (a step delay per worker), KILL (index:seconds, SIGKILL then).
+# environment: PER_WORKER (flags per worker, separated by ';', last on the command line), KILL
+# (index:seconds, SIGKILL then).
 run_fleet() {  # arm group workers shards "server flags" [worker flags...]
   local arm=$1 group=$2 n=$3 s_count=$4 sflags=$5 t0 t1 s w
   shift 5
@@ -152,12 +154,13 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
     for _ in $(seq 100); do [[ -s $run/shard$s.endpoint ]] && break; sleep 0.1; done
     servers+="${servers:+,}$(cat "$run/shard$s.endpoint")"
   done
-  local delays=(${DELAYS:-})
+  local per_worker=()
+  IFS=';' read -r -a per_worker <<<"${PER_WORKER:-}"
   t0=$(date +%s%N)
   for ((w = 0; w < n; w++)); do
     "$build/worker/diloco-worker" "${common[@]}" --servers="$servers" --worker_id=$w \
       --num_workers=1 --seed=$((100 + 7 * w)) --batch=$batch --inner_steps=$inner \
-      --step_delay="${delays[$w]:-0ms}" --metrics_jsonl="$run/worker$w.jsonl" "$@" $worker_extra \
+      --metrics_jsonl="$run/worker$w.jsonl" "$@" $worker_extra ${per_worker[$w]:-} \
       2>"$run/worker$w.log" &
     wpids+=($!) pids+=($!)
   done
@@ -222,19 +225,35 @@ fi
 if [[ $groups == *f* ]]; then
   # Every arm trains for the same wall time (a fleet's workers run side by side; with equal
   # steps each, the fast ones would finish first and leave one slow replica training alone).
-  # Step delays 0/25/75/0 ms make steps of about 1x/2x/4x/1x; the homogeneous fleet's 12 ms on
-  # every worker gives about the same aggregate tokens (the table shows both).
-  echo "== f: step cost 1x/2x/4x (delays) with and without DyLU vs homogeneous, ${hetero_secs}s"
-  run_fleet f.homog f 4 2 "" --duration=${hetero_secs}s --step_delay=12ms
-  DELAYS="0ms 25ms 75ms 0ms" run_fleet f.hetero f 4 2 "" --duration=${hetero_secs}s
-  DELAYS="0ms 25ms 75ms 0ms" run_fleet f.hetero-dylu f 4 2 "" --duration=${hetero_secs}s --dylu
+  # --step_slowdown makes steps of 1x/2x/4x/1x their compute time, whatever this machine's speed
+  # (each worker sleeps the rest); the homogeneous fleet's 4/2.75 on every worker asks the
+  # same aggregate compute of the cores (the table shows both fleets' tokens).
+  echo "== f: step cost 1x/2x/4x with and without DyLU vs homogeneous, ${hetero_secs}s"
+  hetero="--step_slowdown=1;--step_slowdown=2;--step_slowdown=4;--step_slowdown=1"
+  run_fleet f.homog f 4 2 "" --duration=${hetero_secs}s --step_slowdown=1.4545
+  PER_WORKER=$hetero run_fleet f.hetero f 4 2 "" --duration=${hetero_secs}s
+  PER_WORKER=$hetero run_fleet f.hetero-dylu f 4 2 "" --duration=${hetero_secs}s --dylu
+  if [[ $mode == full ]]; then
+    # What DyLU's unequal pushes cost by themselves, without asynchrony or timing: synchronous
+    # rounds (lockstep, quorum 4) in which the workers take DyLU's H_w for steps of cost 1x/2x/4x
+    # (H, H/2, H/4; the two fast ones H), against the same rounds with the same total steps
+    # spread evenly (H_even = the mean), equal tokens and equal rounds.
+    rounds_f=$((steps / inner)) h2=$((inner / 2)) h4=$((inner / 4))
+    h_even=$(((2 * inner + h2 + h4) / 4))
+    per="--steps=$((rounds_f * inner));--steps=$((rounds_f * h2)) --inner_steps=$h2;"
+    per+="--steps=$((rounds_f * h4)) --inner_steps=$h4;--steps=$((rounds_f * inner))"
+    PER_WORKER=$per run_fleet f.sync-dylu f 4 2 "$sync_srv" --lockstep
+    run_fleet f.sync-even f 4 2 "$sync_srv" --lockstep --steps=$((rounds_f * h_even)) \
+      --inner_steps=$h_even
+  fi
 fi
 if [[ $groups == *g* ]]; then
   echo "== g: the main job as shipped vs one worker, ${main_secs}s of wall time each"
   for ((r = 1; r <= repeats; r++)); do
-    # deploy/run-local-cluster.sh: 3 workers, 2 shards, its flag files, non-IID data shares.
+    # deploy/run-local-cluster.sh: 3 workers, 2 shards, its flag files, its default --split=iid
+    # (every worker the whole mixture, a batch order of its own: run_fleet's --seed).
     run_fleet "g.main.$r" g 3 2 "--flagfile=$root/deploy/flags/local-server.flags" \
-      --flagfile="$root/deploy/flags/local-worker.flags" --num_workers=3 --duration=${main_secs}s
+      --flagfile="$root/deploy/flags/local-worker.flags" --duration=${main_secs}s
     # One worker with the same flags on the whole machine (both cores), for as long.
     run_lone "g.lone.$r" g $batch --flagfile="$root/deploy/flags/local-worker.flags" \
       --threads=2 --duration=${main_secs}s

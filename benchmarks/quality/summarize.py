@@ -34,6 +34,9 @@ GROUPS = {
                        ("e.drop50", 1.025, "paper +2.1% at 50%"), ("e.kill1", None, "")]),
     "f": ("f.homog", [("f.hetero", None, ""), ("f.hetero-dylu", 1.02, "target within 2%")]),
 }
+# Comparisons within a group against another baseline than the group's: (group, arm, baseline,
+# note). f: DyLU's unequal pushes in synchronous rounds against the same tokens spread evenly.
+PAIRS = [("f", "f.sync-dylu", "f.sync-even", "synchronous: H, H/2, H/4, H vs 4 x their mean")]
 # Quick mode (deploy/test.sh): what must hold for the run to pass. Margins cover the scatter of
 # 600-step (H = 25) asynchronous runs on a 2-core box; the code before the round and adoption
 # rules (naive per-push rounds, replacement) misses the async bound by far.
@@ -123,6 +126,9 @@ def main():
         for arm, target, note in arms:
             if arm in loss:
                 row(g, arm, base, target, note)
+    for group, arm, base, note in PAIRS:
+        if arm in loss and base in loss:
+            row(group, arm, base, None, note)
     r = 1
     while f"g.main.{r}" in loss and f"g.lone.{r}" in loss:
         row("g", f"g.main.{r}", f"g.lone.{r}", MAIN_JOB_TARGET, "target <= 0.95 in every run")
@@ -176,7 +182,8 @@ def group_arms(g, loss):
         base, arms = GROUPS[g]
         if g == "e" and "e.async4" in loss:
             base = "e.async4"
-        return [a for a in [base] + [a for a, _, _ in arms] if a in loss]
+        paired = [x for grp, arm, b, _ in PAIRS if grp == g for x in (arm, b)]
+        return [a for a in [base] + [a for a, _, _ in arms] + paired if a in loss]
     return sorted(a for a in loss if a.startswith(g + "."))
 
 

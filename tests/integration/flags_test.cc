@@ -52,6 +52,8 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
       {"--device=cuda --gpus=64", "--device=cuda"},
       {"--device=cuda --gpus=0", "--gpus must be at least 1"},
       {"--codec=int9", "unknown codec 'int9'"},
+      {"--step_slowdown=0.5", "--step_slowdown=0.5: expected a finite factor >= 1"},
+      {"--step_slowdown=nan", "expected a finite factor >= 1"},
       {"--model=L=0", "model spec 'L=0'"},
       {"--heartbeat=5s --shard_timeout=1s --servers=tcp://127.0.0.1:9",
        "--heartbeat must be positive and shorter than --shard_timeout"},
