@@ -110,6 +110,12 @@ record() {  # arm group workers steps tokens wall model-args...
     "$arm" "$loss" "$ntok" "$n" "$tok" "$wall"
 }
 
+# Whether a worker's metrics (JSON lines) show it at `step` or beyond.
+reached() {  # jsonl step
+  awk -v at="$2" 'match($0, /"step":[0-9]+/) && substr($0, RSTART + 7, RLENGTH - 7) + 0 >= at + 0 {
+    f = 1 } END { exit !f }' "$1" 2>/dev/null
+}
+
 # One worker without sync, `batch` sequences a step; its local model is the result.
 # Whether --arms (empty: every arm) names this arm.
 selected() { [[ -z $arms || ",$arms," == *",$1,"* ]]; }
@@ -133,7 +139,7 @@ run_lone() {  # arm group batch [worker flags...]
 # A fleet: `shards` shards with `server flags`, `workers` workers with `worker flags` (IID data:
 # each worker draws its own windows of the whole mixture). Per-worker extras from the
 # environment: PER_WORKER (flags per worker, separated by ';', last on the command line), KILL
-# (index:seconds, SIGKILL then).
+# (index:step: SIGKILL that worker once its metrics show it past that step).
 run_fleet() {  # arm group workers shards "server flags" [worker flags...]
   local arm=$1 group=$2 n=$3 s_count=$4 sflags=$5 t0 t1 s w
   shift 5
@@ -165,8 +171,11 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
     wpids+=($!) pids+=($!)
   done
   if [[ -n ${KILL:-} ]]; then
-    sleep "${KILL#*:}"
-    kill -KILL "${wpids[${KILL%%:*}]}" 2>/dev/null || true
+    local victim=${KILL%%:*} at=${KILL#*:}
+    until reached "$run/worker$victim.jsonl" "$at" || ! kill -0 "${wpids[$victim]}" 2>/dev/null; do
+      sleep 0.2
+    done
+    kill -KILL "${wpids[$victim]}" 2>/dev/null || true
   fi
   for p in "${wpids[@]}"; do wait "$p" || true; done
   t1=$(date +%s%N)
@@ -219,8 +228,9 @@ if [[ $groups == *e* ]]; then
   for p in 10 30 50; do
     run_fleet "e.drop$p" e 4 2 "--test_drop_pushes=0.$p" --steps=$steps
   done
-  # Worker 3 dies about half-way: its remaining share of the tokens is never trained.
-  KILL="3:$((steps / 40))" run_fleet e.kill1 e 4 2 "" --steps=$steps
+  # Worker 3 dies half-way (SIGKILL once it is past half its steps): its remaining share of the
+  # tokens is never trained.
+  KILL="3:$((steps / 2))" run_fleet e.kill1 e 4 2 "" --steps=$steps
 fi
 if [[ $groups == *f* ]]; then
   # Every arm trains for the same wall time (a fleet's workers run side by side; with equal
