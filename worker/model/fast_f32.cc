@@ -46,36 +46,37 @@ DILOCO_CLONES void GeluBackward(float* __restrict dinp, const float* __restrict 
   }
 }
 
-DILOCO_CLONES void SoftmaxRow(float* __restrict row, int n) {
-  float mx = row[0];
+namespace {
+
+// p = softmax(x) over n values (p may be x); returns the max of x and the sum of exp(x - max).
+// Inlined into each ISA clone of its callers, so it is vectorised for each.
+struct SoftmaxStats {
+  float max, sum;
+};
+__attribute__((always_inline)) inline SoftmaxStats Softmax(float* p, const float* x, int n) {
+  float mx = x[0];
 #pragma omp simd reduction(max : mx)
-  for (int j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
+  for (int j = 0; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < n; ++j) {
-    const float e = FastExp(row[j] - mx);
-    row[j] = e;
-    sum += e;
-  }
-  const float inv = 1.0f / sum;
-  for (int j = 0; j < n; ++j) row[j] *= inv;
-}
-
-DILOCO_CLONES float SoftmaxCrossEntropyRow(float* __restrict p, const float* __restrict l,
-                                           int target, int V) {
-  float mx = l[0];
-#pragma omp simd reduction(max : mx)
-  for (int j = 0; j < V; ++j) mx = l[j] > mx ? l[j] : mx;
-  float sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < V; ++j) {
-    const float e = FastExp(l[j] - mx);
+    const float e = FastExp(x[j] - mx);
     p[j] = e;
     sum += e;
   }
   const float inv = 1.0f / sum;
-  for (int j = 0; j < V; ++j) p[j] *= inv;
-  return std::log(sum) - (l[target] - mx);
+  for (int j = 0; j < n; ++j) p[j] *= inv;
+  return {mx, sum};
+}
+
+}  // namespace
+
+DILOCO_CLONES void SoftmaxRow(float* row, int n) { Softmax(row, row, n); }
+
+DILOCO_CLONES float SoftmaxCrossEntropyRow(float* __restrict p, const float* __restrict l,
+                                           int target, int V) {
+  const SoftmaxStats s = Softmax(p, l, V);
+  return std::log(s.sum) - (l[target] - s.max);
 }
 
 DILOCO_CLONES void LayerNormRow(float* __restrict y, float* m, float* s, const float* __restrict x,
