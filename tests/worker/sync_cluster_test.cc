@@ -139,17 +139,18 @@ double PushRate(const std::vector<Typed>& events, double window_s) {
 }
 
 // Three workers with different --seed (and `extra` flags) join two shards; returns how many
-// distinct local theta(0) and joined theta(0) checksums they reported. No round closes before
-// all three have pushed into it (quorum 3, a cap beyond the run), and a worker pushes only after
-// its join, so every join sees version 1 of every fragment however late a loaded machine starts
-// a worker (with quorum 1 a fast worker's first round could close before a slow one joined,
-// which then joined at version 2: the CI saw it once under load).
+// distinct local theta(0) and joined theta(0) checksums they reported. Nobody pushes (H is
+// beyond the run's 30 steps), so no round closes and every join sees version 1 of every
+// fragment however late a loaded machine starts a worker. (With pushes, a round closes once
+// every worker the shard knows has pushed, quorum or not, and a worker that has not said Hello
+// yet is not known: two fast workers' first round then closed before the third joined, which
+// joined at version 2. CI saw it once under load, and more often once the learner got faster.)
 std::pair<size_t, size_t> Theta0Checksums(const std::vector<std::string>& extra) {
   Fleet f;
   f.StartShards(2, {"--quorum=3", "--grace_cap=600s"});
   for (int w = 0; w < 3; ++w) {
     std::vector<std::string> flags = {absl::StrCat("--seed=", 100 + 7 * w), "--steps=30",
-                                      "--num_workers=3"};
+                                      "--inner_steps=1000", "--num_workers=3"};
     flags.insert(flags.end(), extra.begin(), extra.end());
     f.workers.push_back(f.StartWorker(w, flags));
   }
