@@ -39,7 +39,7 @@ GROUPS = {
 PAIRS = [("f", "f.sync-dylu", "f.sync-even", "synchronous: H, H/2, H/4, H vs 4 x their mean")]
 # Quick mode (deploy/test.sh): what must hold for the run to pass. Margins cover the scatter of
 # 600-step (H = 25) asynchronous runs on a 2-core box; the code before the round and adoption
-# rules (naive per-push rounds, replacement) misses the async bound by far (it diverges: 90x and
+# rules (naive per-push rounds, replacement) misses the async bound by far (it diverges: 80x and
 # more). (arm, baseline, bound on arm / baseline). Measured in quick mode on this code
 # (2026-12-02): a.sync4 / a.lone4x 1.011 (both deterministic given theta(0)); c.async4 / a.sync4
 # 1.024, 1.065, 1.072, 1.081 and 1.128 (CI) with the one-cadence grace window, 1.057-1.074 with
