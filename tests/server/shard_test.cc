@@ -171,20 +171,32 @@ TEST(ShardRoundNormTest, ADeadWorkerIsNotExpected) {
               0.3546, 1e-6);
 }
 
+// Two workers, "a" (1) and "b" (2), that stay live however long the test's clock runs, with
+// fragment 0 at 1.0 everywhere; outer lr 1 and no momentum, so theta moves by exactly a
+// round's normalised delta. Returns fragment 0's size.
+ShardOptions TwoWorkerOptions() {
+  auto o = TinyOptions();
+  o.outer.lr = 1.0f;
+  o.outer.mu = 0.0f;
+  o.worker_timeout = absl::Hours(1);
+  return o;
+}
+uint64_t TwoLiveWorkers(ShardHarness& h) {
+  const uint64_t n = h.fragment(0).numel;
+  h.Hello("a", 1);
+  h.Hello("b", 2);
+  h.Init("a", 1, 0, Filled(n, 1.0f));
+  return n;
+}
+
 // A worker that pushes a quarter as often as the fastest (a slow one, without DyLU) is expected
 // at a quarter of its weight in the rounds it misses, once its cadence is known. Worker a
 // pushes every 10 s, b every 40 s; with outer lr 1 and no momentum theta moves by exactly the
 // round's normalised delta.
 TEST(ShardRoundNormTest, ASlowWorkerIsExpectedAtItsPushRate) {
-  auto o = TinyOptions();
-  o.outer.lr = 1.0f;
-  o.outer.mu = 0.0f;
-  o.worker_timeout = absl::Hours(1);  // the slow worker stays live between its pushes
+  const ShardOptions o = TwoWorkerOptions();
   ShardHarness h(o);
-  const uint64_t n = h.fragment(0).numel;
-  h.Hello("a", 1);
-  h.Hello("b", 2);
-  h.Init("a", 1, 0, Filled(n, 1.0f));
+  const uint64_t n = TwoLiveWorkers(h);
   uint64_t seq_a = 0, seq_b = 0;
   // One round of fragment 0, 10 s after the last began; returns how far theta moved.
   auto round = [&](bool with_b) {
@@ -210,15 +222,9 @@ TEST(ShardRoundNormTest, ASlowWorkerIsExpectedAtItsPushRate) {
 // Rounds cut finer than the workers' cadence (each round holds half the fleet) still count
 // every worker at its whole weight: two workers pushing at the same cadence, alternately.
 TEST(ShardRoundNormTest, RoundsCutFinerThanTheCadenceStillExpectEveryWorker) {
-  auto o = TinyOptions();
-  o.outer.lr = 1.0f;
-  o.outer.mu = 0.0f;
-  o.worker_timeout = absl::Hours(1);
+  const ShardOptions o = TwoWorkerOptions();
   ShardHarness h(o);
-  const uint64_t n = h.fragment(0).numel;
-  h.Hello("a", 1);
-  h.Hello("b", 2);
-  h.Init("a", 1, 0, Filled(n, 1.0f));
+  const uint64_t n = TwoLiveWorkers(h);
   for (uint64_t seq = 1; seq <= 4; ++seq) {
     for (auto [rid, worker] : {std::pair{"a", 1u}, std::pair{"b", 2u}}) {
       const float before = h.shard().params(0)[0];
@@ -239,15 +245,9 @@ TEST(ShardRoundNormTest, RoundsCutFinerThanTheCadenceStillExpectEveryWorker) {
 // fastest step time (30 x 20 ms = 0.6 s, which closed the fast worker's rounds before the slow
 // one's push came and split every round in two).
 TEST(ShardGraceTest, TheWindowIsTheFleetsCadenceWhenWorkersPushUnequalSteps) {
-  auto o = TinyOptions();
-  o.outer.lr = 1.0f;
-  o.outer.mu = 0.0f;
-  o.worker_timeout = absl::Hours(1);
+  const ShardOptions o = TwoWorkerOptions();
   ShardHarness h(o);
-  const uint64_t n = h.fragment(0).numel;
-  h.Hello("a", 1);
-  h.Hello("b", 2);
-  h.Init("a", 1, 0, Filled(n, 1.0f));
+  const uint64_t n = TwoLiveWorkers(h);
   auto push = [&](const char* rid, uint32_t worker, uint64_t seq, uint32_t steps,
                   uint64_t step_us) {
     auto f = h.PushFields(worker, 0, seq, h.shard().published_version(0), n, 64 * steps, steps);
