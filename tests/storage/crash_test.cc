@@ -1,13 +1,16 @@
 // Crash consistency in the style of LevelDB's fault_injection_test: a child process writes
 // synced checkpoints in a loop and reports each completed id; the parent SIGKILLs it at a
-// random moment, reopens the store and checks that it holds exactly one complete checkpoint
-// whose id is at least the last id reported (synced), and at most one beyond it (the write in
-// flight), with params, momentum, versions, dedup and rounds all of that same id. Kept older
-// checkpoints must be complete too.
+// random moment (during open and recovery, or after 1-3 reported checkpoints, in the next
+// write: counting reports keeps the test's reach the same on a slow machine), reopens the
+// store and checks that it holds exactly one complete checkpoint whose id is at least the
+// last id reported (synced), and at most one beyond it (the write in flight), with params,
+// momentum, versions, dedup and rounds all of that same id. Kept older checkpoints must be
+// complete too.
 //
 // SIGKILL loses nothing the kernel has accepted, so this checks RocksDB's atomicity and our
 // recovery, not power loss; docs/storage.md says what covers the rest.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,8 +36,18 @@ struct ChildResult {
   int status = 0;
 };
 
-// Runs the child for `delay`, kills it and collects the ids it reported.
-ChildResult RunAndKill(const std::string& path, std::chrono::microseconds delay) {
+// Reads one reported id, waiting at most `timeout`; false when the child closed the pipe
+// (it died) or the wait ran out.
+bool ReadId(int fd, uint64_t* id, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+  return read(fd, id, sizeof(*id)) == sizeof(*id);
+}
+
+// Starts the child, lets it report `wait_for` completed checkpoints, then lets it run for
+// `delay` more (into open and recovery when wait_for is 0, into a later write otherwise) and
+// kills it. Progress is bound by the child's reports, not by how fast this machine is.
+ChildResult RunAndKill(const std::string& path, int wait_for, std::chrono::microseconds delay) {
   int fds[2];
   EXPECT_EQ(pipe(fds), 0);
   fcntl(fds[0], F_SETFD, FD_CLOEXEC);
@@ -46,11 +59,17 @@ ChildResult RunAndKill(const std::string& path, std::chrono::microseconds delay)
     _exit(127);
   }
   close(fds[1]);
+  ChildResult r;
+  uint64_t id;
+  // Generous: a sanitizer build on a loaded 2-core machine writes a checkpoint in well under
+  // a second; this only bounds a child that hangs.
+  constexpr std::chrono::milliseconds kReportTimeout(60000);
+  while (static_cast<int>(r.reported.size()) < wait_for && ReadId(fds[0], &id, kReportTimeout)) {
+    r.reported.push_back(id);
+  }
   std::this_thread::sleep_for(delay);
   kill(pid, SIGKILL);
-  ChildResult r;
   waitpid(pid, &r.status, 0);
-  uint64_t id;
   while (read(fds[0], &id, sizeof(id)) == sizeof(id)) r.reported.push_back(id);
   close(fds[0]);
   return r;
@@ -67,14 +86,16 @@ TEST(CrashTest, KilledWriterLeavesTheNewestSyncedCheckpoint) {
   constexpr int kIterations = 25;
   constexpr uint64_t kEnoughCheckpoints = 10;
   int i = 0;  // kills so far
-  // On a slow machine (sanitizers, parallel tests) long runs are added until enough
-  // checkpoints were written to exercise anything, up to 20 more kills.
-  for (; i < kIterations || (synced <= kEnoughCheckpoints && i < kIterations + 20); ++i) {
-    // Mostly short runs (kills during open, recovery or the first writes), some long ones.
-    const int max_us = (i % 4 == 3 || i >= kIterations) ? 400000 : 120000;
+  for (; i < kIterations; ++i) {
+    // A quarter of the kills land in open, recovery or the first write; the rest after 1-3
+    // completed checkpoints, somewhere in the next write (a write takes milliseconds).
+    const int wait_for = i % 4 == 0 ? 0 : std::uniform_int_distribution<int>(1, 3)(rng);
+    const int max_us = wait_for == 0 ? 120000 : 20000;
     const auto delay =
         std::chrono::microseconds(std::uniform_int_distribution<int>(0, max_us)(rng));
-    ChildResult child = RunAndKill(path, delay);
+    ChildResult child = RunAndKill(path, wait_for, delay);
+    ASSERT_GE(static_cast<int>(child.reported.size()), wait_for)
+        << "iteration " << i << ": the child reported too few checkpoints before it died";
     ASSERT_TRUE(WIFSIGNALED(child.status))
         << "child exited on its own with " << WEXITSTATUS(child.status) << " (see stderr)";
     for (uint64_t id : child.reported) {
