@@ -149,6 +149,12 @@ void TuneAllocatorForFrames() {
 #endif
 }
 
+void UseOneMallocArena() {
+#if defined(__GLIBC__)
+  mallopt(M_ARENA_MAX, 1);
+#endif
+}
+
 void TrimFrameHeap() {
 #if defined(__GLIBC__)
   malloc_trim(0);

@@ -1,6 +1,6 @@
 // Buffers a shard's fragments share for what only some of them need at a time: a round's
-// accumulator (taken when its first push is merged, given back when the round closes) and the
-// second copy of theta a round writes while the published one is still sent (copy on write).
+// accumulator (taken when its first push is merged; when the round closes it is given back, or
+// it becomes the new theta and the old theta, once no send holds it, is given back instead).
 //
 // Why: a per-fragment accumulator and snapshot cost 8 bytes per parameter however few rounds
 // are open; pooled, a fragment holds them only while its round is open or its old theta is

@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
   using namespace diloco;
   using namespace diloco::server;
   wire::TuneAllocatorForFrames();
+  wire::UseOneMallocArena();
 
   ShardOptions o;
   o.shard = absl::GetFlag(FLAGS_shard);

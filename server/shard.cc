@@ -59,7 +59,7 @@ struct Shard::FragmentState {
   bool writing = false;
   std::vector<Outgoing> init_acks;  // Initialized answers held until theta(0) is durable
   // The live theta, in a shared buffer: once published it is also `snapshot` (sends read it
-  // zero-copy), and the next round that changes it copies it first (MakeThetaWritable).
+  // zero-copy), and the next round that changes it writes a new buffer (StepRound).
   std::shared_ptr<wire::Bytes> theta_buf;
   std::vector<float> momentum;
   double phase = 0;  // RoundStep::kComposed: the share of the full round stepped on so far
@@ -709,8 +709,6 @@ uint32_t Shard::live_workers() const {
   return n;
 }
 
-// The fastest live worker's moving-average step time (DyLU's v_max), 0 when unknown. A dead
-// worker does not count: its last figure would hold everyone's H_w down forever.
 uint64_t Shard::HeldBytes(uint32_t worker, uint64_t generation) const {
   uint64_t n = 0;
   for (const auto& [_, f] : fragments_)
@@ -719,6 +717,8 @@ uint64_t Shard::HeldBytes(uint32_t worker, uint64_t generation) const {
   return n;
 }
 
+// The fastest live worker's moving-average step time (DyLU's v_max), 0 when unknown. A dead
+// worker does not count: its last figure would hold everyone's H_w down forever.
 double Shard::FleetStepTimeUs() const {
   const absl::Time now = clock_->Now();
   double fleet = 0;
@@ -759,19 +759,14 @@ void Shard::CloseRound(FragmentState& f) {
   } else if (const double inv = f.merged > 0 ? share / f.weight_sum : 1.0; inv != 1.0) {
     for (float& a : f.acc()) a *= static_cast<float>(inv);
   }
-  if (f.merged > 0) MakeThetaWritable(f);
   if (f.merged == 0) {
     // Every push of the round was dropped: nothing to step on; the version still moves so that
     // the contributors' pushes are answered.
   } else if (f.dn) {
+    MakeThetaWritable(f);
     (void)f.dn->Arrive(f.theta(), f.momentum, f.acc());  // sizes match by construction
-  } else if (opt_.step == RoundStep::kPartial) {
-    (void)kernels::PartialNesterovStep(opt_.outer, share, f.theta(), f.momentum, f.acc());
-  } else if (opt_.step == RoundStep::kComposed) {
-    (void)kernels::ComposedNesterovStep(opt_.outer, share, &f.phase, f.theta(), f.momentum,
-                                        f.acc());
   } else {
-    kernels::NesterovStep(opt_.outer, f.theta(), f.momentum, f.acc());
+    StepRound(f, share);
   }
   // The round is closed: its accumulator goes back.
   pool_.Give(std::move(f.acc_buf), clock_->Now());
@@ -787,6 +782,43 @@ void Shard::CloseRound(FragmentState& f) {
   f.weight_sum = f.weight_ref = 0;
   f.merged = 0;
   dirty_ = true;
+}
+
+void Shard::StepRound(FragmentState& f, double share) {
+  auto step = [&](std::span<float> theta, std::span<float> m, std::span<const float> d,
+                  double* phase) {
+    if (opt_.step == RoundStep::kPartial) {
+      (void)kernels::PartialNesterovStep(opt_.outer, share, theta, m, d);
+    } else if (opt_.step == RoundStep::kComposed) {
+      (void)kernels::ComposedNesterovStep(opt_.outer, share, phase, theta, m, d);
+    } else {
+      kernels::NesterovStep(opt_.outer, theta, m, d);
+    }
+  };
+  if (f.theta_buf.use_count() == 1) {  // neither published nor being sent: step in place
+    step(f.theta(), f.momentum, f.acc(), &f.phase);
+    return;
+  }
+  // The accumulator becomes the new theta: chunk by chunk, its delta moves to a scratch buffer,
+  // the old theta's values take its place and the step runs there. The steps are elementwise
+  // (the phase is the same for every chunk), so the result is the in-place step's, bit for bit.
+  const std::span<const float> old = f.theta();
+  const std::span<float> out = f.acc();
+  const std::span<float> m = f.momentum;
+  constexpr size_t kChunk = size_t{1} << 18;  // 1 MiB of floats: large enough for ParallelFor
+  step_scratch_.resize(std::min(kChunk, out.size()));
+  double phase = f.phase;
+  for (size_t lo = 0; lo < out.size(); lo += kChunk) {
+    const size_t n = std::min(kChunk, out.size() - lo);
+    const std::span<float> d(step_scratch_.data(), n);
+    std::copy_n(out.begin() + lo, n, d.begin());
+    std::copy_n(old.begin() + lo, n, out.begin() + lo);
+    phase = f.phase;
+    step(out.subspan(lo, n), m.subspan(lo, n), d, &phase);
+  }
+  f.phase = phase;
+  // The old theta is reused once no send or snapshot holds it.
+  pool_.Give(std::exchange(f.theta_buf, std::move(f.acc_buf)), clock_->Now());
 }
 
 void Shard::MakeThetaWritable(FragmentState& f) {
@@ -1034,7 +1066,8 @@ std::string Shard::StatsJson() const {
       ",\"checkpoint_ms\":", absl::StrFormat("%.1f", c.checkpoint_ms_total), ",\"durable\":{",
       durable, "},\"params\":", owned_params_, ",\"resident_bytes\":", mem.resident_bytes,
       ",\"peak_resident_bytes\":", mem.peak_resident_bytes,
-      ",\"pool_fresh_buffers\":", pool_.fresh_allocations(), ",\"workers\":", workers_.size(),
+      ",\"pool_fresh_buffers\":", pool_.fresh_allocations(),
+      ",\"pool_kept_bytes\":", pool_.kept_bytes(), ",\"workers\":", workers_.size(),
       ",\"refused_by_reason\":{", RefusalsText(c, "\"", "\":", ","), "}}");
 }
 

@@ -238,8 +238,13 @@ class Shard {
   void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void CloseRound(FragmentState& f);
   void Publish(FragmentState& f, std::vector<Outgoing>* out);
-  // Before theta changes: a theta the published snapshot (or a send) still holds is copied to
-  // a pooled buffer first, and the copy becomes the live theta.
+  // The round's outer step on f's merged delta (f.acc()), of `share` of a full round. A theta
+  // the published snapshot (or a send) still holds is not copied first: the step writes the new
+  // theta into the accumulator's buffer, which becomes theta, so a burst of rounds closing
+  // together needs one buffer per open round and no more.
+  void StepRound(FragmentState& f, double share);
+  // Before theta changes in place (Delayed Nesterov): a theta the published snapshot (or a
+  // send) still holds is copied to a pooled buffer first, and the copy becomes the live theta.
   void MakeThetaWritable(FragmentState& f);
   // May f's version go out now? Without a store always; theta(0) only once durable; in
   // per-round mode only the durable version.
@@ -274,9 +279,10 @@ class Shard {
   uint64_t incarnation_ = 0;
   std::vector<uint32_t> owned_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<FragmentState>> fragments_;
-  // Accumulators of open rounds and theta copies on write, kept for reuse while rounds use
-  // them (at most one of each per owned fragment).
+  // Accumulators of open rounds and thetas they replaced, kept for reuse while rounds use them
+  // (at most one per owned fragment, plus one).
   BufferPool pool_{0, absl::ZeroDuration()};
+  std::vector<float> step_scratch_;  // StepRound: a chunk of the delta, allocated once
   std::vector<std::string> log_lines_;
   uint64_t failures_in_a_row_ = 0;  // checkpoint writes failed since the last that succeeded
   struct RefusalLog {

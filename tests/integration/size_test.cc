@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/process_memory.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/memory_bound.h"
 #include "tests/integration/synthetic_pusher.h"
 
 namespace diloco::testing {
@@ -23,16 +24,6 @@ namespace {
 constexpr char kModel[] = "gpt2-124m";
 constexpr uint32_t kFragments = 8;
 constexpr int kRounds = 3;
-constexpr double kBoundBytesPerParam = 12.5;
-// In the sanitizer build the shard is instrumented too: ASan's redzones and the quarantine that
-// holds freed memory back from reuse (the pool's buffers, the frame heap) put its RSS at ~14
-// B/param where the release build measures 11.8, so the bound is asserted in the release build.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kMemoryIsTheProducts = false;
-#else
-constexpr bool kMemoryIsTheProducts = true;
-#endif
-
 class SizeTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SizeTest, ShardOf124MAppliesEveryPushAndRecoversWhatItPublished) {
@@ -63,9 +54,9 @@ TEST_P(SizeTest, ShardOf124MAppliesEveryPushAndRecoversWhatItPublished) {
   ASSERT_TRUE(mem.ok()) << mem.status();
   const double rss = mem->resident_bytes / params, hwm = mem->peak_resident_bytes / params;
   std::printf("shard %s: %.0f params, resident %.2f B/param (bound %.1f), peak %.2f B/param\n",
-              durability.c_str(), params, rss, kBoundBytesPerParam, hwm);
+              durability.c_str(), params, rss, kShardBoundBytesPerParam, hwm);
   if (kMemoryIsTheProducts) {
-    EXPECT_LE(rss, kBoundBytesPerParam);
+    EXPECT_LE(rss, kShardBoundBytesPerParam);
   }
 
   EXPECT_EQ(c.Stat(0, "bad_messages"), 0);

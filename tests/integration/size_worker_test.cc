@@ -5,7 +5,9 @@
 // worker's heartbeats unanswered past its --shard_timeout: the worker reconnected, its pushes
 // in flight on the old connection were refused, re-sent and counted as duplicates, and some
 // were never answered. Checked: every push is answered Applied, with no resend, reconnect,
-// refusal, duplicate or bad message on either side, and every fragment moved.
+// refusal, duplicate or bad message on either side, every fragment moved, and once the pushes
+// stopped the shard's resident memory comes within its bound (tests/integration/memory_bound.h;
+// every fragment's round open at once is the pool's worst case, docs/architecture.md).
 //
 // Bounded: ~4.5 GB worker and ~1.7 GB shard, one pair at a time (RUN_SERIAL), 6 inner steps,
 // every wait bounded. Behaviour only. The margin: --shard_timeout=10s (default 3 s). Quiet, the
@@ -17,11 +19,15 @@
 // the same load one 1 GB periodic checkpoint took 7.5 s, longer than some answers' gaps allow.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/process_memory.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/memory_bound.h"
 
 namespace diloco::testing {
 namespace {
@@ -75,6 +81,30 @@ TEST_P(SizeWorkerTest, AWorkerPushingEveryFragmentAtOnceGetsEveryPushApplied) {
   EXPECT_EQ(c.Stat(0, "trains_cut"), 0);
   for (uint32_t f = 0; f < kFragments; ++f)
     EXPECT_GE(c.Stat(0, absl::StrCat("versions.", f)), 2) << "fragment " << f << " never moved";
+
+  // Steady state between bursts: the shard hands its frame heap back 2 s after the last
+  // payload (server/heap_trim.h) while its pool still keeps the burst's round buffers (freed
+  // after 30 s unused: then the bound would say nothing). Readings count only while the pool
+  // keeps what it kept at the first one; the wait ends when the bound is met or the pool let go.
+  const double params = static_cast<double>(c.Stat(0, "params"));
+  ASSERT_GT(params, 100e6);
+  const double kept = c.Stat(0, "pool_kept_bytes");
+  EXPECT_GT(kept, 0) << "the burst's round buffers should still be kept";
+  double rss = 0;
+  for (absl::Time until = absl::Now() + absl::Seconds(60); absl::Now() < until;) {
+    auto mem = ReadProcessMemory(c.shards[0]->pid());
+    ASSERT_TRUE(mem.ok()) << mem.status();
+    if (c.Stat(0, "pool_kept_bytes") != kept) break;  // the reading may postdate the trim
+    rss = mem->resident_bytes / params;
+    if (rss <= kShardBoundBytesPerParam) break;
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  std::printf(
+      "shard %s: resident %.2f B/param with %.2f B/param of round buffers kept (bound %.1f)\n",
+      GetParam().c_str(), rss, kept / params, kShardBoundBytesPerParam);
+  if (kMemoryIsTheProducts) {
+    EXPECT_LE(rss, kShardBoundBytesPerParam);
+  }
   c.shards[0]->Signal(SIGTERM);
   EXPECT_TRUE(c.shards[0]->Wait(absl::Seconds(60)).has_value());
 }

@@ -1,11 +1,14 @@
 // The shard's pooled buffers (server/buffer_pool.h): a kept buffer is handed out only once
 // nothing else holds it, the pool keeps no more than its budget, and a published snapshot is
 // theta itself, so a send still holding it keeps the values it was sent with while the next
-// round changes theta (copy on write), in both durability modes' publication paths.
+// round changes theta (the round steps into its accumulator, which becomes theta), in both
+// durability modes' publication paths, with the in-place step's result bit for bit.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
+#include "kernels/outer.h"
 #include "server/buffer_pool.h"
 #include "tests/server/shard_harness.h"
 
@@ -126,7 +129,7 @@ TEST(ShardMemoryTest, RoundsClosingTogetherReuseTheirBuffersAndFreeThemWhenIdle)
   round(1);
   round(2);
   const uint64_t after_two = FreshBuffers(h.shard());
-  EXPECT_LE(after_two - thetas, kF + 1);  // an accumulator per fragment and one theta copy
+  EXPECT_LE(after_two - thetas, kF);  // an accumulator per fragment, no theta copy
   for (uint64_t seq = 3; seq <= 6; ++seq) round(seq);
   EXPECT_EQ(FreshBuffers(h.shard()), after_two);
   h.clock().Advance(absl::Seconds(31));
@@ -166,6 +169,34 @@ TEST(ShardMemoryTest, ASentSnapshotKeepsItsValuesWhileTheNextRoundChangesTheta) 
   EXPECT_EQ(Values(*first), v1);  // the round wrote a copy, not the buffer being sent
   EXPECT_NE(Values(*second), v1);
   EXPECT_EQ(Values(*second), h.shard().params(0));
+}
+
+// A round whose theta is still published steps into its accumulator chunk by chunk
+// (Shard::StepRound); on a fragment of several chunks that must be the in-place step exactly,
+// momentum included, for the composed step (whose phase every chunk starts from).
+TEST(ShardMemoryTest, SteppingIntoTheAccumulatorIsTheInPlaceStepBitForBit) {
+  auto o = TinyOptions(1);
+  o.model = GptConfig{8192, 4, 1, 1, 64};  // one fragment of ~580k values: three 256k chunks
+  o.step = RoundStep::kComposed;
+  ShardHarness h(o);
+  const uint64_t n = h.fragment(0).numel;
+  ASSERT_GT(n, 2u << 18);
+  std::vector<float> theta(n), m(n, 0.0f);
+  for (uint64_t i = 0; i < n; ++i) theta[i] = std::sin(0.001f * static_cast<float>(i));
+  h.Hello("a", 1);
+  h.Init("a", 1, 0, theta);
+  double phase = 0;
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    std::vector<float> d(n);
+    for (uint64_t i = 0; i < n; ++i) d[i] = 0.01f * std::cos(0.003f * static_cast<float>(i * seq));
+    h.Push("a", 1, 0, seq, seq, d);
+    auto out = h.Tick();
+    const Outgoing* u = Only(out, MsgType::FragmentUpdate);
+    ASSERT_NE(u, nullptr);
+    ASSERT_EQ(u->header.ack, AckStatus::Applied);
+    ASSERT_TRUE(kernels::ComposedNesterovStep(o.outer, 1.0, &phase, theta, m, d).ok());
+    ASSERT_EQ(h.shard().params(0), theta) << "round " << seq;  // published: the next one swaps
+  }
 }
 
 }  // namespace
