@@ -1,7 +1,10 @@
 // GPU throughput of the CUDA model (TF32 cuBLAS, fp32 storage): tokens/s and achieved TFLOP/s for
 // GPT-2 124M and GPT-2 350M at batch 8 x 1024 on one GPU, full training steps (forward,
 // backward, AdamW) on random tokens. Prints one "RESULT name tokens_per_s tflops" line per
-// config for gpu_check.sh. Exits 0 with a note when there is no GPU.
+// config for gpu_check.sh. Fails (exit 1) without a GPU, and unless each config's loss is finite,
+// within 1 of ln(V) at the first step (what GPT-2 init gives on random tokens) and lower after
+// the timed steps than at the first (the same batch every step: training must fit it): a fast
+// step that computes garbage is not a result.
 //   model_gpu_bench [batch=8] [steps=10]
 #include <algorithm>
 #include <chrono>
@@ -53,8 +56,8 @@ int main(int argc, char** argv) {
       steps = std::atoi(a.c_str() + 6);
   }
   if (CudaDeviceCount() < 1) {
-    std::printf("no CUDA GPU: nothing to measure\n");
-    return 0;
+    std::printf("no CUDA GPU: nothing measured\n");
+    return 1;
   }
   for (const char* preset : {"gpt2-124m", "gpt2-350m"}) {
     GptConfig c = *ParseGptConfig(preset);
@@ -88,11 +91,13 @@ int main(int argc, char** argv) {
       tg[i] = rng() % c.vocab;
     }
     const cuda::GpuAdamW a{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
-    float loss = 0;
+    float loss = 0, first_loss = 0;
     // Warm-up (cuBLAS heuristics, first-touch costs), then the timed steps. Every step ends with
     // a stream synchronisation (TrainStep returns the loss), so the wall clock covers the work.
-    for (int s = 1; s <= 3 && e.empty(); ++s)
+    for (int s = 1; s <= 3 && e.empty(); ++s) {
       e = g->TrainStep(in.data(), tg.data(), a, s, 1.0f, &loss);
+      if (s == 1) first_loss = loss;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     for (int s = 4; s < 4 + steps && e.empty(); ++s)
       e = g->TrainStep(in.data(), tg.data(), a, s, 1.0f, &loss);
@@ -102,11 +107,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: %s\n", preset, e.c_str());
       return 1;
     }
+    const float ln_v = std::log(static_cast<float>(c.vocab));
+    if (!std::isfinite(first_loss) || !std::isfinite(loss) || std::fabs(first_loss - ln_v) > 1.0f ||
+        !(loss < first_loss)) {
+      std::fprintf(stderr,
+                   "%s: wrong loss: %.4f at the first step (ln V = %.4f), %.4f at the last\n",
+                   preset, first_loss, ln_v, loss);
+      return 1;
+    }
     const double tokens = double(N) * steps;
     const double flops_per_token = 6.0 * layout->total + 12.0 * c.layers * c.context * c.width;
-    std::printf("%s batch %d x %d: %.0f tokens/s, %.1f TFLOP/s (TF32), %.1f ms/step, loss %.3f\n",
-                preset, batch, c.context, tokens / sec, tokens * flops_per_token / sec / 1e12,
-                1e3 * sec / steps, loss);
+    std::printf(
+        "%s batch %d x %d: %.0f tokens/s, %.1f TFLOP/s (TF32), %.1f ms/step, loss %.3f -> %.3f\n",
+        preset, batch, c.context, tokens / sec, tokens * flops_per_token / sec / 1e12,
+        1e3 * sec / steps, first_loss, loss);
     std::printf("RESULT %s %.1f %.3f\n", preset, tokens / sec,
                 tokens * flops_per_token / sec / 1e12);
     std::fflush(stdout);

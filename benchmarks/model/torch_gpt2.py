@@ -7,13 +7,15 @@ optimizer (AdamW, clip 1.0). On the GPU (default): GPT-2 124M and 350M, batch 8 
 parameters with TF32 matmuls. With --device cpu: one preset of common/model_spec.cc (tiny,
 small) at batch 8 x context, fp32, --threads intra-op threads (run it with
 OMP_WAIT_POLICY=PASSIVE: spinning OpenMP workers starve a 2-core box; cpu_vs_torch.py does).
-Prints "RESULT name tokens_per_s tflops" lines like the C++ benchmarks.
+Prints "RESULT name tokens_per_s tflops" lines like the C++ benchmarks (names end in -sdpa
+with --sdpa) and the TF32 setting in effect; exits 1 on the GPU path when there is no GPU.
   python3 torch_gpt2.py [--batch 8] [--steps 10] [--sdpa]
   python3 torch_gpt2.py --device cpu --model small --threads 1 [--steps 20]
 """
 import argparse
 import contextlib
 import math
+import sys
 import time
 
 import torch
@@ -112,11 +114,25 @@ def measure(name, cfg, batch, steps, sdpa, dev):
     P = sum(p.numel() for p in model.parameters())
     tokens = batch * T * steps
     flops = tokens * (6.0 * P + 12.0 * L * T * C)
+    if sdpa:
+        name += "-sdpa"
     print(f"{name} batch {batch} x {T}: {tokens / sec:.0f} tokens/s, "
           f"{flops / sec / 1e12:.4f} TFLOP/s, {1e3 * sec / steps:.1f} ms/step, "
           f"loss {loss.item():.3f}")
     print(f"RESULT {name} {tokens / sec:.1f} {flops / sec / 1e12:.5f}")
     del model, opt
+
+
+def use_tf32():
+    """TF32 matmuls (fp32 storage), as model_gpu_bench's cuBLAS: PyTorch 2.9+ takes
+    fp32_precision, older ones the allow_tf32 flags. Returns the setting in effect."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        matmul.fp32_precision = "tf32"
+        return f"torch.backends.cuda.matmul.fp32_precision = {matmul.fp32_precision!r}"
+    matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return f"torch.backends.cuda.matmul.allow_tf32 = {matmul.allow_tf32}"
 
 
 def main():
@@ -133,10 +149,9 @@ def main():
         measure(args.model, CPU_CONFIGS[args.model], args.batch, args.steps, args.sdpa, "cpu")
         return
     if not torch.cuda.is_available():
-        print("no CUDA GPU: nothing to measure")
-        return
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+        print("no CUDA GPU: nothing measured")
+        sys.exit(1)
+    print(f"precision: {use_tf32()}")
     for name, cfg in CONFIGS.items():
         measure(name, cfg, args.batch, args.steps, args.sdpa, "cuda")
         torch.cuda.empty_cache()
