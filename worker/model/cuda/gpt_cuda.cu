@@ -96,12 +96,17 @@ int DeviceCount() {
 }
 
 GptCuda::Impl::~Impl() {
+  // Every stream drains first: a communicator must not be destroyed under a collective in
+  // flight on it.
+  for (Replica& r : replicas) {
+    cudaSetDevice(r.device);
+    if (r.stream) cudaStreamSynchronize(r.stream);
+  }
 #ifdef DILOCO_HAVE_NCCL
   for (ncclComm_t c : comms) ncclCommDestroy(c);
 #endif
   for (Replica& r : replicas) {
     cudaSetDevice(r.device);
-    if (r.stream) cudaStreamSynchronize(r.stream);
     for (void* p : r.allocations) cudaFree(p);
     if (r.host_loss) cudaFreeHost(r.host_loss);
     if (r.blas) blas->destroy(r.blas);
@@ -112,7 +117,9 @@ GptCuda::Impl::~Impl() {
 std::string GptCuda::Impl::Alloc(Replica& r, size_t floats, float** out) {
   void* p = nullptr;
   CUDA_TRY(cudaMalloc(&p, std::max<size_t>(floats, 1) * sizeof(float)));
-  CUDA_TRY(cudaMemset(p, 0, std::max<size_t>(floats, 1) * sizeof(float)));
+  // On the work stream, which is non-blocking: a legacy-stream memset would not be ordered
+  // before the work that first uses the buffer.
+  CUDA_TRY(cudaMemsetAsync(p, 0, std::max<size_t>(floats, 1) * sizeof(float), r.stream));
   r.allocations.push_back(p);
   *out = static_cast<float*>(p);
   return "";
@@ -411,13 +418,18 @@ std::string GptCuda::TrainStep(const int32_t* inputs, const int32_t* targets, co
   }
 #ifdef DILOCO_HAVE_NCCL
   if (G > 1) {
-    ncclGroupStart();
-    for (int gi = 0; gi < G; ++gi) {
+    ncclResult_t rc = ncclGroupStart();
+    if (rc != ncclSuccess) return std::string("ncclGroupStart: ") + ncclGetErrorString(rc);
+    for (int gi = 0; gi < G && rc == ncclSuccess; ++gi) {
       Replica& r = im.replicas[gi];
-      ncclAllReduce(r.grads, r.grads, im.layout.total, ncclFloat, ncclSum, im.comms[gi], r.stream);
+      rc = ncclAllReduce(r.grads, r.grads, im.layout.total, ncclFloat, ncclSum, im.comms[gi],
+                         r.stream);
     }
-    const ncclResult_t rc = ncclGroupEnd();
+    // The group is closed either way (an open group would swallow the next step's calls); the
+    // first failure is the one reported.
+    const ncclResult_t end = ncclGroupEnd();
     if (rc != ncclSuccess) return std::string("ncclAllReduce: ") + ncclGetErrorString(rc);
+    if (end != ncclSuccess) return std::string("ncclGroupEnd: ") + ncclGetErrorString(end);
   }
 #endif
   const float bc1 = 1.f - std::pow(adamw.beta1, float(step));
