@@ -1,5 +1,6 @@
-// The CUDA model against the CPU reference (Gpt<float>) on random inputs and parameters, and the
-// CUDA trainer end to end. Skips without a usable GPU (any CUDA runtime error counts as none).
+// The CUDA model against the CPU reference (Gpt<float>) on random inputs and parameters (two
+// sets of sizes), the CUDA trainer's optimizer against the CPU trainer's, and the CUDA trainer
+// end to end. Skips without a usable GPU (any CUDA runtime error counts as none).
 // Tolerances: cuBLAS runs in TF32 (10-bit mantissa), so the loss must agree to 2e-3 relative,
 // logits to 2e-2 of their largest magnitude, and the gradient vector to 3e-2 relative L2 error.
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/model/cpu_trainer.h"
 #include "worker/model/cuda/cublas_loader.h"
 #include "worker/model/cuda/cuda_trainer.h"
 #include "worker/model/gpt.h"
@@ -46,10 +48,8 @@ cuda::GpuLayout ToGpu(const ParamLayout& l) {
   return g;
 }
 
-TEST(ModelCuda, ForwardBackwardMatchesCpu) {
-  SKIP_WITHOUT_GPU();
-  const GptConfig c{.vocab = 100, .context = 32, .layers = 2, .heads = 4, .width = 64};
-  const int B = 4, T = 32;
+// Forward (loss, logits) and backward (every tensor's gradient) of one batch of B x T tokens.
+void ExpectForwardBackwardMatchesCpu(const GptConfig& c, int B, int T) {
   auto cpu = Gpt<float>::Create(c, B, T);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   std::mt19937_64 rng(11);
@@ -90,6 +90,58 @@ TEST(ModelCuda, ForwardBackwardMatchesCpu) {
     }
     EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 3e-2) << t.name;
   }
+}
+
+TEST(ModelCuda, ForwardBackwardMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  ExpectForwardBackwardMatchesCpu(
+      {.vocab = 100, .context = 32, .layers = 2, .heads = 4, .width = 64}, 4, 32);
+}
+
+// Sizes that make every loop of the kernels run more than once or stop mid-way: rows of V = 1000
+// for the softmax and cross-entropy lanes, T = 100 of a context of 128 (sequences shorter than
+// the context), C = 96 over 3 heads (head width 32) for LayerNorm backward's block cap and
+// multi-row loop, and B = 3.
+TEST(ModelCuda, ForwardBackwardMatchesCpuAtUnevenSizes) {
+  SKIP_WITHOUT_GPU();
+  ExpectForwardBackwardMatchesCpu(
+      {.vocab = 1000, .context = 128, .layers = 2, .heads = 3, .width = 96}, 3, 100);
+}
+
+// The GPU's AdamW and device-side gradient clipping against the CPU trainer: the same options,
+// init and batches, three steps, a clip far below the gradient norm so it binds on every step,
+// and an epsilon far above the clipped gradients' elements, so the update is nearly linear in
+// the clipped gradient (with a small epsilon, Adam's update does not depend on the gradient's
+// scale and a wrong clip would not show).
+TEST(ModelCuda, AdamWAndClippingMatchTheCpuTrainer) {
+  SKIP_WITHOUT_GPU();
+  TrainerOptions o = CiTrainingOptions();
+  o.grad_clip = 0.05f;
+  o.adamw.eps = 1e-2f;
+  o.warmup_steps = 0;
+  auto cpu = MakeCpuTrainer(o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = MakeCudaTrainer(o);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const std::vector<float> init((*cpu)->params().begin(), (*cpu)->params().end());
+  {
+    std::span<const float> g = (*gpu)->params();
+    ASSERT_EQ(std::vector<float>(g.begin(), g.end()), init) << "not the same initial model";
+  }
+  for (int s = 0; s < 3; ++s) {
+    const float cl = (*cpu)->Step(), gl = (*gpu)->Step();
+    ASSERT_TRUE(std::isfinite(gl)) << (*gpu)->error();
+    EXPECT_NEAR(gl, cl, 2e-3 * cl) << "step " << s;
+  }
+  std::span<const float> pc = (*cpu)->params(), pg = (*gpu)->params();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < init.size(); ++i) {
+    const double uc = pc[i] - init[i], ug = pg[i] - init[i];
+    num += (uc - ug) * (uc - ug);
+    den += uc * uc;
+  }
+  ASSERT_GT(den, 0) << "the CPU trainer did not move";
+  EXPECT_LT(std::sqrt(num / den), 5e-2) << "relative L2 error of the three steps' update";
 }
 
 TEST(ModelCuda, TrainerLearnsAndParamsRoundTrip) {
