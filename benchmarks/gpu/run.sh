@@ -26,12 +26,33 @@ if [[ -f $bundle ]]; then  # the packed bundle: unpack it beside itself
 fi
 bundle=$(cd "$bundle" && pwd) || exit 2
 export LD_LIBRARY_PATH="$bundle/lib:${LD_LIBRARY_PATH:-}"
+# The toolkit's own folders last: the binaries' run path names the build machine's
+# (/usr/local/cuda/lib), which other machines often lay out as lib64.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -d $d ]] && LD_LIBRARY_PATH+=":$d"
+done
 {
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+  echo "ldconfig -p (CUDA runtime, cuBLAS, NCCL):"
+  ldconfig -p 2>&1 | grep -E 'lib(cudart|cublas|cublasLt|nccl)\.so' || echo "  none in ld.so.cache"
 } > "$out/machine.txt"
 cat "$out/machine.txt"
+# The bundle leaves the CUDA libraries out (the machine's own, same major version): say where
+# each program resolves them, and stop here, clearly, when one is missing (cuBLAS is loaded
+# with dlopen: the ldconfig lines above and the CublasLoader test show where).
+for p in tests/model/model_cuda_test tests/kernels/kernels_cuda_test worker/diloco-worker; do
+  [[ -x $bundle/$p ]] || continue
+  echo "$p:"
+  ldd "$bundle/$p" 2>&1 | grep -E 'lib(cudart|cublas|cublasLt|nccl)' | sed 's/^/  /'
+  ldd "$bundle/$p" 2>&1 | grep 'not found' | sed 's/^/  /'
+done 2>&1 | tee "$out/libraries.txt"
+if grep -q 'not found' "$out/libraries.txt"; then
+  echo "a shared library is missing (see $out/libraries.txt): set LD_LIBRARY_PATH to the" \
+    "folder that holds it (/usr/local/cuda/lib64 on most machines)" | tee -a "$out/summary.txt"
+  exit 1
+fi
 
 status=0
 part() {  # part NAME LIMIT_S COMMAND...

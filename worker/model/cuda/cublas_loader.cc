@@ -25,16 +25,25 @@ struct Loaded {
 
 Loaded Load() {
   Loaded l;
+  // The loader's search path first (LD_LIBRARY_PATH, ld.so.cache), then the build machine's
+  // toolkit folder, then the folders toolkits install to on other machines (lib64 on most).
   void* lib = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL);
+  std::string tried = "the loader's search path";
+  const char* dirs[] = {
 #ifdef DILOCO_CUDA_LIBRARY_DIR
-  if (lib == nullptr)
-    lib = dlopen((std::string(DILOCO_CUDA_LIBRARY_DIR) + "/" + kSoname).c_str(),
-                 RTLD_NOW | RTLD_LOCAL);
+      DILOCO_CUDA_LIBRARY_DIR,
 #endif
+      "/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/local/cuda/lib"};
+  for (const char* dir : dirs) {
+    if (lib != nullptr) break;
+    const std::string path = std::string(dir) + "/" + kSoname;
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    tried += ", " + path;
+  }
   if (lib == nullptr) {
     const char* why = dlerror();
     l.error = std::string("cannot load ") + kSoname + ": " + (why ? why : "not found") +
-              " (add the CUDA toolkit's lib64 to LD_LIBRARY_PATH)";
+              " (tried " + tried + "; add the CUDA toolkit's library folder to LD_LIBRARY_PATH)";
     return l;
   }
   std::string missing;
