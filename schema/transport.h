@@ -72,7 +72,7 @@ void TuneAllocatorForFrames();
 // TrimFrameHeap can hand back: malloc_trim releases the free chunks of other arenas but not
 // their top, which the top pad of TuneAllocatorForFrames keeps whole, so each thread that ever
 // received or freed frames (ZeroMQ's I/O thread, apply lanes, the checkpoint writer, RocksDB's
-// threads) kept up to 64 MiB resident for good: a 124M shard measured 11.6-12.7 bytes per
+// threads) kept up to 64 MiB resident for good: a 124M shard measured 11.6-12.1 bytes per
 // parameter at steady state with one arena per thread and 11.2 in every run with one arena. For
 // a process whose allocations are few and large (a shard); not for a trainer's threads, which
 // allocate in their loops. Call before any thread starts. No-op outside glibc.
