@@ -30,6 +30,11 @@ namespace {
 
 double Ema(double old, double x, double a = 0.1) { return old == 0 ? x : (1 - a) * old + a * x; }
 
+// A whole host buffer as the ranged access the training-thread code uses.
+auto Whole(std::span<float> params) {
+  return [params](uint64_t offset, uint64_t n) { return params.subspan(offset, n); };
+}
+
 }  // namespace
 
 const char* SyncEventName(SyncEvent::Kind k) {
@@ -165,7 +170,7 @@ struct SyncClient::Impl {
 
   // Training thread.
   void Process(SyncClient::ParamsFn params, Arrival& a);
-  void Adopt(std::span<float> params, Arrival& a);
+  void Adopt(SyncClient::ParamsFn params, Arrival& a);
   // Lockstep: processes arrivals until none of `fragments` has a push outstanding.
   void AwaitAnswers(SyncClient::ParamsFn params, const std::vector<uint32_t>& fragments);
 
@@ -293,7 +298,7 @@ absl::Status SyncClient::Join(std::span<float> params, absl::Duration deadline) 
       im.cv.WaitWithTimeout(&im.mu, absl::Milliseconds(20));
       arrived.swap(im.arrivals);
     }
-    for (auto& a : arrived) im.Process([params] { return params; }, a);
+    for (auto& a : arrived) im.Process(Whole(params), a);
   }
   return absl::OkStatus();
 }
@@ -318,7 +323,7 @@ absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) 
         status = absl::DeadlineExceededError(
             absl::StrCat("sync: ", im.pending_pushes, " pushes still unanswered at exit"));
     }
-    for (auto& a : arrived) im.Process([params] { return params; }, a);
+    for (auto& a : arrived) im.Process(Whole(params), a);
     if (done) {
       im.drained = true;
       return status;
@@ -332,7 +337,7 @@ void SyncClient::Impl::Process(SyncClient::ParamsFn params, Arrival& a) {
   FragmentSync& f = frags[a.fragment];
   switch (a.kind) {
     case Arrival::kUpdate:
-      Adopt(params(), a);
+      Adopt(params, a);
       return;
     case Arrival::kDone:
       f.outstanding = f.delta_taken = false;
@@ -344,8 +349,15 @@ void SyncClient::Impl::Process(SyncClient::ParamsFn params, Arrival& a) {
       // An unjoined fragment offers the local values (theta(0) during Join); a joined one the
       // last global values, so a shard that lost its state resumes from the fleet's model.
       auto bytes = std::make_shared<wire::Bytes>(f.spec->numel * sizeof(float));
-      plan.Gather(*f.spec, f.joined ? anchor.data() : params().data(),
-                  reinterpret_cast<float*>(bytes->data()));
+      if (f.joined) {
+        plan.Gather(*f.spec, anchor.data(), reinterpret_cast<float*>(bytes->data()));
+      } else {
+        float* out = reinterpret_cast<float*>(bytes->data());
+        for (const Piece& p : f.spec->pieces) {
+          const std::span<const float> local = params(p.flat_offset, p.length);
+          out = std::copy(local.begin(), local.end(), out);
+        }
+      }
       MutexLock g(&mu);
       init_queue.emplace_back(a.fragment, std::move(bytes));
       return;
@@ -357,7 +369,7 @@ void SyncClient::Impl::Process(SyncClient::ParamsFn params, Arrival& a) {
 // progress the global values do not hold (local - anchor, plus the outstanding delta when they
 // hold this worker's push); kLerp: local = lerp(global, local, alpha). The first adoption (the
 // join) always takes the global values, so theta(0) is the same everywhere.
-void SyncClient::Impl::Adopt(std::span<float> params, Arrival& a) {
+void SyncClient::Impl::Adopt(SyncClient::ParamsFn params, Arrival& a) {
   FragmentSync& f = frags[a.fragment];
   const bool was_outstanding = f.outstanding;
   if (a.answers_push) f.outstanding = false;
@@ -382,7 +394,7 @@ void SyncClient::Impl::Adopt(std::span<float> params, Arrival& a) {
       const uint64_t take = std::min(n, pc.length - in_piece);
       std::span<const float> global(src, take);
       std::span<float> anc(anchor.data() + pc.flat_offset + in_piece, take);
-      std::span<float> local(params.data() + pc.flat_offset + in_piece, take);
+      std::span<float> local = params(pc.flat_offset + in_piece, take);
       if (keep) {
         kernels::RebaseAdopt(global, anc, local,
                              take_delta ? std::span<const float>(f.delta.data() + pos, take)
@@ -441,18 +453,12 @@ void SyncClient::Impl::AwaitAnswers(SyncClient::ParamsFn params,
 }
 
 void SyncClient::AfterStep(std::span<float> params, uint64_t tokens, absl::Duration step_time) {
-  AfterStep([params] { return params; }, tokens, step_time);
+  AfterStep(Whole(params), tokens, step_time);
 }
 
-void SyncClient::AfterStep(ParamsFn fetch, uint64_t tokens, absl::Duration step_time) {
+void SyncClient::AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step_time) {
   const absl::Time t0 = absl::Now();
   Impl& im = *impl_;
-  std::span<float> fetched;
-  bool have = false;
-  auto params = [&] {
-    if (!have) fetched = fetch(), have = true;
-    return fetched;
-  };
   const double step_us =
       Ema(static_cast<double>(im.step_time_us.load()), absl::ToDoubleMicroseconds(step_time));
   im.step_time_us = static_cast<uint64_t>(step_us);
@@ -481,8 +487,7 @@ void SyncClient::AfterStep(ParamsFn fetch, uint64_t tokens, absl::Duration step_
     float* d = f.delta.data();
     for (const Piece& p : f.spec->pieces) {
       kernels::Delta(std::span<const float>(im.anchor.data() + p.flat_offset, p.length),
-                     std::span<const float>(params().data() + p.flat_offset, p.length),
-                     std::span<float>(d, p.length));
+                     params(p.flat_offset, p.length), std::span<float>(d, p.length));
       d += p.length;
     }
     f.outstanding = true;

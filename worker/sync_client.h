@@ -128,10 +128,11 @@ class SyncClient {
   // After each inner step, on the training thread. Adopts fragments that have arrived and
   // queues pushes that are due. Never waits on the network.
   void AfterStep(std::span<float> params, uint64_t tokens, absl::Duration step_time);
-  // The same, with the parameters fetched only on a step that reads or writes them (an
-  // adoption, a due push, a theta(0) request), at most once: a GPU trainer copies its
-  // parameters to the host on those steps only, not on every step.
-  using ParamsFn = absl::FunctionRef<std::span<float>()>;
+  // The same, with the parameters reached range by range: params(offset, n) is elements
+  // [offset, offset + n), asked for only on a step that reads or writes them (an adoption, a due
+  // push, a theta(0) request) and only for the pieces of the fragments concerned, so a GPU
+  // trainer copies those pieces to the host and back (Trainer::ParamRange), not the model.
+  using ParamsFn = absl::FunctionRef<std::span<float>(uint64_t offset, uint64_t n)>;
   void AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step_time);
 
   // Clean stop, on the training thread: takes no new pushes, waits until every push is

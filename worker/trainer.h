@@ -18,9 +18,19 @@ class Trainer {
   virtual const Manifest& manifest() const = 0;
   // The flat parameter buffer (manifest order). Valid for the trainer's life.
   virtual std::span<float> params() = 0;
+  // Elements [offset, offset + n) of that buffer, current, for reading and editing between
+  // steps. A device trainer copies only this range to its host mirror (and back before the next
+  // step), where params() would copy the whole model; the sync client works piece by piece
+  // through this.
+  virtual std::span<float> ParamRange(uint64_t offset, uint64_t n) {
+    return params().subspan(offset, n);
+  }
   // One inner step: forward, backward and AdamW on the next training batch. Returns the loss
   // (nats per token) of that batch.
   virtual float Step() = 0;
+  // From the next Step() on, AdamW uses this learning rate instead of the options' own
+  // schedule (a worker whose run is bounded by time schedules the rate by its clock).
+  virtual void SetLearningRate(float lr) = 0;
   // Tokens consumed by one Step().
   virtual uint64_t tokens_per_step() const = 0;
   // Mean loss (nats per token) of the current parameters on the held-out set.

@@ -28,6 +28,7 @@
 #include "worker/model/cuda/cuda_trainer.h"
 #endif
 #include "worker/model/evaluate.h"
+#include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
 #include "worker/sync_client.h"
 
@@ -58,7 +59,15 @@ ABSL_FLAG(int64_t, steps, 0, "inner steps to run (0: until --duration or a signa
 ABSL_FLAG(absl::Duration, duration, absl::InfiniteDuration(), "stop after this long");
 ABSL_FLAG(int, batch, 8, "sequences per inner step");
 ABSL_FLAG(int, seq_len, 0, "tokens per sequence (0: the model's context)");
-ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate");
+ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate (the peak of --lr_schedule)");
+ABSL_FLAG(std::string, lr_schedule, "auto",
+          "auto (cosine when --steps or --duration bounds the run, constant otherwise), "
+          "constant, cosine (decay to --min_lr_fraction of --lr over the run, following the "
+          "larger of steps/--steps and elapsed/--duration) or wsd (the peak, then a linear "
+          "decay over the last --lr_cooldown of the run)");
+ABSL_FLAG(int, warmup_steps, 0, "linear learning-rate warm-up over this many inner steps");
+ABSL_FLAG(double, min_lr_fraction, 0.1, "the decay's floor, as a fraction of --lr");
+ABSL_FLAG(double, lr_cooldown, 0.2, "--lr_schedule=wsd: the last fraction of the run decays");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay");
 ABSL_FLAG(uint64_t, seed, 1234, "seed of the batch order (and of theta(0) unless --init_seed)");
 ABSL_FLAG(uint64_t, init_seed, 0,
@@ -241,6 +250,11 @@ int main(int argc, char** argv) {
   to.seq_len = absl::GetFlag(FLAGS_seq_len);
   to.adamw.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   to.adamw.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  auto lr_schedule = model::MakeLrSchedule(
+      absl::GetFlag(FLAGS_lr_schedule), to.adamw.lr, absl::GetFlag(FLAGS_warmup_steps),
+      static_cast<float>(absl::GetFlag(FLAGS_min_lr_fraction)), absl::GetFlag(FLAGS_steps),
+      absl::GetFlag(FLAGS_duration), absl::GetFlag(FLAGS_lr_cooldown));
+  if (!lr_schedule.ok()) return Fail(lr_schedule.status());
   to.seed = absl::GetFlag(FLAGS_seed);
   to.init_seed = absl::GetFlag(FLAGS_init_seed) != 0 ? absl::GetFlag(FLAGS_init_seed) : to.seed;
   to.data = *data;
@@ -328,11 +342,12 @@ int main(int argc, char** argv) {
   const int64_t heldout_tokens = model::HeldoutTokens(to);  // every figure is on these targets
   std::fprintf(
       stderr,
-      "diloco-worker[%u]: model %s (%lu params), codec %s, H=%u, %s; held-out loss "
+      "diloco-worker[%u]: model %s (%lu params), %s, codec %s, H=%u, %s; held-out loss "
       "%.4f on %lld tokens%s\n",
       wid, GptConfigString(*cfg).c_str(),
       static_cast<unsigned long>(tr.manifest().total_elements()),
-      kernels::CodecName(*codec).c_str(), absl::GetFlag(FLAGS_inner_steps),
+      model::Describe(*lr_schedule).c_str(), kernels::CodecName(*codec).c_str(),
+      absl::GetFlag(FLAGS_inner_steps),
       sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync", eval0,
       static_cast<long long>(heldout_tokens), floor_str.c_str());
 
@@ -350,6 +365,8 @@ int main(int argc, char** argv) {
   int64_t step = 0;
   for (; !g_stop && (max_steps == 0 || step < max_steps) && absl::Now() < end; ++step) {
     const absl::Time t0 = absl::Now();
+    const float lr = model::LrAt(*lr_schedule, step + 1, t0 - start);
+    tr.SetLearningRate(lr);
     const float loss = tr.Step();
     if (absl::Status e = tr.error(); !e.ok()) return Fail(e);
     if (slowdown > 1) absl::SleepFor((absl::Now() - t0) * (slowdown - 1));
@@ -358,8 +375,10 @@ int main(int argc, char** argv) {
     tokens += tr.tokens_per_step();
     loss_ema = loss_ema == 0 ? loss : 0.9 * loss_ema + 0.1 * loss;
     if (sync) {
-      // Parameters fetched only when AfterStep uses them (a GPU trainer copies them then).
-      sync->AfterStep([&tr] { return tr.params(); }, tr.tokens_per_step(), dt);
+      // Parameters reached piece by piece, only where AfterStep reads or writes them (a GPU
+      // trainer copies just those pieces to the host and back).
+      sync->AfterStep([&tr](uint64_t offset, uint64_t n) { return tr.ParamRange(offset, n); },
+                      tr.tokens_per_step(), dt);
       WriteSyncEvents(*sync, wid, *log);
       if (!joined_logged && sync->joined()) {  // joined in the background
         joined_logged = true;
@@ -388,6 +407,7 @@ int main(int argc, char** argv) {
       ev.Add("event", "progress").Add("worker", uint64_t{wid}).Add("step", step + 1);
       ev.Add("elapsed_s", absl::ToDoubleSeconds(now - start));
       ev.Add("loss", loss_ema).Add("tokens_per_s", tps).Add("tokens", tokens);
+      ev.Add("lr", static_cast<double>(lr));
       std::string extra;
       if (sync) {
         const auto st = sync->stats();

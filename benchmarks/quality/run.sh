@@ -24,8 +24,8 @@
 #                                  [--build=DIR] [--repeats=N] [--steps=N] [--inner_steps=H]
 #                                  [--outer_lr=LR] [--outer_momentum=MU] [--server_flags="..."]
 #                                  [--worker_flags="..."] [--arms=c.async4,...]
-#   --server_flags / --worker_flags are appended to every fleet arm's shard / worker flags (an
-#   A/B of one rule); --arms runs only the arms named (and what they are compared with is then
+#   --server_flags / --worker_flags are appended to every fleet arm's shard / worker flags, and
+#   --worker_flags to the lone workers' too (an A/B of one rule); --arms runs only the arms named (and what they are compared with is then
 #   not run: summarize.py reports the ratios it can).
 #   quick (about 6 min on 2 cores, run by deploy/test.sh): groups a, c and g once, 600 steps
 #         per worker at H = 25 (g: 40 s), then summarize.py checks its bounds and fails the run
@@ -54,10 +54,14 @@ for a in "$@"; do
     *) echo "unknown argument $a" >&2; exit 2 ;;
   esac
 done
+# The learning-rate schedule: full mode runs the workers' default (cosine over each run's steps
+# or duration, lone workers and fleets alike). Quick and smoke pin a constant rate: at 600
+# steps a decay halves a fleet's progress (synchronous a.sync4 1.947 against 1.675 constant,
+# benchmarks/RESULTS.md), and those modes guard the round and adoption rules, not the schedule.
 case $mode in
-  smoke) steps=60 every=20 main_secs=8 hetero_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 ;;
-  quick) steps=600 every=50 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=25 ;;
-  full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefg} repeats=${repeats:-3} inner=50 ;;
+  smoke) steps=60 every=20 main_secs=8 hetero_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 schedule=constant ;;
+  quick) steps=600 every=50 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=25 schedule=constant ;;
+  full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefg} repeats=${repeats:-3} inner=50 schedule=auto ;;
   *) echo "--mode must be smoke, quick or full" >&2; exit 2 ;;
 esac
 steps=${steps_flag:-$steps} inner=${inner_flag:-$inner}
@@ -78,8 +82,8 @@ echo "== convergence study ($mode): $out"
 model=tiny batch=8 seq=64 lr=3e-3 fragments=4 eval_batches=64 curve_batches=16
 # One theta(0) for every arm and every run: the workers' own --seed orders their batches, and
 # without --init_seed each fragment's theta(0) would be whichever worker's upload came first.
-common=(--model=$model --fragments=$fragments --lr=$lr --threads=1 --progress_interval=2s
-        --init_seed=1234 --eval_every=$every --eval_batches=$curve_batches)
+common=(--model=$model --fragments=$fragments --lr=$lr --lr_schedule=$schedule --threads=1
+        --progress_interval=2s --init_seed=1234 --eval_every=$every --eval_batches=$curve_batches)
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
@@ -127,7 +131,7 @@ run_lone() {  # arm group batch [worker flags...]
   t0=$(date +%s%N)
   "$build/worker/diloco-worker" "${common[@]}" --batch="$b" --threads=2 \
     --metrics_jsonl="$out/curves/$arm.w0.jsonl" --save_model="$out/logs/$arm.safetensors" \
-    "$@" 2>"$out/logs/$arm.w0.log"
+    "$@" $worker_extra 2>"$out/logs/$arm.w0.log"
   t1=$(date +%s%N)
   local tokens
   tokens=$(python3 "$root/benchmarks/quality/summarize.py" --tokens --batch="$b" --seq=$seq \

@@ -165,6 +165,39 @@ TEST(ModelCuda, TrainerLearnsAndParamsRoundTrip) {
   EXPECT_NEAR(tr.EvalLoss(), after, 1e-4);
 }
 
+// ParamRange copies only the range asked for and uploads only what was handed out: an edit made
+// through one range survives a second request that covers it (no download over it), reaches
+// the device before the next eval, and leaves every other parameter as the device had it; after
+// a step the range is fetched afresh (the device moved on).
+TEST(ModelCuda, ParamRangeMovesOnlyItsRangeBothWays) {
+  SKIP_WITHOUT_GPU();
+  TrainerOptions o = CiTrainingOptions();
+  auto t = MakeCudaTrainer(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  CudaTrainer& tr = **t;
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE(std::isfinite(tr.Step())) << tr.error();
+  const std::span<float> whole = tr.params();
+  const std::vector<float> device(whole.begin(), whole.end());
+  tr.EvalLoss();  // uploads the (unedited) whole mirror: the device is unchanged
+  std::span<float> r = tr.ParamRange(100, 50);
+  ASSERT_EQ(r.size(), 50u);
+  EXPECT_TRUE(std::equal(r.begin(), r.end(), device.begin() + 100));
+  std::fill(r.begin(), r.end(), 0.5f);
+  std::span<float> wider = tr.ParamRange(90, 80);  // covers the edit: fetches 90-99, 150-169
+  EXPECT_EQ(wider[10], 0.5f);
+  EXPECT_EQ(wider[0], device[90]);
+  EXPECT_EQ(wider[79], device[169]);
+  tr.EvalLoss();                             // uploads 90-169
+  ASSERT_TRUE(tr.CopyParamsToHost().ok());   // the device's values, whole
+  const std::span<float> now = tr.params();  // not re-fetched: CopyParamsToHost filled it
+  for (size_t i = 0; i < device.size(); ++i)
+    ASSERT_EQ(now[i], i >= 100 && i < 150 ? 0.5f : device[i]) << i;
+  ASSERT_TRUE(std::isfinite(tr.Step())) << tr.error();
+  std::span<float> after = tr.ParamRange(100, 50);
+  EXPECT_NE(after[0], 0.5f) << "after a step the range is fetched from the device again";
+  ASSERT_TRUE(tr.error().ok()) << tr.error();
+}
+
 TEST(ModelCuda, TwoGpusDataParallel) {
   SKIP_WITHOUT_GPU();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs";

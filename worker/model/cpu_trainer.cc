@@ -32,6 +32,7 @@ class CpuTrainer final : public Trainer {
   const Manifest& manifest() const override { return gpt_->layout().manifest; }
   std::span<float> params() override { return gpt_->params(); }
   uint64_t tokens_per_step() const override { return inputs_.size(); }
+  void SetLearningRate(float lr) override { lr_ = lr; }
 
   float Step() override {
     train_.Next(inputs_, targets_);
@@ -49,7 +50,7 @@ class CpuTrainer final : public Trainer {
     }
     ++step_;
     kernels::AdamWParams p = o_.adamw;
-    p.lr = LearningRate(o_, step_);
+    p.lr = lr_ ? *lr_ : LearningRate(o_, step_);
     std::span<float> w = gpt_->params();
     for (const TensorSpec& t : manifest().tensors()) {
       kernels::AdamWParams pt = p;
@@ -74,6 +75,7 @@ class CpuTrainer final : public Trainer {
   std::vector<float> m_, v_;
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;
+  std::optional<float> lr_;  // SetLearningRate's, once set
 };
 
 }  // namespace

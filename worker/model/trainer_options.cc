@@ -1,20 +1,28 @@
 #include "worker/model/trainer_options.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 
 namespace diloco::model {
 
+float CosineLearningRate(float peak, int warmup_steps, float min_fraction, int64_t step,
+                         double progress) {
+  if (warmup_steps > 0 && step <= warmup_steps)
+    return peak * static_cast<float>(step) / static_cast<float>(warmup_steps);
+  const double p = std::clamp(progress, 0.0, 1.0);
+  const float min_lr = peak * min_fraction;
+  return min_lr + (peak - min_lr) * static_cast<float>(0.5 * (1.0 + std::cos(M_PI * p)));
+}
+
 float LearningRate(const TrainerOptions& o, int64_t step) {
-  const float lr = o.adamw.lr;
-  if (o.warmup_steps > 0 && step <= o.warmup_steps)
-    return lr * static_cast<float>(step) / static_cast<float>(o.warmup_steps);
-  if (o.decay_steps <= o.warmup_steps) return lr;
-  const float min_lr = lr * o.min_lr_fraction;
-  if (step >= o.decay_steps) return min_lr;
+  if (o.decay_steps <= o.warmup_steps)  // constant after the warm-up
+    return o.warmup_steps > 0 && step <= o.warmup_steps
+               ? o.adamw.lr * static_cast<float>(step) / static_cast<float>(o.warmup_steps)
+               : o.adamw.lr;
   const double frac = double(step - o.warmup_steps) / double(o.decay_steps - o.warmup_steps);
-  return min_lr + (lr - min_lr) * static_cast<float>(0.5 * (1.0 + std::cos(M_PI * frac)));
+  return CosineLearningRate(o.adamw.lr, o.warmup_steps, o.min_lr_fraction, step, frac);
 }
 
 absl::StatusOr<TrainerOptions> ResolveOptions(const TrainerOptions& options) {

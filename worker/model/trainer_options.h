@@ -35,6 +35,12 @@ struct TrainerOptions {
 // The learning rate of 1-based step `step` under the warm-up and decay above.
 float LearningRate(const TrainerOptions& options, int64_t step);
 
+// The same shape with the decay driven by `progress`, the fraction (clamped to [0, 1]) of the
+// decay phase that has passed: a linear warm-up over steps 1..warmup_steps, then cosine from
+// peak to min_fraction * peak. A worker whose run is bounded by time passes elapsed / duration.
+float CosineLearningRate(float peak, int warmup_steps, float min_fraction, int64_t step,
+                         double progress);
+
 // seq_len resolved (0 -> context) and every field checked.
 absl::StatusOr<TrainerOptions> ResolveOptions(const TrainerOptions& options);
 

@@ -1,5 +1,6 @@
 #include "worker/model/cuda/cuda_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -8,10 +9,18 @@ namespace diloco::model {
 
 int CudaDeviceCount() { return cuda::DeviceCount(); }
 
-std::span<float> CudaTrainer::params() {
-  if (absl::Status st = CopyParamsToHost(); !st.ok()) error_ = st;
-  host_edited_ = true;
-  return host_params_;
+std::span<float> CudaTrainer::params() { return ParamRange(0, host_params_.size()); }
+
+std::span<float> CudaTrainer::ParamRange(uint64_t offset, uint64_t n) {
+  const std::vector<ElementRange> missing = mirror_.Claim(offset, offset + n);
+  std::vector<cuda::HostRange> ranges;
+  ranges.reserve(missing.size());
+  for (const ElementRange& r : missing) ranges.push_back({r.begin, r.end});
+  if (!ranges.empty())
+    if (std::string e = gpt_->DownloadRanges(host_params_.data(), ranges.data(), ranges.size());
+        !e.empty())
+      error_ = absl::InternalError(e);
+  return host_params_.subspan(offset, n);
 }
 
 absl::Status CudaTrainer::CopyParamsToHost() {
@@ -23,13 +32,17 @@ absl::Status CudaTrainer::CopyParamsToHost() {
 absl::Status CudaTrainer::CopyParamsToDevice() {
   std::string e = gpt_->Upload(host_params_.data());
   if (!e.empty()) return absl::InternalError(e);
-  host_edited_ = false;
+  mirror_.TakeAll();
   return absl::OkStatus();
 }
 
 absl::Status CudaTrainer::SyncIfEdited() {
-  if (!host_edited_) return absl::OkStatus();
-  return CopyParamsToDevice();
+  if (mirror_.empty()) return absl::OkStatus();
+  std::vector<cuda::HostRange> ranges;
+  for (const ElementRange& r : mirror_.TakeAll()) ranges.push_back({r.begin, r.end});
+  std::string e = gpt_->UploadRanges(host_params_.data(), ranges.data(), ranges.size());
+  if (!e.empty()) return absl::InternalError(e);
+  return absl::OkStatus();
 }
 
 uint64_t CudaTrainer::tokens_per_step() const { return inputs_.size(); }
@@ -44,8 +57,8 @@ float CudaTrainer::Step() {
     train_[g]->Next(std::span<int32_t>(inputs_).subspan(g * per, per),
                     std::span<int32_t>(targets_).subspan(g * per, per));
   ++step_;
-  const cuda::GpuAdamW a{LearningRate(o_, step_), o_.adamw.beta1, o_.adamw.beta2, o_.adamw.eps,
-                         o_.adamw.weight_decay};
+  const cuda::GpuAdamW a{lr_ ? *lr_ : LearningRate(o_, step_), o_.adamw.beta1, o_.adamw.beta2,
+                         o_.adamw.eps, o_.adamw.weight_decay};
   float loss = NAN;
   std::string e = gpt_->TrainStep(inputs_.data(), targets_.data(), a, step_, o_.grad_clip, &loss);
   if (!e.empty()) {
@@ -109,7 +122,12 @@ absl::StatusOr<std::unique_ptr<CudaTrainer>> MakeCudaTrainer(const TrainerOption
     t->heldout_->Fixed(i, o->eval_batches,
                        std::span<int32_t>(t->eval_inputs_).subspan(i * per, per),
                        std::span<int32_t>(t->eval_targets_).subspan(i * per, per));
-  t->host_params_.assign(t->layout_.total, 0.f);
+  float* host = nullptr;
+  if (std::string e = cuda::AllocPinned(t->layout_.total, &host); !e.empty())
+    return absl::UnavailableError(absl::StrCat("CUDA trainer: pinned host mirror: ", e));
+  t->host_.reset(host);
+  t->host_params_ = std::span<float>(host, t->layout_.total);
+  std::fill(t->host_params_.begin(), t->host_params_.end(), 0.f);
   InitGpt2(t->layout_, o->init_seed, t->host_params_);
   if (absl::Status st = t->CopyParamsToDevice(); !st.ok()) return st;
   return t;

@@ -1,22 +1,25 @@
 // The CUDA trainer (built only with DILOCO_HAVE_CUDA; the target diloco_model_cuda defines
 // DILOCO_MODEL_HAVE_CUDA for its users). Parameters live on the GPUs; the Trainer::params() span
-// is a host mirror:
-//   * params() copies the device parameters into the mirror (synchronously) and marks the
-//     mirror as possibly edited: the next Step() or EvalLoss() first copies it back to every GPU.
-//     So the generic sync-client pattern "read/write params() between steps" just works, as
-//     long as params() is called again (not a span cached from earlier) when fresh values are
-//     needed.
-//   * CopyParamsToHost() / CopyParamsToDevice() do the two copies explicitly, for a client that
-//     keeps the span.
-// AdamW state stays on the GPUs across both copies.
+// is a host mirror in page-locked memory (4 bytes per parameter):
+//   * ParamRange(offset, n) copies the part of that range the mirror does not already hold
+//     since the last step from the device, and marks the range as possibly edited: the next
+//     Step() or EvalLoss() first copies every range handed out back to every GPU, and only
+//     those (mirror_ranges.h). A push therefore moves its fragment's pieces down and up, not
+//     the model. params() is ParamRange over the whole model. So the generic sync-client pattern
+//     "read/write parameters between steps" just works, as long as the range is asked for again
+//     (not a span cached from before a step) when fresh values are needed.
+//   * CopyParamsToHost() / CopyParamsToDevice() do the two whole copies explicitly.
+// AdamW state stays on the GPUs across all copies.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/data/batcher.h"
 #include "worker/model/cuda/gpt_cuda.h"
+#include "worker/model/mirror_ranges.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/trainer_options.h"
 #include "worker/trainer.h"
@@ -27,8 +30,10 @@ class CudaTrainer final : public Trainer {
  public:
   const Manifest& manifest() const override { return layout_.manifest; }
   std::span<float> params() override;
+  std::span<float> ParamRange(uint64_t offset, uint64_t n) override;
   float Step() override;
   uint64_t tokens_per_step() const override;
+  void SetLearningRate(float lr) override { lr_ = lr; }
   float EvalLoss() override;
 
   absl::Status CopyParamsToHost();
@@ -47,10 +52,12 @@ class CudaTrainer final : public Trainer {
   data::DataStreams data_;
   std::vector<std::unique_ptr<data::Batcher>> train_;  // one per GPU
   std::unique_ptr<data::Batcher> heldout_;
-  std::vector<float> host_params_;
+  std::unique_ptr<float, void (*)(float*)> host_{nullptr, &cuda::FreePinned};  // the mirror
+  std::span<float> host_params_;  // host_ as a span of the model's size
+  MirrorRanges mirror_;           // the ranges of the mirror handed out since the last upload
   std::vector<int32_t> inputs_, targets_, eval_inputs_, eval_targets_;
-  bool host_edited_ = false;
   int64_t step_ = 0;
+  std::optional<float> lr_;  // SetLearningRate's, once set
   absl::Status error_;
 };
 

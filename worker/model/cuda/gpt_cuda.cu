@@ -382,10 +382,22 @@ std::string GptCuda::Create(const GpuShape& shape, const GpuLayout& layout, int 
 }
 
 std::string GptCuda::Upload(const float* host) {
+  const HostRange all{0, impl_->layout.total};
+  return UploadRanges(host, &all, 1);
+}
+
+std::string GptCuda::Download(float* host) {
+  const HostRange all{0, impl_->layout.total};
+  return DownloadRanges(host, &all, 1);
+}
+
+std::string GptCuda::UploadRanges(const float* host, const HostRange* ranges, size_t count) {
   for (Replica& r : impl_->replicas) {
     CUDA_TRY(cudaSetDevice(r.device));
-    CUDA_TRY(cudaMemcpyAsync(r.params, host, impl_->layout.total * sizeof(float),
-                             cudaMemcpyHostToDevice, r.stream));
+    for (size_t i = 0; i < count; ++i)
+      CUDA_TRY(cudaMemcpyAsync(r.params + ranges[i].begin, host + ranges[i].begin,
+                               (ranges[i].end - ranges[i].begin) * sizeof(float),
+                               cudaMemcpyHostToDevice, r.stream));
   }
   for (Replica& r : impl_->replicas) {
     CUDA_TRY(cudaSetDevice(r.device));
@@ -394,13 +406,24 @@ std::string GptCuda::Upload(const float* host) {
   return "";
 }
 
-std::string GptCuda::Download(float* host) {
+std::string GptCuda::DownloadRanges(float* host, const HostRange* ranges, size_t count) {
   Replica& r = impl_->replicas[0];
   CUDA_TRY(cudaSetDevice(r.device));
-  CUDA_TRY(cudaMemcpyAsync(host, r.params, impl_->layout.total * sizeof(float),
-                           cudaMemcpyDeviceToHost, r.stream));
+  for (size_t i = 0; i < count; ++i)
+    CUDA_TRY(cudaMemcpyAsync(host + ranges[i].begin, r.params + ranges[i].begin,
+                             (ranges[i].end - ranges[i].begin) * sizeof(float),
+                             cudaMemcpyDeviceToHost, r.stream));
   CUDA_TRY(cudaStreamSynchronize(r.stream));
   return "";
+}
+
+std::string AllocPinned(size_t n, float** out) {
+  CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(out), n * sizeof(float)));
+  return "";
+}
+
+void FreePinned(float* p) {
+  if (p != nullptr) cudaFreeHost(p);
 }
 
 std::string GptCuda::TrainStep(const int32_t* inputs, const int32_t* targets, const GpuAdamW& adamw,

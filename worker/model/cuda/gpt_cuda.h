@@ -34,6 +34,16 @@ struct GpuLayout {
   std::vector<Tensor> tensors;
 };
 
+// Elements [begin, end) of the flat parameter buffer.
+struct HostRange {
+  uint64_t begin, end;
+};
+
+// Page-locked host memory for `n` floats (copies to and from it run at the link's speed, and
+// asynchronously), freed by FreePinned.
+std::string AllocPinned(size_t n, float** out);
+void FreePinned(float* p);
+
 struct GpuAdamW {
   float lr, beta1, beta2, eps, weight_decay;
 };
@@ -54,6 +64,10 @@ class GptCuda {
   // kept.
   std::string Upload(const float* host);
   std::string Download(float* host);
+  // The same for the given ranges only; `host` is the whole flat buffer (element 0), so range r
+  // travels between host + r.begin and the device's own element r.begin.
+  std::string UploadRanges(const float* host, const HostRange* ranges, size_t count);
+  std::string DownloadRanges(float* host, const HostRange* ranges, size_t count);
 
   // One training step. inputs/targets hold gpus * batch * seq_len tokens (replica g takes slice
   // g). Forward, backward, all-reduce, global-norm clip and AdamW (step is 1-based); *loss is
