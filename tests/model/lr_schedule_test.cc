@@ -59,6 +59,30 @@ TEST(LrScheduleTest, WithBothBoundsTheOneNearerItsEndDecides) {
   EXPECT_NEAR(LrAt(s, 100, absl::Seconds(30)), 0.0055f, 1e-7);  // steps: a tenth, time: half
 }
 
+TEST(LrScheduleTest, WsdHoldsThePeakThenDecaysLinearlyOverTheCooldown) {
+  absl::StatusOr<LrSchedule> s =
+      MakeLrSchedule("wsd", 0.01f, 0, 0.1f, 1000, absl::InfiniteDuration(), 0.25);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->shape, Shape::kWsd);
+  EXPECT_FLOAT_EQ(LrAt(*s, 1, absl::ZeroDuration()), 0.01f);
+  EXPECT_FLOAT_EQ(LrAt(*s, 750, absl::ZeroDuration()), 0.01f);
+  EXPECT_NEAR(LrAt(*s, 875, absl::ZeroDuration()), 0.0055f, 1e-7);  // half-way down
+  EXPECT_FLOAT_EQ(LrAt(*s, 1000, absl::ZeroDuration()), 0.001f);
+  EXPECT_FLOAT_EQ(LrAt(*s, 2000, absl::ZeroDuration()), 0.001f);
+  absl::StatusOr<LrSchedule> timed =
+      MakeLrSchedule("wsd", 0.01f, 0, 0.1f, 0, absl::Seconds(100), 0.25);
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  EXPECT_NEAR(LrAt(*timed, 5, absl::Seconds(87.5)), 0.0055f, 1e-7);
+  EXPECT_FALSE(MakeLrSchedule("wsd", 0.01f, 0, 0.1f, 0, absl::InfiniteDuration()).ok());
+  for (double bad : {0.0, -0.5, 1.5}) {
+    absl::StatusOr<LrSchedule> b =
+        MakeLrSchedule("wsd", 0.01f, 0, 0.1f, 1000, absl::InfiniteDuration(), bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(std::string(b.status().message()).find("--lr_cooldown"), std::string::npos);
+  }
+  EXPECT_EQ(Describe(*s), "lr 0.01 wsd: linear to 0.1x over the last 0.25 of 1000 steps");
+}
+
 TEST(LrScheduleTest, WarmUpRampsLinearlyThenTheShapeTakesOver) {
   const LrSchedule c = Make("constant", 10, 0, absl::InfiniteDuration());
   EXPECT_FLOAT_EQ(LrAt(c, 1, absl::ZeroDuration()), 0.001f);

@@ -59,18 +59,15 @@ absl::StatusOr<LrSchedule> MakeLrSchedule(std::string_view name, float peak, int
 }
 
 float LrAt(const LrSchedule& s, int64_t step, absl::Duration elapsed) {
-  if (s.shape == LrSchedule::Shape::kConstant)
-    return s.warmup_steps > 0 && step <= s.warmup_steps
-               ? s.peak * static_cast<float>(step) / static_cast<float>(s.warmup_steps)
-               : s.peak;
+  if (s.warmup_steps > 0 && step <= s.warmup_steps)
+    return s.peak * static_cast<float>(step) / static_cast<float>(s.warmup_steps);
+  if (s.shape == LrSchedule::Shape::kConstant) return s.peak;
   double progress = 0;
   if (s.steps > 0) progress = static_cast<double>(step) / static_cast<double>(s.steps);
   if (s.duration != absl::InfiniteDuration())
     progress = std::max(progress, absl::FDivDuration(elapsed, s.duration));
   if (s.shape == LrSchedule::Shape::kCosine)
-    return CosineLearningRate(s.peak, s.warmup_steps, s.min_fraction, step, progress);
-  if (s.warmup_steps > 0 && step <= s.warmup_steps)
-    return s.peak * static_cast<float>(step) / static_cast<float>(s.warmup_steps);
+    return CosineLearningRate(s.peak, /*warmup_steps=*/0, s.min_fraction, step, progress);
   const double into = std::clamp((progress - (1 - s.cooldown)) / s.cooldown, 0.0, 1.0);
   return s.peak * static_cast<float>(1 - (1 - s.min_fraction) * into);
 }
