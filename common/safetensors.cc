@@ -1,13 +1,8 @@
 #include "common/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -15,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/atomic_file.h"
 
 namespace diloco {
 namespace {
@@ -36,25 +32,6 @@ std::string JsonString(const std::string& s) {
     }
   }
   return out + "\"";
-}
-
-absl::Status ErrnoStatus(const std::string& what) {
-  const int e = errno;
-  const std::string msg = absl::StrCat(what, ": ", std::strerror(e));
-  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg);
-  return absl::InternalError(msg);
-}
-
-absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, std::min<size_t>(size, 1 << 30));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(absl::StrCat("writing ", path));
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
 }
 
 // A minimal JSON reader for safetensors headers: objects, arrays, strings, integers, and the
@@ -215,31 +192,14 @@ absl::Status WriteSafetensors(const std::string& path, std::span<const Safetenso
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("creating ", tmp));
   const uint64_t n = header.size();
-  absl::Status s = WriteAll(fd, &n, sizeof(n), tmp);
-  if (s.ok()) s = WriteAll(fd, header.data(), header.size(), tmp);
-  for (const SafetensorsTensor& t : tensors) {
-    if (!s.ok()) break;
-    s = WriteAll(fd, t.data.data(), t.data.size_bytes(), tmp);
-  }
-  if (s.ok() && ::fsync(fd) != 0) s = ErrnoStatus(absl::StrCat("syncing ", tmp));
-  if (::close(fd) != 0 && s.ok()) s = ErrnoStatus(absl::StrCat("closing ", tmp));
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
-    s = ErrnoStatus(absl::StrCat("renaming ", tmp, " to ", path));
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
+  std::vector<std::span<const char>> pieces;
+  pieces.reserve(2 + tensors.size());
+  pieces.emplace_back(reinterpret_cast<const char*>(&n), sizeof(n));
+  pieces.emplace_back(header.data(), header.size());
+  for (const SafetensorsTensor& t : tensors)
+    pieces.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size_bytes());
+  return WriteFileAtomically(path, pieces);
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {

@@ -1,6 +1,7 @@
 // diloco-ctl: operations tools.
 //   diloco-ctl show --store=DIR
 //   diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors STORE_DIR...
+//   diloco-ctl export --format=hf ... --out=DIR STORE_DIR...   Hugging Face's GPT-2 layout
 //   diloco-ctl stats --server=ENDPOINT [--curve_server_key=K --curve_secret_key_file=F]
 //                                                   live statistics of a running shard (JSON)
 //   diloco-ctl eval --model=SPEC (--params=FILE.safetensors | --fragments=P --shards=S
@@ -17,6 +18,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "common/hf_layout.h"
+#include "common/model_spec.h"
 #include "ctl/commands.h"
 #include "storage/model_export.h"
 
@@ -27,6 +30,12 @@ constexpr char kUsage[] =
     "  diloco-ctl show --store=DIR\n"
     "  diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors "
     "STORE_DIR...\n"
+    "  diloco-ctl export --format=hf --model=SPEC --fragments=P --shards=S --out=DIR "
+    "STORE_DIR...\n"
+    "      --format=hf: DIR/config.json and DIR/model.safetensors in Hugging Face's GPT-2 layout\n"
+    "      (GPT2LMHeadModel names, Conv1D matrices [in, out], tied head), for\n"
+    "      GPT2LMHeadModel.from_pretrained(DIR); the default format is the project's own\n"
+    "      (GPT2Model names, matrices [out, in]), what diloco-ctl eval --params reads.\n"
     "  diloco-ctl stats --server=tcp://HOST:PORT [--timeout_ms=N]\n"
     "      [--curve_server_key=KEY|FILE --curve_secret_key_file=FILE]   a CURVE shard: a key it\n"
     "      lists (any worker's)\n"
@@ -118,8 +127,12 @@ int Export(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   std::vector<std::string> pos;
   std::string error;
-  if (!ParseArgs(argc, argv, {"model", "fragments", "shards", "out"}, &flags, &pos, &error))
+  if (!ParseArgs(argc, argv, {"model", "fragments", "shards", "out", "format"}, &flags, &pos,
+                 &error))
     return Usage(error);
+  const std::string format = flags.count("format") ? flags["format"] : "safetensors";
+  if (format != "safetensors" && format != "hf")
+    return Usage("--format=" + format + ": expected safetensors or hf");
   diloco::storage::ExportRequest req;
   req.model_spec = flags["model"];
   req.out = flags["out"];
@@ -129,7 +142,20 @@ int Export(int argc, char** argv) {
   if (!absl::SimpleAtoi(flags["fragments"], &req.num_fragments) || req.num_fragments == 0 ||
       !absl::SimpleAtoi(flags["shards"], &req.num_shards) || req.num_shards == 0)
     return Usage("--fragments and --shards must be positive integers");
-  absl::StatusOr<diloco::storage::ExportSummary> s = diloco::storage::ExportModel(req);
+  absl::StatusOr<diloco::storage::ExportSummary> s;
+  if (format == "hf") {
+    absl::StatusOr<diloco::GptConfig> config = diloco::ParseGptConfig(req.model_spec);
+    if (!config.ok()) return Fail(config.status());
+    absl::StatusOr<diloco::storage::AssembledModel> m = diloco::storage::AssembleModel(req);
+    if (!m.ok()) return Fail(m.status());
+    if (absl::Status st =
+            diloco::WriteHfModel(req.out, *config, m->manifest, m->params, m->metadata);
+        !st.ok())
+      return Fail(st);
+    s = m->summary;
+  } else {
+    s = diloco::storage::ExportModel(req);
+  }
   if (!s.ok()) return Fail(s.status());
   std::printf("wrote %s: %zu tensors, %llu bytes, plan %016llx, fragment versions %s\n",
               req.out.c_str(), s->tensors, static_cast<unsigned long long>(s->bytes),

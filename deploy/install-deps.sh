@@ -2,8 +2,9 @@
 # Installs the Debian packages this project builds, tests and runs with. Idempotent: packages
 # already present are skipped, so the README commands and CI can call it every time.
 # Usage: deploy/install-deps.sh [--with-python-tests]   (the Python the tests run: PyTorch for the
-# safetensors export check and the second protocol client's reference, ZeroMQ, FlatBuffers and
-# xxhash for that client, tests/protocol/)
+# safetensors and Hugging Face export checks, the PyTorch learner (python/, diloco_ps) and the
+# second protocol client's reference, ZeroMQ, FlatBuffers and xxhash for that client,
+# tests/protocol/). python3-dev and pybind11-dev build the diloco_ps module itself.
 set -euo pipefail
 
 pkgs=(
@@ -14,6 +15,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libcpp-httplib-dev libopenblas-dev
   clang libclang-rt-dev iproute2 python3
+  python3-dev pybind11-dev
 )
 if [[ "${1:-}" == "--with-python-tests" ]]; then
   pkgs+=(python3-torch python3-numpy python3-zmq python3-flatbuffers python3-xxhash)

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -73,6 +74,11 @@ ABSL_FLAG(uint64_t, seed, 1234, "seed of the batch order (and of theta(0) unless
 ABSL_FLAG(uint64_t, init_seed, 0,
           "seed of theta(0) (0: --seed). Workers of one fleet that train with different --seed "
           "and one --init_seed start from the same theta(0), whichever Init reaches a shard first");
+ABSL_FLAG(std::string, init_from, "",
+          "start from this model: a .safetensors file in the project's layout (diloco-ctl export, "
+          "--save_model) or Hugging Face's GPT-2 layout, or a diloco-ctl export --format=hf "
+          "directory. Uploaded as theta(0) where the fleet has none; a fleet that already has "
+          "theta(0) keeps it, and a warning says so");
 ABSL_FLAG(std::string, data, "synthetic",
           "synthetic, bin:PATH (llm.c token file) or text:PATH (bytes)");
 ABSL_FLAG(int, num_workers, 0, "workers sharing the data (0: the number of --worker_id + 1)");
@@ -266,6 +272,14 @@ int main(int argc, char** argv) {
   Trainer& tr = **trainer;
   auto log = EventLog::Open(absl::GetFlag(FLAGS_metrics_jsonl));
   if (!log.ok()) return Fail(log.status());
+  std::optional<uint64_t> init_checksum;  // of --init_from's parameters
+  if (const std::string from = absl::GetFlag(FLAGS_init_from); !from.empty()) {
+    auto flat = model::ReadModelForInit(from, tr.manifest());
+    if (!flat.ok()) return Fail(flat.status());
+    std::span<float> p = tr.params();
+    std::copy(flat->begin(), flat->end(), p.begin());
+    init_checksum = ParamsChecksum(*flat);
+  }
   if (const std::string out = absl::GetFlag(FLAGS_save_model); !out.empty())
     if (auto st = model::CheckWritable(out); !st.ok()) return Fail(st);  // before, not after, a run
 
@@ -312,6 +326,11 @@ int main(int argc, char** argv) {
     // The join pulled every fragment in fp32 at once (4 bytes per parameter of frames, freed but
     // kept mapped by TuneAllocatorForFrames): handed back, as pushes never need that much.
     wire::TrimFrameHeap();
+    if (st.ok() && init_checksum && ParamsChecksum(tr.params()) != *init_checksum)
+      std::fprintf(stderr,
+                   "diloco-worker[%u]: warning: the fleet already had theta(0) and its model "
+                   "differs from --init_from=%s: training from the fleet's model, not the file\n",
+                   wid, absl::GetFlag(FLAGS_init_from).c_str());
     if (st.ok() && absl::GetFlag(FLAGS_log_sync_events)) {
       JsonObject ev;
       ev.Add("event", "joined").Add("worker", uint64_t{wid});

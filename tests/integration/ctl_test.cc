@@ -10,10 +10,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/hf_layout.h"
 #include "common/model_spec.h"
+#include "common/safetensors.h"
 #include "tests/integration/cluster.h"
 #include "tests/storage/test_util.h"
 #include "worker/data/token_file.h"
@@ -64,7 +67,7 @@ TEST(CtlTest, StatsOfARunningShard) {
   const auto dir = TestDir();
   Process shard(
       {ServerBinary(), "--bind=tcp://127.0.0.1:*", "--port_file=" + (dir / "port").string(),
-       "--model=tiny", "--fragments=2", "--progress_interval=1000s"},
+       "--model=tiny", "--fragments=4", "--progress_interval=1000s"},
       (dir / "shard.log").string());
   auto ep = WaitForLine(dir / "port", absl::Seconds(20));
   ASSERT_TRUE(ep.has_value());
@@ -267,6 +270,160 @@ TEST(CtlTest, EvalOfStoresEqualsEvalOfTheirExport) {
                                         " ", (s.dir / "store0").string()));
   EXPECT_EQ(rc3, 1) << out3;
   EXPECT_NE(out3.find("no store given for shard"), std::string::npos) << out3;
+}
+
+// export --format=hf writes what Hugging Face's GPT2LMHeadModel loads: config.json with the
+// model's dimensions, model.safetensors with "transformer." names, Conv1D matrices transposed
+// to [in, out] (the square attn.c_proj too, which would otherwise load silently wrong), no
+// lm_head (tied) and the "pt" format tag. A loader that follows transformers' GPT-2 rules
+// strictly (tests/integration/hf_gpt2_loader.py, /usr/bin/python3 with torch) scores the same
+// loss on the same tokens as diloco-ctl eval of the project's own export.
+TEST(CtlTest, HfExportLoadsAsGpt2WithTheSameLoss) {
+  LocalShards s;
+  s.dir = TestDir();
+  s.StartShards(1, {"--durability=per-round"});
+  Process w({WorkerBinary(), "--model=tiny", "--fragments=4", "--steps=30", "--inner_steps=5",
+             "--lr=0.01", "--threads=1", "--codec=fp32", "--servers=" + s.endpoints[0]},
+            (s.dir / "worker.log").string());
+  ASSERT_EQ(w.Wait(absl::Seconds(60)), std::optional<int>(0));
+  s.shards[0]->Signal(SIGTERM);
+  ASSERT_EQ(s.shards[0]->Wait(absl::Seconds(20)), std::optional<int>(0));
+  const std::string store = (s.dir / "store0").string();
+  const std::string own = (s.dir / "own.safetensors").string(), hf = (s.dir / "hf").string();
+  const std::string args = " --model=tiny --fragments=4 --shards=1 --out=";
+  auto [rc1, out1] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " export", args, own, " ", store));
+  ASSERT_EQ(rc1, 0) << out1;
+  auto [rc2, out2] =
+      Shell(absl::StrCat(DILOCO_CTL_BINARY, " export --format=hf", args, hf, " ", store));
+  ASSERT_EQ(rc2, 0) << out2;
+
+  // The layout, read back.
+  auto own_file = ReadSafetensors(own);
+  auto hf_file = ReadSafetensors(hf + "/model.safetensors");
+  ASSERT_TRUE(own_file.ok() && hf_file.ok()) << own_file.status() << hf_file.status();
+  EXPECT_EQ(hf_file->metadata["format"], "pt");
+  ASSERT_EQ(hf_file->tensors.size(), own_file->tensors.size());
+  for (size_t i = 0; i < own_file->tensors.size(); ++i) {
+    const LoadedTensor &a = own_file->tensors[i], &b = hf_file->tensors[i];
+    EXPECT_EQ(b.name, "transformer." + a.name);
+    const bool conv1d = a.name.starts_with("h.") && a.shape.size() == 2;
+    if (!conv1d) {
+      EXPECT_EQ(b.shape, a.shape) << a.name;
+      EXPECT_EQ(b.data, a.data) << a.name;
+      continue;
+    }
+    ASSERT_EQ(b.shape, (std::vector<int64_t>{a.shape[1], a.shape[0]})) << a.name;
+    const int64_t rows = a.shape[0], cols = a.shape[1];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_EQ(b.data[c * rows + r], a.data[r * cols + c]) << a.name << " " << r << "," << c;
+  }
+  std::ifstream config(hf + "/config.json");
+  const std::string json((std::istreambuf_iterator<char>(config)), {});
+  for (const char* field : {"\"n_layer\":2", "\"n_head\":4", "\"n_embd\":64", "\"n_positions\":64",
+                            "\"vocab_size\":256", "\"tie_word_embeddings\":true",
+                            "\"activation_function\":\"gelu_new\""})
+    EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
+
+  // The same loss through a GPT-2 loader that knows nothing of this project.
+  const std::string bin = (s.dir / "d.bin").string();
+  ASSERT_EQ(Shell(absl::StrCat(DILOCO_CTL_BINARY, " gen-data --tokens=3000 --out=", bin)).first, 0);
+  auto [rc3, ours] =
+      Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval --model=tiny --params=", own, " --data=", bin));
+  ASSERT_EQ(rc3, 0) << ours;
+  auto [rc4, theirs] = Shell(absl::StrCat("/usr/bin/python3 ", DILOCO_SOURCE_DIR,
+                                          "/tests/integration/hf_gpt2_loader.py ", hf, " ", bin));
+  if (rc4 == 77) GTEST_SKIP() << "no torch for /usr/bin/python3: " << theirs;
+  ASSERT_EQ(rc4, 0) << theirs;
+  const Loss a = ParseLoss(ours), b = ParseLoss(theirs);
+  EXPECT_EQ(a.tokens, b.tokens) << ours << theirs;
+  EXPECT_NEAR(a.loss, b.loss, 1e-4) << ours << theirs;
+  EXPECT_LT(a.loss, 5.45) << "trained: below ln 256 = 5.55";
+
+  // A directory that cannot be made is an error naming it, and nothing is written.
+  auto [rc5, out5] = Shell(
+      absl::StrCat(DILOCO_CTL_BINARY, " export --format=hf", args, own, "/under_a_file ", store));
+  EXPECT_EQ(rc5, 1) << out5;
+  EXPECT_NE(out5.find("under_a_file"), std::string::npos) << out5;
+  auto [rc6, out6] =
+      Shell(absl::StrCat(DILOCO_CTL_BINARY, " export --format=onnx", args, hf, " ", store));
+  EXPECT_EQ(rc6, 2) << out6;
+  EXPECT_NE(out6.find("--format=onnx"), std::string::npos) << out6;
+}
+
+// diloco-worker --init_from: a file in Hugging Face's layout becomes theta(0) of an empty fleet,
+// bit for bit (exported back in the project's layout); a second worker with another file joins
+// the fleet's model and says so; files with a wrong tensor are refused naming it.
+TEST(CtlTest, InitFromAFileSeedsAnEmptyFleetOnly) {
+  const std::filesystem::path dir = TestDir();
+  const std::string own = (dir / "own.safetensors").string(),
+                    hf = (dir / "hf.safetensors").string();
+  const std::vector<float> params = RandomTinyModel(own, 7);
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  std::vector<std::vector<float>> scratch;
+  ASSERT_TRUE(
+      WriteSafetensors(hf, HfTensors(*manifest, params, &scratch), {{"format", "pt"}}).ok());
+  const std::string other = (dir / "other.safetensors").string();
+  RandomTinyModel(other, 8);
+
+  LocalShards s;
+  s.dir = dir;
+  s.StartShards(1, {"--durability=per-round"});
+  auto worker = [&](const std::string& init, int id) {
+    Process w({WorkerBinary(), "--model=tiny", "--fragments=4", "--steps=1", "--inner_steps=100",
+               "--threads=1", "--worker_id=" + std::to_string(id), "--init_from=" + init,
+               "--servers=" + s.endpoints[0]},
+              (dir / absl::StrCat("worker", id, ".log")).string());
+    EXPECT_EQ(w.Wait(absl::Seconds(60)), std::optional<int>(0));
+    std::ifstream log(dir / absl::StrCat("worker", id, ".log"));
+    return std::string((std::istreambuf_iterator<char>(log)), {});
+  };
+  const std::string first = worker(hf, 0);
+  EXPECT_EQ(first.find("warning"), std::string::npos) << first;
+  const std::string second = worker(other, 1);
+  EXPECT_NE(second.find("the fleet already had theta(0)"), std::string::npos) << second;
+  s.shards[0]->Signal(SIGTERM);
+  ASSERT_EQ(s.shards[0]->Wait(absl::Seconds(20)), std::optional<int>(0));
+  const std::string exported = (dir / "global.safetensors").string();
+  auto [rc, out] = Shell(absl::StrCat(
+      DILOCO_CTL_BINARY, " export --model=tiny --fragments=4 --shards=1 --out=", exported, " ",
+      (dir / "store0").string()));
+  ASSERT_EQ(rc, 0) << out;
+  auto global = model::ReadSafetensorsParams(exported, *manifest);
+  ASSERT_TRUE(global.ok()) << global.status();
+  EXPECT_EQ(*global, params) << "theta(0) is the file's, bit for bit";
+
+  // Refused before any connection, naming the tensor.
+  struct Bad {
+    std::string name;
+    std::vector<SafetensorsTensor> tensors;
+    std::string says;
+  };
+  std::vector<Bad> bad;
+  auto own_tensors = [&] {
+    std::vector<SafetensorsTensor> t;
+    for (const TensorSpec& spec : manifest->tensors())
+      t.push_back({spec.name, spec.shape,
+                   std::span<const float>(params).subspan(spec.offset, spec.numel())});
+    return t;
+  };
+  bad.push_back({"extra", own_tensors(), "stray.weight"});
+  bad.back().tensors.push_back({"stray.weight", {1}, std::span<const float>(params).first(1)});
+  bad.push_back({"missing", own_tensors(), "no tensor ln_f.bias"});
+  bad.back().tensors.pop_back();
+  bad.push_back({"shape", own_tensors(), "wpe.weight has shape [32,128]"});
+  bad.back().tensors[1].shape = {32, 128};
+  bad.push_back({"hf-unturned", HfTensors(*manifest, params, &scratch), "Conv1D"});
+  for (SafetensorsTensor& t : bad.back().tensors)
+    if (t.name == "transformer.h.0.mlp.c_fc.weight") t.shape = {t.shape[1], t.shape[0]};
+  for (const Bad& b : bad) {
+    const std::string path = (dir / (b.name + ".safetensors")).string();
+    ASSERT_TRUE(WriteSafetensors(path, b.tensors, {}).ok()) << b.name;
+    auto [code, text] =
+        Shell(absl::StrCat(WorkerBinary(), " --model=tiny --steps=1 --init_from=", path));
+    EXPECT_EQ(code, 2) << b.name << ": " << text;
+    EXPECT_NE(text.find(b.says), std::string::npos) << b.name << ": " << text;
+  }
 }
 
 TEST(CtlTest, AStoreThatLostCheckpointsFailsShowAndTheStartUntilAccepted) {

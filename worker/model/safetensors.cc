@@ -7,16 +7,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/hf_layout.h"
 #include "common/safetensors.h"
 
 namespace diloco::model {
 
-absl::StatusOr<std::vector<float>> ReadSafetensorsParams(const std::string& path,
-                                                         const Manifest& manifest) {
-  auto file = ReadSafetensors(path);
-  if (!file.ok()) return file.status();
+namespace {
+
+// The manifest's tensors out of a file in the project's layout; with `strict`, a tensor the
+// manifest lacks is an error too.
+absl::StatusOr<std::vector<float>> FlatFromOwn(const SafetensorsFile& file,
+                                               const Manifest& manifest, const std::string& path,
+                                               bool strict) {
   std::map<std::string, const LoadedTensor*> by_name;
-  for (const auto& t : file->tensors) by_name[t.name] = &t;
+  for (const auto& t : file.tensors) by_name[t.name] = &t;
   std::vector<float> flat(manifest.total_elements());
   for (const auto& spec : manifest.tensors()) {
     auto it = by_name.find(spec.name);
@@ -27,8 +31,32 @@ absl::StatusOr<std::vector<float>> ReadSafetensorsParams(const std::string& path
           path, ": tensor ", spec.name, " has shape [", absl::StrJoin(it->second->shape, ","),
           "], the model needs [", absl::StrJoin(spec.shape, ","), "]"));
     std::copy(it->second->data.begin(), it->second->data.end(), flat.begin() + spec.offset);
+    by_name.erase(it);
   }
+  if (strict && !by_name.empty())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", by_name.begin()->first,
+                                                   " is not a parameter of this model"));
   return flat;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> ReadSafetensorsParams(const std::string& path,
+                                                         const Manifest& manifest) {
+  auto file = ReadSafetensors(path);
+  if (!file.ok()) return file.status();
+  return FlatFromOwn(*file, manifest, path, /*strict=*/false);
+}
+
+absl::StatusOr<std::vector<float>> ReadModelForInit(const std::string& path,
+                                                    const Manifest& manifest) {
+  std::error_code ec;
+  const std::string file_path =
+      std::filesystem::is_directory(path, ec) ? path + "/model.safetensors" : path;
+  auto file = ReadSafetensors(file_path);
+  if (!file.ok()) return file.status();
+  if (IsHfLayout(*file)) return FlatFromHf(*file, manifest, file_path);
+  return FlatFromOwn(*file, manifest, file_path, /*strict=*/true);
 }
 
 absl::Status WriteSafetensors(const std::string& path, const Manifest& manifest,

@@ -18,6 +18,14 @@ namespace diloco::model {
 absl::StatusOr<std::vector<float>> ReadSafetensorsParams(const std::string& path,
                                                          const Manifest& manifest);
 
+// A model file to start from (diloco-worker --init_from): the project's layout (diloco-ctl
+// export, --save_model) or Hugging Face's GPT-2 layout (model.safetensors of
+// `diloco-ctl export --format=hf`, or the directory holding it; common/hf_layout.h). Every
+// manifest tensor must be there, F32, with its shape, and no other tensor may be: a name,
+// shape or dtype mismatch is an error naming the tensor.
+absl::StatusOr<std::vector<float>> ReadModelForInit(const std::string& path,
+                                                    const Manifest& manifest);
+
 // Writes a flat buffer in manifest order as F32 tensors named as in the manifest (atomically).
 absl::Status WriteSafetensors(const std::string& path, const Manifest& manifest,
                               std::span<const float> params,
