@@ -353,7 +353,8 @@ TEST(CtlTest, HfExportLoadsAsGpt2WithTheSameLoss) {
 
 // diloco-worker --init_from: a file in Hugging Face's layout becomes theta(0) of an empty fleet,
 // bit for bit (exported back in the project's layout); a second worker with another file joins
-// the fleet's model and says so; files with a wrong tensor are refused naming it.
+// the fleet's model and says so; files with a wrong tensor (name, shape, dtype, a stray or a
+// missing one, a Conv1D matrix not transposed) are refused naming it.
 TEST(CtlTest, InitFromAFileSeedsAnEmptyFleetOnly) {
   const std::filesystem::path dir = TestDir();
   const std::string own = (dir / "own.safetensors").string(),
@@ -416,6 +417,19 @@ TEST(CtlTest, InitFromAFileSeedsAnEmptyFleetOnly) {
   bad.push_back({"hf-unturned", HfTensors(*manifest, params, &scratch), "Conv1D"});
   for (SafetensorsTensor& t : bad.back().tensors)
     if (t.name == "transformer.h.0.mlp.c_fc.weight") t.shape = {t.shape[1], t.shape[0]};
+  // A bf16 tensor (written by hand: the project writes F32 only).
+  {
+    const std::string header = R"({"wte.weight":{"dtype":"BF16","shape":[256,64],)"
+                               R"("data_offsets":[0,32768]}})";
+    const uint64_t n = header.size();
+    std::ofstream f(dir / "bf16.safetensors", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(&n), sizeof(n));
+    f << header << std::string(32768, '\0');
+  }
+  auto [bf16_code, bf16_text] = Shell(absl::StrCat(
+      WorkerBinary(), " --model=tiny --steps=1 --init_from=", (dir / "bf16.safetensors").string()));
+  EXPECT_EQ(bf16_code, 2) << bf16_text;
+  EXPECT_NE(bf16_text.find("wte.weight: only F32"), std::string::npos) << bf16_text;
   for (const Bad& b : bad) {
     const std::string path = (dir / (b.name + ".safetensors")).string();
     ASSERT_TRUE(WriteSafetensors(path, b.tensors, {}).ok()) << b.name;
