@@ -66,8 +66,8 @@ ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
 ABSL_FLAG(uint64_t, worker_credit_mib, 1024,
           "flow control: push MiB one worker may have held in open rounds at once (one push is "
           "always allowed); 0 = no byte limit beyond one push per fragment");
-ABSL_FLAG(double, outer_lr, 0.7, "outer Nesterov learning rate");
-ABSL_FLAG(double, outer_momentum, 0.9, "outer Nesterov momentum");
+ABSL_FLAG(double, outer_lr, 1.3, "outer Nesterov learning rate");
+ABSL_FLAG(double, outer_momentum, 0.7, "outer Nesterov momentum");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "a worker silent this long is not live");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5), "progress line period");

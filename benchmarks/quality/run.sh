@@ -36,7 +36,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=full groups="" out="" build="$root/build/release" repeats="" steps_flag="" inner_flag=""
-outer_lr=0.7 outer_mu=0.9 server_extra="" worker_extra="" arms=""
+outer_lr="" outer_mu="" server_extra="" worker_extra="" arms=""
 for a in "$@"; do
   case $a in
     --mode=*) mode=${a#*=} ;;
@@ -55,15 +55,22 @@ for a in "$@"; do
   esac
 done
 # The learning-rate schedule: full mode runs the workers' default (cosine over each run's steps
-# or duration, lone workers and fleets alike). Quick and smoke pin a constant rate: at 600
+# or duration, lone workers and fleets alike) and the shards' default outer step (lr 1.3,
+# momentum 0.7, tuned for that decayed inner rate). Quick and smoke pin a constant rate: at 600
 # steps a decay halves a fleet's progress (synchronous a.sync4 1.947 against 1.675 constant,
-# benchmarks/RESULTS.md), and those modes guard the round and adoption rules, not the schedule.
+# benchmarks/RESULTS.md), and those modes guard the round and adoption rules, not the schedule;
+# with it they pin the outer step tuned for a constant rate (lr 0.7, momentum 0.9).
 case $mode in
-  smoke) steps=60 every=20 main_secs=8 hetero_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 schedule=constant ;;
-  quick) steps=600 every=50 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=25 schedule=constant ;;
+  smoke) steps=60 every=20 main_secs=8 hetero_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 schedule=constant
+    outer_lr=${outer_lr:-0.7} outer_mu=${outer_mu:-0.9} ;;
+  quick) steps=600 every=50 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=25 schedule=constant
+    outer_lr=${outer_lr:-0.7} outer_mu=${outer_mu:-0.9} ;;
   full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefg} repeats=${repeats:-3} inner=50 schedule=auto ;;
   *) echo "--mode must be smoke, quick or full" >&2; exit 2 ;;
 esac
+outer=()  # empty: the shards' defaults
+[[ -n $outer_lr ]] && outer+=(--outer_lr="$outer_lr")
+[[ -n $outer_mu ]] && outer+=(--outer_momentum="$outer_mu")
 steps=${steps_flag:-$steps} inner=${inner_flag:-$inner}
 for b in server/diloco-server worker/diloco-worker ctl/diloco-ctl; do
   [[ -x $build/$b ]] || { echo "missing $build/$b (build first, or pass --build=DIR)" >&2; exit 2; }
@@ -156,7 +163,7 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
     # shellcheck disable=SC2086
     "$build/server/diloco-server" --bind='tcp://127.0.0.1:*' --port_file="$run/shard$s.endpoint" \
       --shard=$s --shards=$s_count --fragments=$fragments --model=$model --store="$run/store$s" \
-      --progress_interval=1000s --outer_lr=$outer_lr --outer_momentum=$outer_mu $sflags $server_extra \
+      --progress_interval=1000s "${outer[@]}" $sflags $server_extra \
       2>"$run/shard$s.log" &
     spids+=($!) pids+=($!)
     stores+=("$run/store$s")
