@@ -127,6 +127,7 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   b.add_num_chunks(h.num_chunks);
   b.add_chunk_index(h.chunk_index);
   b.add_refused_type(h.refused_type);
+  b.add_values_checksum(h.values_checksum);
   fbb.Finish(b.Finish());
   return zmq::message_t(fbb.GetBufferPointer(), fbb.GetSize());
 }

@@ -27,7 +27,7 @@
 
 namespace diloco::wire {
 
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;  // 2: quantized downloads
 
 struct Limits {
   size_t max_header_bytes = 64 * 1024;
@@ -73,6 +73,7 @@ struct HeaderFields {
   uint32_t num_chunks = 0;  // set by Send for a payload train (schema/train.h)
   uint32_t chunk_index = 0;
   MsgType refused_type = MsgType::Invalid;  // Error: the refused message's type
+  uint64_t values_checksum = 0;  // FragmentUpdate of quantized updates: the values they make
 };
 
 // What names a message in a refusal of it (an Error's worker_id, fragment_id, seq and

@@ -1,6 +1,6 @@
 // When a shard hands its frame heap back (wire::TrimFrameHeap): once its loop has received no
 // payload (heartbeats, pulls and Stats carry none) for `quiet` after at least `min_bytes` of
-// payload frames since the last trim. A burst of
+// payload frames since the last trim (or of quantized updates sent: heap buffers too). A burst of
 // workers joining (every fragment uploaded and pulled in fp32) leaves up to a few hundred MiB of
 // freed frames mapped, which at 124M parameters is ~2 bytes per parameter on top of theta and
 // momentum; pushes that keep coming never leave the loop without payload that long, so a busy shard

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/event_log.h"
 #include "common/model_spec.h"
+#include "kernels/codec.h"
 #include "schema/curve.h"
 #include "schema/transport.h"
 #include "server/audit_log.h"
@@ -68,6 +69,12 @@ ABSL_FLAG(uint64_t, worker_credit_mib, 1024,
           "always allowed); 0 = no byte limit beyond one push per fragment");
 ABSL_FLAG(double, outer_lr, 1.3, "outer Nesterov learning rate");
 ABSL_FLAG(double, outer_momentum, 0.7, "outer Nesterov momentum");
+ABSL_FLAG(std::string, download_codec, "int8",
+          "how new versions travel to workers: fp32 (whole fragments), or int8 / int4 [:block] "
+          "(quantized updates from the previous version, error feedback on the shard; joins and "
+          "pulls still get whole fragments)");
+ABSL_FLAG(uint32_t, download_chain, 4,
+          "quantized downloads: updates kept per fragment for workers a few versions behind");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "a worker silent this long is not live");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5), "progress line period");
@@ -193,6 +200,12 @@ int main(int argc, char** argv) {
   o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
   o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
+  auto download = kernels::ParseCodec(absl::GetFlag(FLAGS_download_codec));
+  if (!download.ok())
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--download_codec: ", download.status().message())));
+  o.download = *download;
+  o.download_chain = absl::GetFlag(FLAGS_download_chain);
 
   zmq::context_t ctx(1);
   // CURVE: the ZAP handler must answer before the socket accepts its first connection.
@@ -266,6 +279,7 @@ int main(int argc, char** argv) {
   audit->Started(**shard);
   // Freed frames go back to the kernel after 2 s without a payload, once 64 MiB came in.
   HeapTrimPolicy trim(64 << 20, absl::Seconds(2));
+  uint64_t update_bytes_seen = 0;  // Shard counters' update_bytes_delta at the last pass
   std::vector<Outgoing> out;
   absl::Time next_progress = absl::Now() + absl::GetFlag(FLAGS_progress_interval);
   absl::Time next_metrics = absl::Now();
@@ -311,6 +325,12 @@ int main(int argc, char** argv) {
       (*shard)->Handle(rid, std::move(*frames), &out);
     }
     (*shard)->Tick(&out);
+    // Quantized updates live in heap buffers freed once sent: the same churn as received frames
+    // (in per-round mode they go out after the checkpoint, possibly after the last push's trim).
+    if (const uint64_t sent = (*shard)->counters().update_bytes_delta; sent != update_bytes_seen) {
+      trim.Received(sent - update_bytes_seen, absl::Now());
+      update_bytes_seen = sent;
+    }
     if (trim.Due(absl::Now())) {
       wire::TrimFrameHeap();
       trim.Trimmed();

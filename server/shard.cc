@@ -15,8 +15,9 @@
 #include "common/process_memory.h"
 #include "kernels/codec.h"
 #include "kernels/outer.h"
+#include "schema/payload_check.h"
 #include "server/counter_table.h"
-#include "server/payload_check.h"
+#include "server/download_chain.h"
 
 namespace diloco::server {
 
@@ -75,6 +76,7 @@ struct Shard::FragmentState {
     uint32_t worker = 0;
     uint64_t generation = 0, seq = 0;
     uint64_t bytes = 0;  // payload bytes of the push
+    uint64_t base = 0;   // the version the push was trained from: what the worker holds
   };
   std::vector<Contribution> contributors;       // in the open round
   std::vector<Contribution> unacked;            // applied, Applied ack held until published
@@ -83,6 +85,7 @@ struct Shard::FragmentState {
   std::unique_ptr<kernels::DelayedNesterov> dn;                // kDelayedNesterov only
   std::vector<std::vector<float>> rda_deltas;  // kRda only: one dense delta per push
   std::vector<float> rda_weights;
+  std::unique_ptr<DownloadChain> downloads;  // quantized downloads only
   // Written by the fragment's apply thread, read after ApplyPool::Wait.
   std::atomic<int64_t> last_apply_ns{0};
   std::atomic<uint64_t> apply_errors{0};
@@ -110,6 +113,7 @@ struct Shard::WorkerInfo {
   double step_time_us = 0;
   absl::flat_hash_map<uint32_t, uint64_t> applied_seq;  // fragment -> last applied seq
   absl::flat_hash_map<uint32_t, PushRate> push_rate;    // fragment -> what it brings a round
+  absl::flat_hash_map<uint32_t, uint64_t> holds;        // fragment -> newest version sent it
 };
 
 Shard::Shard(const ShardOptions& o, const Clock* clock, Plan plan)
@@ -124,6 +128,10 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   if (o.outer_mode == OuterMode::kDelayedNesterov && o.merge == MergeRule::kRda)
     return absl::InvalidArgumentError("RDA merges a round; Delayed Nesterov has no rounds");
   if (o.dn_period < 1) return absl::InvalidArgumentError("Delayed Nesterov period must be >= 1");
+  if (auto st = kernels::ValidateCodec(o.download); !st.ok())
+    return absl::InvalidArgumentError(absl::StrCat("download codec: ", st.message()));
+  if (o.download.kind != kernels::CodecKind::kFp32 && o.download_chain == 0)
+    return absl::InvalidArgumentError("a quantized download needs a chain of at least 1 update");
   auto manifest = GptManifest(o.model);
   if (!manifest.ok()) return manifest.status();
   auto plan = Plan::Create(*manifest, o.num_fragments, o.num_shards);
@@ -158,6 +166,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     s->owned_params_ += f->spec->numel;
     if (o.outer_mode == OuterMode::kDelayedNesterov)
       f->dn = std::make_unique<kernels::DelayedNesterov>(o.outer, o.dn_period, f->spec->numel);
+    if (o.download.kind != kernels::CodecKind::kFp32)
+      f->downloads = std::make_unique<DownloadChain>(o.download, f->spec->numel);
     s->fragments_[id] = std::move(f);
   }
   s->last_checkpoint_time_ = clock->Now();
@@ -456,7 +466,7 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
   if (h.codec() != static_cast<uint8_t>(wire::kFragmentCodec.kind) ||
       h.block() != wire::kFragmentCodec.block)
     return Refuse(rid, WireError(ErrorCode::BadCodec, "InitFragment must be fp32:256"), &h, out);
-  if (auto s = CheckEncodedPayload(m, wire::kFragmentCodec, f.spec->numel); !s.ok())
+  if (auto s = wire::CheckEncodedPayload(m, wire::kFragmentCodec, f.spec->numel); !s.ok())
     return Refuse(rid, s, &h, out);
   const uint64_t chunk = wire::ChunkElements(wire::kFragmentCodec.block);
   for (size_t i = 0; i < m.num_payloads(); ++i) {
@@ -464,6 +474,7 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
     std::memcpy(f.theta().data() + i * chunk, p.data(), p.size());
   }
   std::fill(f.momentum.begin(), f.momentum.end(), 0.0f);
+  if (f.downloads) f.downloads->Reset();
   f.version = 1;
   dirty_ = true;
   ack.header.ack = AckStatus::Initialized;
@@ -541,7 +552,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   auto codec = kernels::Codec{static_cast<kernels::CodecKind>(h.codec()), h.block()};
   if (auto s = kernels::ValidateCodec(codec); !s.ok())
     return Refuse(rid, WireError(ErrorCode::BadCodec, s.message()), &h, out);
-  if (auto s = CheckEncodedPayload(m, codec, f.spec->numel); !s.ok())
+  if (auto s = wire::CheckEncodedPayload(m, codec, f.spec->numel); !s.ok())
     return Refuse(rid, s, &h, out);
   if (h.tokens() == 0 || h.steps() == 0)
     return Refuse(rid, WireError(ErrorCode::Malformed, "push without tokens or steps"), &h, out);
@@ -603,7 +614,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
         Ema(timings_.time_to_quorum_s, absl::ToDoubleSeconds(now - f.round.opened));
   }
   const uint64_t bytes = msg->payload_bytes();
-  f.contributors.push_back({rid, w.id, w.generation, h.seq(), bytes});
+  f.contributors.push_back({rid, w.id, w.generation, h.seq(), bytes, h.base_version()});
   counters_.max_held_bytes = std::max(counters_.max_held_bytes, held + bytes);
   timings_.inner_steps = Ema(timings_.inner_steps, h.steps());
   if (h.step_time_us() > 0) w.step_time_us = Ema(w.step_time_us, h.step_time_us());
@@ -621,14 +632,14 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
 void Shard::OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
   const auto& h = m.header();
   if (auto s = CheckCommon(rid, h, Via::kData); !s.ok()) return Refuse(rid, s, &h, out);
-  const FragmentState* fp = OwnedFragment(rid, h, out);
+  FragmentState* fp = OwnedFragment(rid, h, out);
   if (!fp) return;
-  const FragmentState& f = *fp;
+  FragmentState& f = *fp;
   if (f.published == 0)
     return Refuse(rid, WireError(ErrorCode::NotInitialized, "fragment has no theta(0) yet"), &h,
                   out);
   Outgoing o{rid, Reply(MsgType::FragmentUpdate), {}};
-  FillUpdate(f, &o);
+  FillUpdate(f, h.worker_id(), /*base=*/0, &o);  // a pull is answered whole
   o.header.worker_id = h.worker_id();
   out->push_back(std::move(o));
 }
@@ -646,12 +657,58 @@ void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
   out->push_back(std::move(o));
 }
 
-void Shard::FillUpdate(const FragmentState& f, Outgoing* o) const {
+void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, Outgoing* o) {
   o->header.fragment_id = f.spec->id;
   o->header.version = f.published;
-  wire::SetPayloadLayout(o->header, wire::kFragmentCodec, f.spec->numel);
-  o->payloads = wire::PayloadFrames(f.snapshot, wire::kFragmentCodec, f.spec->numel);
-  o->checksums = f.snapshot_sums;
+  if (auto w = workers_.find(worker); w != workers_.end()) {
+    uint64_t& holds = w->second->holds[f.spec->id];
+    holds = std::max(holds, f.published);
+  }
+  const auto chain = f.downloads && base > 0 ? f.downloads->Between(base, f.published)
+                                             : std::vector<const DownloadUpdate*>{};
+  if (chain.empty()) {
+    wire::SetPayloadLayout(o->header, wire::kFragmentCodec, f.spec->numel);
+    o->payloads = wire::PayloadFrames(f.snapshot, wire::kFragmentCodec, f.spec->numel);
+    o->checksums = f.snapshot_sums;
+    ++counters_.updates_full;
+    counters_.update_bytes_full += f.spec->numel * sizeof(float);
+    return;
+  }
+  // U_{base+1} .. U_published, each cut in chunks as a push is: the worker reconstructs them in
+  // turn on the values of `base` and checks the result against values_checksum.
+  const kernels::Codec codec = f.downloads->codec();
+  wire::SetPayloadLayout(o->header, codec, f.spec->numel);
+  o->header.base_version = base;
+  o->header.values_checksum = chain.back()->values_checksum;
+  auto sums = std::make_shared<std::vector<uint64_t>>();
+  for (const DownloadUpdate* u : chain) {
+    for (auto& frame : wire::PayloadFrames(u->bytes, codec, f.spec->numel))
+      o->payloads.push_back(std::move(frame));
+    sums->insert(sums->end(), u->sums->begin(), u->sums->end());
+  }
+  o->checksums = std::move(sums);
+  ++counters_.updates_delta;
+  counters_.update_bytes_delta += chain.size() * f.downloads->update_bytes();
+}
+
+void Shard::QuantizeDownload(FragmentState& f, std::span<const float> previous) {
+  if (!f.downloads->Quantize(f.version + 1, previous, f.theta(), step_scratch_))
+    log_lines_.push_back(absl::StrCat("fragment ", f.spec->id, " version ", f.version + 1,
+                                      " is not finite: published whole, not as an update"));
+}
+
+void Shard::TrimDownloads(FragmentState& f) {
+  if (!f.downloads) return;
+  // The oldest version a live worker that took this fragment holds (a worker that took none
+  // from this shard gets it whole): updates up to it are no one's to use.
+  const absl::Time now = clock_->Now();
+  uint64_t oldest = f.published;
+  for (const auto& [_, w] : workers_) {
+    if (now - w->last_seen > opt_.worker_timeout) continue;
+    if (auto h = w->holds.find(f.spec->id); h != w->holds.end())
+      oldest = std::min(oldest, h->second);
+  }
+  f.downloads->Trim(oldest, opt_.download_chain);
 }
 
 uint32_t Shard::LiveMissing(const FragmentState& f) const {
@@ -759,14 +816,23 @@ void Shard::CloseRound(FragmentState& f) {
   } else if (const double inv = f.merged > 0 ? share / f.weight_sum : 1.0; inv != 1.0) {
     for (float& a : f.acc()) a *= static_cast<float>(inv);
   }
+  // Quantized downloads: the published values P_{v-1} stay as they are (holding them makes the
+  // step write a new theta) until the update to the new version is taken from them.
+  std::shared_ptr<wire::Bytes> previous;
+  if (f.downloads) previous = f.theta_buf;
   if (f.merged == 0) {
     // Every push of the round was dropped: nothing to step on; the version still moves so that
-    // the contributors' pushes are answered.
+    // the contributors' pushes are answered (with quantized downloads: the residual's update).
+    if (f.downloads) MakeThetaWritable(f);
   } else if (f.dn) {
     MakeThetaWritable(f);
     (void)f.dn->Arrive(f.theta(), f.momentum, f.acc());  // sizes match by construction
   } else {
     StepRound(f, share);
+  }
+  if (previous) {
+    QuantizeDownload(f, Floats(*previous));
+    previous.reset();
   }
   // The round is closed: its accumulator goes back.
   pool_.Give(std::move(f.acc_buf), clock_->Now());
@@ -836,7 +902,7 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
   f.published = f.version;
   for (const auto& c : f.unacked) {
     Outgoing o{c.rid, Reply(MsgType::FragmentUpdate), {}};
-    FillUpdate(f, &o);
+    FillUpdate(f, c.worker, c.base, &o);
     o.header.worker_id = c.worker;
     o.header.generation = c.generation;
     o.header.seq = c.seq;
@@ -844,6 +910,7 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
     out->push_back(std::move(o));
   }
   f.unacked.clear();
+  TrimDownloads(f);
 }
 
 void Shard::Tick(std::vector<Outgoing>* out) {
@@ -1048,7 +1115,9 @@ std::string RefusalsText(const ShardCounters& c, absl::string_view before,
 
 std::string Shard::StatsJson() const {
   std::string versions, durable;
+  uint64_t download_bytes = 0;  // residuals and kept updates (quantized downloads)
   for (uint32_t id : owned_) {
+    if (const auto& d = fragments_.at(id)->downloads) download_bytes += d->bytes();
     absl::StrAppend(&versions, versions.empty() ? "" : ",", "\"", id,
                     "\":", fragments_.at(id)->published);
     absl::StrAppend(&durable, durable.empty() ? "" : ",", "\"", id,
@@ -1067,8 +1136,10 @@ std::string Shard::StatsJson() const {
       durable, "},\"params\":", owned_params_, ",\"resident_bytes\":", mem.resident_bytes,
       ",\"peak_resident_bytes\":", mem.peak_resident_bytes,
       ",\"pool_fresh_buffers\":", pool_.fresh_allocations(),
-      ",\"pool_kept_bytes\":", pool_.kept_bytes(), ",\"workers\":", workers_.size(),
-      ",\"refused_by_reason\":{", RefusalsText(c, "\"", "\":", ","), "}}");
+      ",\"pool_kept_bytes\":", pool_.kept_bytes(), ",\"download_bytes\":", download_bytes,
+      ",\"download_codec\":\"", kernels::CodecName(opt_.download),
+      "\",\"workers\":", workers_.size(), ",\"refused_by_reason\":{",
+      RefusalsText(c, "\"", "\":", ","), "}}");
 }
 
 }  // namespace diloco::server

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
+#include "kernels/codec.h"
 #include "kernels/optim.h"
 #include "schema/train.h"
 #include "schema/transport.h"
@@ -88,6 +89,15 @@ struct ShardOptions {
   // the protocol's one push per (worker, fragment). Announced in Welcome.
   uint64_t worker_credit_bytes = 0;
   kernels::NesterovParams outer;
+  // How new versions travel to workers: fp32 (this struct's default; diloco-server's is int8)
+  // sends every fragment whole; another codec (int8, int4) sends each version as a quantized update
+  // from the previous one, with error feedback on the shard, and defines the published values as
+  // what the workers reconstruct (server/download_chain.h). Pulls, joins and workers too far behind
+  // get whole fragments.
+  kernels::Codec download{kernels::CodecKind::kFp32, 256};
+  // Updates kept per fragment for workers a few versions behind (a chain is sent only while
+  // smaller than the whole fragment: up to 3 int8 or 7 int4 updates).
+  uint32_t download_chain = 4;
   absl::Duration worker_timeout = absl::Seconds(10);
   // Rounds due together close in turn within one Tick until this much time has gone (at least
   // one per call); the rest close on the next call. At 124M parameters in 8 fragments one
@@ -132,6 +142,9 @@ struct ShardCounters {
   uint64_t max_held_bytes = 0;    // the most push bytes one worker ever had held at once
   uint64_t messages_bad = 0;
   uint64_t bytes_in = 0, bytes_out = 0;
+  // FragmentUpdates sent whole (fp32) and as quantized update chains, and their payload bytes.
+  uint64_t updates_full = 0, updates_delta = 0;
+  uint64_t update_bytes_full = 0, update_bytes_delta = 0;
   uint64_t checkpoints = 0, checkpoint_failures = 0;
   uint64_t last_checkpoint_bytes = 0;
   uint64_t checkpoint_bytes_total = 0;  // tensor bytes of every finished checkpoint
@@ -256,7 +269,15 @@ class Shard {
   // Hands the current state to the writer: fragments whose data it borrows are frozen.
   void StartCheckpoint(bool sync);
   void FinishCheckpoint(const CheckpointWriter::Result& r);
-  void FillUpdate(const FragmentState& f, Outgoing* o) const;
+  // A FragmentUpdate of f's published version for a worker that holds version `base` (0: none
+  // known): the quantized updates since `base` when f keeps them and they are smaller, else the
+  // whole fragment. Records that `worker` now holds the published version.
+  void FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, Outgoing* o);
+  // Quantized downloads: the step moved theta from `previous`; theta becomes the published
+  // values P_v and the update to them is kept (server/download_chain.h).
+  void QuantizeDownload(FragmentState& f, std::span<const float> previous);
+  // Forgets the updates of f that no live worker can still need.
+  void TrimDownloads(FragmentState& f);
   uint32_t LiveMissing(const FragmentState& f) const;
   // kExpected: what the live workers missing from f's round usually bring to one round (their
   // moving-average push weight, scaled by their push rate over the fleet's cadence, at most 1).
@@ -282,7 +303,8 @@ class Shard {
   // Accumulators of open rounds and thetas they replaced, kept for reuse while rounds use them
   // (at most one per owned fragment, plus one).
   BufferPool pool_{0, absl::ZeroDuration()};
-  std::vector<float> step_scratch_;  // StepRound: a chunk of the delta, allocated once
+  // StepRound: a chunk of the delta; QuantizeDownload: two chunks. Allocated once, shared.
+  std::vector<float> step_scratch_;
   std::vector<std::string> log_lines_;
   uint64_t failures_in_a_row_ = 0;  // checkpoint writes failed since the last that succeeded
   struct RefusalLog {

@@ -18,6 +18,7 @@
 #include "schema/handshake_monitor.h"
 #include "schema/train.h"
 #include "schema/transport.h"
+#include "worker/fragment_update.h"
 #include "worker/push_codec.h"
 
 namespace diloco::worker {
@@ -66,6 +67,7 @@ struct PushJob {
   // (OnWelcome) is what would lose it, so only retry_max's last-resort resend remains.
   bool queued = false;
   absl::Time sent = absl::InfinitePast();
+  absl::Time made = absl::InfinitePast();        // when the training thread took the delta
   absl::Time not_before = absl::InfinitePast();  // after a NoCredit refusal
   absl::Duration resend_interval;                // doubles with each resend (retry_max)
   bool resent_corrupt = false;  // refused BadChecksum once and sent again; a second is final
@@ -74,7 +76,7 @@ struct PushJob {
 // What the I/O thread hands back to the training thread.
 struct Arrival {
   enum Kind {
-    kUpdate,    // a FragmentUpdate (fp32 chunks) to adopt
+    kUpdate,    // a FragmentUpdate to adopt (worker/fragment_update.h)
     kDone,      // this worker's push ended not applied (Stale, refused, lost by a restarted shard)
     kReset,     // the shard restarted: forget the adopted version, take what it sends next
     kNeedInit,  // the shard has no values for the fragment: send it ours
@@ -83,6 +85,7 @@ struct Arrival {
   uint64_t version = 0;
   bool answers_push = false;  // the Applied update of this worker's outstanding push
   std::optional<wire::Message> message;
+  absl::Time pushed = absl::InfinitePast();  // answers_push: when the push was sent
 };
 
 struct ShardLink {
@@ -146,6 +149,10 @@ struct SyncClient::Impl {
   std::deque<std::pair<uint32_t, std::shared_ptr<const wire::Bytes>>> init_queue
       ABSL_GUARDED_BY(mu);
   std::deque<Arrival> arrivals ABSL_GUARDED_BY(mu);
+  // Fragments the training thread could not rebuild from a chain of updates (it holds another
+  // version, or the result missed its checksum): pulled whole; true: the pull's answer is the
+  // answer to the outstanding push.
+  std::deque<std::pair<uint32_t, bool>> pull_requests ABSL_GUARDED_BY(mu);
   std::deque<SyncEvent> events ABSL_GUARDED_BY(mu);
   uint64_t pending_pushes ABSL_GUARDED_BY(mu) = 0;  // queued or unacked
   bool draining ABSL_GUARDED_BY(mu) = false;
@@ -169,6 +176,7 @@ struct SyncClient::Impl {
   std::vector<ShardLink> links;
 
   // Training thread.
+  std::vector<float> update_scratch;  // a chunk of a fragment rebuilt from quantized updates
   void Process(SyncClient::ParamsFn params, Arrival& a);
   void Adopt(SyncClient::ParamsFn params, Arrival& a);
   // Lockstep: processes arrivals until none of `fragments` has a push outstanding.
@@ -368,12 +376,22 @@ void SyncClient::Impl::Process(SyncClient::ParamsFn params, Arrival& a) {
 // Takes the arrived global fragment and sets anchor = global. kKeep: local = global + the local
 // progress the global values do not hold (local - anchor, plus the outstanding delta when they
 // hold this worker's push); kLerp: local = lerp(global, local, alpha). The first adoption (the
-// join) always takes the global values, so theta(0) is the same everywhere.
+// join) always takes the global values, so theta(0) is the same everywhere. A chain of quantized
+// updates is rebuilt on the anchor chunk by chunk (worker/fragment_update.h); one this worker
+// cannot rebuild (it holds an older version) is asked for whole instead.
 void SyncClient::Impl::Adopt(SyncClient::ParamsFn params, Arrival& a) {
   FragmentSync& f = frags[a.fragment];
+  const wire::Message& m = *a.message;
+  const bool chain = IsUpdateChain(m.header());
+  const bool newer = !f.joined || a.version > f.version;
+  if (chain && newer && (!f.joined || f.version < m.header().base_version())) {
+    MutexLock g(&mu);
+    pull_requests.emplace_back(a.fragment, a.answers_push);
+    return;
+  }
   const bool was_outstanding = f.outstanding;
   if (a.answers_push) f.outstanding = false;
-  if (f.joined && a.version <= f.version) {  // nothing newer than what we have
+  if (!newer) {  // nothing newer than what we have
     if (!f.outstanding) f.delta_taken = false;
     return;
   }
@@ -382,37 +400,42 @@ void SyncClient::Impl::Adopt(SyncClient::ParamsFn params, Arrival& a) {
   // The global values hold our push when they answer it, and are assumed to when a push is
   // still outstanding (its answer will not take the delta out a second time).
   const bool take_delta = keep && was_outstanding && !f.delta_taken;
-  const wire::Message& m = *a.message;
-  size_t piece = 0;
-  uint64_t in_piece = 0, pos = 0;  // pos: offset in the fragment's own (delta) order
-  for (size_t c = 0; c < m.num_payloads(); ++c) {
-    auto p = m.payload(c);
-    const float* src = reinterpret_cast<const float*>(p.data());
-    uint64_t n = p.size() / 4;
-    while (n > 0) {
-      const Piece& pc = f.spec->pieces[piece];
-      const uint64_t take = std::min(n, pc.length - in_piece);
-      std::span<const float> global(src, take);
-      std::span<float> anc(anchor.data() + pc.flat_offset + in_piece, take);
-      std::span<float> local = params(pc.flat_offset + in_piece, take);
+  // Positions of the fragment's own (delta) order map onto its pieces of the flat model.
+  auto for_pieces = [&](uint64_t pos, uint64_t n, auto&& fn) {
+    uint64_t start = 0;
+    for (const Piece& pc : f.spec->pieces) {
+      if (n == 0) break;
+      if (pos < start + pc.length) {
+        const uint64_t in_piece = pos - start, take = std::min(n, pc.length - in_piece);
+        fn(pc.flat_offset + in_piece, take, pos);
+        pos += take;
+        n -= take;
+      }
+      start += pc.length;
+    }
+  };
+  auto gather = [&](uint64_t pos, std::span<float> out) {
+    for_pieces(pos, out.size(), [&](uint64_t flat, uint64_t take, uint64_t at) {
+      std::memcpy(out.data() + (at - pos), anchor.data() + flat, take * sizeof(float));
+    });
+  };
+  auto consume = [&](uint64_t pos, std::span<const float> values) {
+    for_pieces(pos, values.size(), [&](uint64_t flat, uint64_t take, uint64_t at) {
+      const std::span<const float> global = values.subspan(at - pos, take);
+      const std::span<float> anc(anchor.data() + flat, take);
+      const std::span<float> local = params(flat, take);
       if (keep) {
         kernels::RebaseAdopt(global, anc, local,
-                             take_delta ? std::span<const float>(f.delta.data() + pos, take)
+                             take_delta ? std::span<const float>(f.delta.data() + at, take)
                                         : std::span<const float>());
       } else {
-        std::memcpy(anc.data(), src, take * 4);
+        std::memcpy(anc.data(), global.data(), take * sizeof(float));
         kernels::LerpAdopt(anc, local, alpha);
       }
-      src += take;
-      n -= take;
-      pos += take;
-      in_piece += take;
-      if (in_piece == pc.length) {
-        ++piece;
-        in_piece = 0;
-      }
-    }
-  }
+    });
+  };
+  auto read = ReadFragmentUpdate(m, f.version, update_scratch, gather, consume);
+  const bool mismatch = chain && (!read.ok() || *read != m.header().values_checksum());
   f.delta_taken = f.outstanding && (f.delta_taken || take_delta);
   if (!f.joined) {
     f.joined = true;
@@ -426,9 +449,25 @@ void SyncClient::Impl::Adopt(SyncClient::ParamsFn params, Arrival& a) {
     f.steps = 0;
     f.tokens = 0;
   }
-  f.version = a.version;
+  // A rebuilt fragment that differs from the shard's (never expected) is taken as version 0: no
+  // push leaves it, and the whole fragment, asked for now, replaces it. Adoption moved local
+  // and anchor together, so the whole one's adoption keeps this worker's progress.
+  f.version = mismatch ? 0 : a.version;
   MutexLock g(&mu);
-  stats.versions[a.fragment] = a.version;
+  if (mismatch) {
+    ++stats.download_mismatches;
+    pull_requests.emplace_back(a.fragment, false);
+  }
+  ++(chain ? stats.updates_delta : stats.updates_full);
+  if (a.answers_push && a.pushed != absl::InfinitePast()) {
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - a.pushed);
+    stats.push_to_adopt_ms = Ema(stats.push_to_adopt_ms, ms, 0.1);
+    stats.push_to_adopt_max_ms = std::max(stats.push_to_adopt_max_ms, ms);
+    auto& recent = stats.recent_push_to_adopt_ms;
+    if (recent.size() == SyncStats::kRecentLatencies) recent.erase(recent.begin());
+    recent.push_back(ms);
+  }
+  stats.versions[a.fragment] = f.version;
   stats.joined = joined_count;
   ++stats.adoptions;
 }
@@ -493,6 +532,7 @@ void SyncClient::AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step
     f.outstanding = true;
     f.offset = 0;
     PushJob job;
+    job.made = absl::Now();
     job.fragment = f.spec->id;
     job.seq = f.next_seq++;
     job.base_version = f.version;
@@ -900,10 +940,8 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control
     case MsgType::PushAck:
       return OnPushAck(l, h);
     case MsgType::FragmentUpdate: {
-      if (h.fragment_id() >= frags.size()) return;
-      if (h.codec() != static_cast<uint8_t>(wire::kFragmentCodec.kind) ||
-          h.num_elements() != plan.fragment(h.fragment_id()).numel ||
-          m.payload_bytes() != h.num_elements() * 4) {
+      if (h.fragment_id() >= frags.size() ||
+          !CheckFragmentUpdate(m, plan.fragment(h.fragment_id()).numel).ok()) {
         MutexLock g(&mu);
         ++stats.errors;
         return;
@@ -912,10 +950,12 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control
       l.shard_version[h.fragment_id()] = h.version();
       bool answers = answer_by_pull[h.fragment_id()];
       answer_by_pull[h.fragment_id()] = false;
+      absl::Time pushed = absl::InfinitePast();
       if (h.ack() == AckStatus::Applied && h.worker_id() == opt.worker_id &&
           h.generation() == opt.generation) {
         if (auto it = l.unacked.find({h.fragment_id(), h.seq()}); it != l.unacked.end()) {
           answers = true;
+          pushed = it->second.made;
           const uint64_t base = it->second.base_version;
           // Rounds other workers closed between this push's base and its own round.
           const uint64_t staleness = h.version() > base + 1 ? h.version() - base - 1 : 0;
@@ -929,7 +969,7 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control
           Finish(l, it, /*applied=*/true);
         }
       }
-      Deliver({Arrival::kUpdate, h.fragment_id(), h.version(), answers, std::move(m)});
+      Deliver({Arrival::kUpdate, h.fragment_id(), h.version(), answers, std::move(m), pushed});
       return;
     }
     case MsgType::Heartbeat:
@@ -977,10 +1017,16 @@ void SyncClient::Impl::IoLoop() {
     // New pushes and theta(0) uploads from the training thread.
     std::deque<PushJob> pushes;
     std::deque<std::pair<uint32_t, std::shared_ptr<const wire::Bytes>>> inits;
+    std::deque<std::pair<uint32_t, bool>> pulls;
     {
       MutexLock g(&mu);
       pushes.swap(push_queue);
       inits.swap(init_queue);
+      pulls.swap(pull_requests);
+    }
+    for (const auto& [id, answers] : pulls) {
+      if (answers) answer_by_pull[id] = true;
+      SendPull(links[plan.fragment(id).shard], id);
     }
     for (auto& [id, values] : inits) {
       ShardLink& l = links[plan.fragment(id).shard];

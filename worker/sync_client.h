@@ -98,6 +98,15 @@ struct SyncStats {
   double after_step_us = 0;       // EMA cost of AfterStep on the training thread
   double after_step_max_us = 0;
   std::vector<uint64_t> versions;  // adopted version per fragment
+  // Downloads adopted: whole fp32 fragments, and quantized update chains reconstructed on the
+  // last adopted values (docs/protocol.md, "Quantized downloads"). A reconstruction whose
+  // checksum differs from the shard's (never expected) is counted and the fragment pulled whole.
+  uint64_t updates_full = 0, updates_delta = 0, download_mismatches = 0;
+  // From a push's send to the adoption of the values that answer it, on the training thread:
+  // the moving average, the most, and the latest (up to kRecentLatencies, oldest first).
+  double push_to_adopt_ms = 0, push_to_adopt_max_ms = 0;
+  std::vector<double> recent_push_to_adopt_ms;
+  static constexpr size_t kRecentLatencies = 256;
 };
 
 // Things machines want to follow one by one (worker_main writes them as JSON lines).

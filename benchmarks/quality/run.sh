@@ -19,6 +19,8 @@
 #      about the same aggregate speed, for the same wall time; full mode also runs DyLU's unequal
 #      pushes (H, H/2, H/4, H) in synchronous rounds vs the same steps spread evenly
 #   g  the main job as shipped (deploy/run-local-cluster.sh's settings) vs one worker, equal wall time
+#   h  download codecs: new versions sent whole (fp32) or as int8 / int4 updates from the previous
+#      one (--download_codec; synchronous, 4 workers)
 #
 # Usage: benchmarks/quality/run.sh [--mode=quick|full] [--groups=abcdefg] [--out=DIR]
 #                                  [--build=DIR] [--repeats=N] [--steps=N] [--inner_steps=H]
@@ -65,7 +67,7 @@ case $mode in
     outer_lr=${outer_lr:-0.7} outer_mu=${outer_mu:-0.9} ;;
   quick) steps=600 every=50 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=25 schedule=constant
     outer_lr=${outer_lr:-0.7} outer_mu=${outer_mu:-0.9} ;;
-  full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefg} repeats=${repeats:-3} inner=50 schedule=auto ;;
+  full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefgh} repeats=${repeats:-3} inner=50 schedule=auto ;;
   *) echo "--mode must be smoke, quick or full" >&2; exit 2 ;;
 esac
 outer=()  # empty: the shards' defaults
@@ -268,6 +270,12 @@ if [[ $groups == *f* ]]; then
     run_fleet f.sync-even f 4 2 "$sync_srv" --lockstep --steps=$((rounds_f * h_even)) \
       --inner_steps=$h_even
   fi
+fi
+if [[ $groups == *h* ]]; then
+  echo "== h: download codecs (synchronous, 4 workers, int8 pushes)"
+  for c in fp32 int8 int4; do
+    run_fleet "h.down-$c" h 4 2 "$sync_srv --download_codec=$c" "${sync4[@]}"
+  done
 fi
 if [[ $groups == *g* ]]; then
   echo "== g: the main job as shipped vs one worker, ${main_secs}s of wall time each"

@@ -33,6 +33,8 @@ GROUPS = {
     "e": ("c.async4", [("e.drop10", None, ""), ("e.drop30", None, ""),
                        ("e.drop50", 1.025, "paper +2.1% at 50%"), ("e.kill1", None, "")]),
     "f": ("f.homog", [("f.hetero", None, ""), ("f.hetero-dylu", 1.02, "target within 2%")]),
+    "h": ("h.down-fp32", [("h.down-int8", 1.005, "target: int8 down within 0.5% of fp32"),
+                          ("h.down-int4", None, "")]),
 }
 # Comparisons within a group against another baseline than the group's: (group, arm, baseline,
 # note). f: DyLU's unequal pushes in synchronous rounds against the same tokens spread evenly.

@@ -1,8 +1,10 @@
 // Part 3 of diloco-bench-server: real diloco-server processes on 127.0.0.1 fed by pushing
-// threads, one DEALER per (thread, shard). Each thread pushes encoded deltas (int8, then int4)
-// of every fragment and waits for the Applied update of each before pushing that fragment
-// again. The ratio column is wire bytes per second (encoded pushes in, fp32 fragments out) over
-// memcpy's bandwidth: every one of those bytes is copied at least once on the loopback path.
+// threads, one DEALER per (thread, shard). Each thread pushes encoded deltas of every fragment
+// and waits for the Applied update of each before pushing that fragment again: int8 pushes with
+// int8 downloads (the default), with fp32 downloads, then int4 both ways. The ratio column is
+// wire bytes per second (encoded pushes in, the updates' payload bytes out, counted as
+// received) over memcpy's bandwidth: every one of those bytes is copied at least once on the
+// loopback path.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,10 +48,12 @@ struct Pusher {
 
 int Loopback(const std::string& model, uint32_t fragments, double seconds, double memcpy_gbps) {
   std::printf("\n== loopback (diloco-server processes, Applied acks awaited)\n");
-  std::printf("%-9s %6s %8s %12s %14s %14s %8s\n", "codec", "shards", "workers", "pushes/s",
-              "params/s", "wire GB/s", "ratio");
+  std::printf("%-9s %-9s %6s %8s %12s %14s %14s %8s\n", "up", "down", "shards", "workers",
+              "pushes/s", "params/s", "wire GB/s", "ratio");
   const auto manifest = *GptManifest(*ParseGptConfig(model));
-  for (const char* codec_name : {"int8:256", "int4:256"}) {
+  const std::pair<const char*, const char*> codecs[] = {
+      {"int8:256", "int8:256"}, {"int8:256", "fp32"}, {"int4:256", "int4:256"}};
+  for (const auto& [codec_name, down_name] : codecs) {
     const kernels::Codec codec = *kernels::ParseCodec(codec_name);
     const auto dir =
         std::filesystem::temp_directory_path() / absl::StrCat("diloco-bench-server-", ::getpid());
@@ -84,11 +88,12 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
                             absl::StrCat("--port_file=", (dir / absl::StrCat("p", s)).string()),
                             absl::StrCat("--shard=", s), absl::StrCat("--shards=", shards),
                             absl::StrCat("--fragments=", fragments), "--model=" + model,
-                            absl::StrCat("--quorum=", workers), "--progress_interval=1000s"},
+                            absl::StrCat("--quorum=", workers), "--progress_interval=1000s",
+                            absl::StrCat("--download_codec=", down_name)},
                            (dir / "server.log").string()));
         for (uint32_t s = 0; s < shards; ++s)
           eps.push_back(WaitEndpoint(dir / absl::StrCat("p", s)));
-        std::atomic<uint64_t> applied{0}, params{0};
+        std::atomic<uint64_t> applied{0}, params{0}, wire_bytes{0};
         std::atomic<bool> stop{false}, init_done{false};
         std::atomic<uint32_t> ready{0};
         auto header = [&](wire::MsgType t, uint32_t w) {
@@ -169,17 +174,18 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
                 if (m->type() == wire::MsgType::FragmentUpdate) {
                   ++applied;
                   params += f.numel;
+                  wire_bytes += enc[f.id]->size() + m->payload_bytes();
                 }
               }
             }
           });
         }
         while (ready < workers) absl::SleepFor(absl::Milliseconds(5));
-        const uint64_t a0 = applied, p0 = params;
+        const uint64_t a0 = applied, p0 = params, w0 = wire_bytes;
         const absl::Time t0 = absl::Now();
         absl::SleepFor(absl::Seconds(seconds));
         const double dt = absl::ToDoubleSeconds(absl::Now() - t0);
-        const uint64_t a1 = applied, p1 = params;
+        const uint64_t a1 = applied, p1 = params, w1 = wire_bytes;
         stop = true;
         for (auto& t : threads) t.join();
         for (pid_t p : pids) {
@@ -187,13 +193,9 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
           ::waitpid(p, nullptr, 0);
         }
         const double pps = (p1 - p0) / dt;
-        // In: ~1.016 bytes/param (int8 + a 4-byte scale per 256); out: 4 bytes/param.
-        // In: the encoded bytes per parameter; out: the fp32 fragment (4 bytes per parameter).
-        const double in_bytes =
-            static_cast<double>(kernels::EncodedSize(codec, 1 << 20)) / (1 << 20);
-        const double wire = pps * (in_bytes + 4.0) / 1e9;
-        std::printf("%-9s %6u %8u %12.1f %14.3e %14.2f %8.2f\n", codec_name, shards, workers,
-                    (a1 - a0) / dt, pps, wire, wire / memcpy_gbps);
+        const double wire = (w1 - w0) / dt / 1e9;  // pushes sent and their answers received
+        std::printf("%-9s %-9s %6u %8u %12.1f %14.3e %14.2f %8.2f\n", codec_name, down_name, shards,
+                    workers, (a1 - a0) / dt, pps, wire, wire / memcpy_gbps);
       }
     }
     std::filesystem::remove_all(dir);

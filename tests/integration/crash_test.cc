@@ -108,7 +108,11 @@ class ScriptedWorker {
     return std::make_pair(m->header().version(), Sum(*m));
   }
 
+  // The checksum of the values a FragmentUpdate brings: of its fp32 bytes when whole; a chain of
+  // quantized updates names the values it rebuilds (docs/protocol.md, "Quantized downloads").
   static uint64_t Sum(const wire::Message& m) {
+    if (m.header().codec() != static_cast<uint8_t>(kernels::CodecKind::kFp32))
+      return m.header().values_checksum();
     std::vector<uint8_t> all;
     for (size_t i = 0; i < m.num_payloads(); ++i)
       all.insert(all.end(), m.payload(i).begin(), m.payload(i).end());

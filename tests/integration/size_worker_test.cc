@@ -100,8 +100,10 @@ TEST_P(SizeWorkerTest, AWorkerPushingEveryFragmentAtOnceGetsEveryPushApplied) {
     absl::SleepFor(absl::Milliseconds(250));
   }
   std::printf(
-      "shard %s: resident %.2f B/param with %.2f B/param of round buffers kept (bound %.1f)\n",
-      GetParam().c_str(), rss, kept / params, kShardBoundBytesPerParam);
+      "shard %s: resident %.2f B/param with %.2f B/param of round buffers kept and %.2f of "
+      "download state (bound %.1f)\n",
+      GetParam().c_str(), rss, kept / params, c.Stat(0, "download_bytes") / params,
+      kShardBoundBytesPerParam);
   ASSERT_GT(rss, 0) << "no reading while the pool still kept the burst's buffers";
   if (kMemoryIsTheProducts) {
     EXPECT_LE(rss, kShardBoundBytesPerParam);

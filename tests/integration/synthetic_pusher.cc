@@ -185,12 +185,13 @@ absl::StatusOr<SyntheticPusher::Seen> SyntheticPusher::Pull(uint32_t f) {
 }
 
 uint64_t SyntheticPusher::ValuesChecksum(const wire::Message& m) {
-  uint64_t sum = 0;
-  for (size_t i = 0; i < m.num_payloads(); ++i) {
-    const auto p = m.payload(i);
-    sum = sum * 0x9E3779B97F4A7C15ull + Checksum64(p.data(), p.size());
-  }
-  return sum;
+  // A chain of quantized updates names the values it rebuilds (docs/protocol.md).
+  if (m.header().codec() != static_cast<uint8_t>(kernels::CodecKind::kFp32))
+    return m.header().values_checksum();
+  Hasher values;  // XXH3-64 of the fp32 values in order: the same definition
+  for (size_t i = 0; i < m.num_payloads(); ++i)
+    values.Update(m.payload(i).data(), m.payload(i).size());
+  return values.Digest();
 }
 
 uint64_t SyntheticPusher::params() const {

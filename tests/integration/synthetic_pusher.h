@@ -27,7 +27,7 @@ class SyntheticPusher {
  public:
   struct Seen {
     uint64_t version = 0;
-    uint64_t checksum = 0;  // of the fp32 values, frame by frame (ValuesChecksum)
+    uint64_t checksum = 0;  // XXH3-64 of the fp32 values (ValuesChecksum)
   };
 
   // `endpoints`: one per shard, in shard order; `model`: a preset or spec.

@@ -94,7 +94,8 @@ class Server:
                 f"--fragments={FRAGMENTS}", "--round_step=full", "--round_norm=arrived",
                 f"--outer_lr={LR}", f"--outer_momentum={MOMENTUM}", "--quorum=1",
                 f"--grace_cap={GRACE_CAP}", "--worker_timeout=60s",
-                f"--max_staleness={MAX_STALENESS}", "--progress_interval=1000s"]
+                f"--max_staleness={MAX_STALENESS}", "--progress_interval=1000s",
+                "--download_codec=fp32"]  # this client reads whole fragments only
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
         print(f"started diloco-server pid {self.proc.pid}: {' '.join(argv[1:])}")
@@ -582,8 +583,8 @@ class Catalogue:
         self.case("4097 payload frames -> Malformed", a,
                   raw(a, [self.header(empties)] + empties),
                   [self.error(M.Malformed, P.Invalid)])
-        self.case("protocol_version 2 -> BadProtocolVersion", a,
-                  raw(a, [good(protocol_version=2)] + fr),
+        self.case(f"protocol_version {w.PROTOCOL_VERSION + 1} -> BadProtocolVersion", a,
+                  raw(a, [good(protocol_version=w.PROTOCOL_VERSION + 1)] + fr),
                   [self.error(M.BadProtocolVersion, P.Invalid)])
         self.case("no protocol_version (0) -> BadProtocolVersion", a,
                   raw(a, [good(protocol_version=0)] + fr),

@@ -32,7 +32,7 @@ import zmq
 # ---------------------------------------------------------------------------------------------
 # Constants ("Writing a client" / "Constants")
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_HEADER_BYTES = 65536
 MAX_PAYLOAD_FRAMES = 4096
 MAX_FRAME_BYTES = 1 << 30
@@ -79,7 +79,7 @@ SCALAR_FIELDS = (
     "generation", "seq", "shard", "incarnation", "fragment_id", "base_version", "version",
     "round", "tokens", "steps", "codec", "block", "num_elements", "chunk_elements", "ack",
     "error_code", "step_time_us", "fleet_step_time_us", "channel", "credit_bytes", "num_chunks",
-    "chunk_index", "refused_type")
+    "chunk_index", "refused_type", "values_checksum")
 VECTOR_FIELDS = ("frame_lengths", "frame_checksums", "versions")
 ALL_FIELDS = SCALAR_FIELDS + VECTOR_FIELDS + ("message",)
 

@@ -31,7 +31,8 @@ class SlowLinkTest : public ::testing::Test {
   void SetUp() override {
     shards_.dir = TestDir();
     shards_.model = kModel;
-    shards_.StartShards(1, {"--fragments=1", "--worker_timeout=3s"});
+    // Whole fp32 answers (not quantized updates): every Applied answer is a ~2 s fragment too.
+    shards_.StartShards(1, {"--fragments=1", "--worker_timeout=3s", "--download_codec=fp32"});
     auto p = ThrottleProxy::Start(PortOf(shards_.endpoints[0]), kLinkBytesPerSecond);
     ASSERT_TRUE(p.ok()) << p.status();
     proxy_ = std::move(*p);

@@ -355,11 +355,13 @@ TEST(WorkerSyncTest, PushesKeepWithinTheShardsCredit) {
   f.StopAll();
 }
 
-// Final held-out losses (local, global) of a 1-worker, 1-shard run pushing with `codec`, in
-// lockstep: the same 300 steps and 120 rounds on a quiet or a loaded machine.
-std::pair<double, double> FinalLoss(const std::string& codec) {
+// Final held-out losses (local, global) of a 1-worker, 1-shard run pushing with `codec` and
+// downloading with `download`, in lockstep: the same 300 steps and 120 rounds on a quiet or a
+// loaded machine.
+std::pair<double, double> FinalLoss(const std::string& codec,
+                                    const std::string& download = "fp32") {
   Fleet f;
-  f.StartShards(1);
+  f.StartShards(1, {"--download_codec=" + download});
   f.workers.push_back(f.StartWorker(0, {"--codec=" + codec, "--steps=300", "--batch=8",
                                         "--eval_batches=16", "--seed=7", "--lockstep"}));
   EXPECT_EQ(f.workers[0]->Wait(absl::Seconds(50)), std::optional<int>(0)) << codec;
@@ -378,6 +380,39 @@ TEST(WorkerSyncTest, Int8AndInt4PushesReachTheFp32Loss) {
     EXPECT_NEAR(q.first, fp32.first, 0.01 * fp32.first) << codec << " local model";
     EXPECT_NEAR(q.second, fp32.second, 0.01 * fp32.second) << codec << " global model";
   }
+}
+
+// Quantized downloads: two workers pushing at their own pace on two shards get each new version
+// as the int8 updates from the version they hold, rebuild it on their own values and check it
+// against the shard's checksum of its bytes: every rebuild matches, none is refused.
+TEST(WorkerSyncTest, QuantizedDownloadsRebuildTheShardsBytes) {
+  Fleet f;
+  f.StartShards(2, {"--download_codec=int8"});
+  for (int w = 0; w < 2; ++w)
+    f.workers.push_back(f.StartWorker(w, {absl::StrCat("--seed=", 100 + 7 * w), "--steps=80",
+                                          "--inner_steps=5", "--num_workers=2"}));
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(f.workers[w]->Wait(absl::Seconds(60)), std::optional<int>(0)) << "worker " << w;
+    const auto done = Named(ReadTyped(f.Jsonl(w)), "done");
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_GE(done[0].num.at("updates_delta"), 10) << "worker " << w;
+    EXPECT_EQ(done[0].num.at("download_mismatches"), 0) << "worker " << w;
+    EXPECT_EQ(done[0].num.at("errors"), 0) << "worker " << w;
+  }
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_GE(f.Stat(s, "updates_delta"), 10) << "shard " << s;
+    EXPECT_EQ(f.Stat(s, "bad_messages"), 0) << "shard " << s;
+  }
+  f.StopAll();
+}
+
+// int8 downloads train as well as fp32 ones (the same lockstep run, both directions quantized).
+TEST(WorkerSyncTest, Int8DownloadsReachTheFp32Loss) {
+  const auto fp32 = FinalLoss("int8:256", "fp32");
+  ASSERT_LT(fp32.second, 4.0) << "the fp32-download run did not learn";
+  const auto int8 = FinalLoss("int8:256", "int8");
+  EXPECT_NEAR(int8.first, fp32.first, 0.01 * fp32.first) << "local model";
+  EXPECT_NEAR(int8.second, fp32.second, 0.01 * fp32.second) << "global model";
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "server/payload_check.h"
+#include "schema/payload_check.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,11 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "schema/transport.h"
 
-namespace diloco::server {
+namespace diloco::wire {
 namespace {
-
-using wire::ErrorCode;
-using wire::WireError;
 
 bool AllFinite(const uint8_t* p, size_t count) {
   for (size_t i = 0; i < count; ++i) {
@@ -38,21 +35,24 @@ bool Fp8AllFinite(const uint8_t* p, size_t count) {
 
 }  // namespace
 
-absl::Status CheckEncodedPayload(const wire::Message& m, kernels::Codec codec, uint64_t numel) {
+absl::Status CheckEncodedPayload(const Message& m, kernels::Codec codec, uint64_t numel,
+                                 uint64_t count) {
   const auto& h = m.header();
   if (h.num_elements() != numel)
     return WireError(ErrorCode::BadLength, absl::StrCat("payload of ", h.num_elements(),
                                                         " elements for a fragment of ", numel));
-  const uint64_t chunk = wire::ChunkElements(codec.block);
+  const uint64_t chunk = ChunkElements(codec.block);
   if (h.chunk_elements() != chunk)
     return WireError(ErrorCode::BadLength,
                      absl::StrCat("chunk of ", h.chunk_elements(), " elements, expected ", chunk));
-  const uint64_t frames = (numel + chunk - 1) / chunk;
+  const uint64_t per_payload = (numel + chunk - 1) / chunk;
+  const uint64_t frames = per_payload * count;
   if (m.num_payloads() != frames)
     return WireError(ErrorCode::BadLength,
                      absl::StrCat(m.num_payloads(), " payload frames, expected ", frames));
   for (uint64_t i = 0; i < frames; ++i) {
-    const uint64_t n = std::min(chunk, numel - i * chunk);
+    const uint64_t at = i % per_payload * chunk;
+    const uint64_t n = std::min(chunk, numel - at);
     auto p = m.payload(i);
     if (p.size() != kernels::EncodedSize(codec, n))
       return WireError(
@@ -82,4 +82,4 @@ absl::Status CheckEncodedPayload(const wire::Message& m, kernels::Codec codec, u
   return absl::OkStatus();
 }
 
-}  // namespace diloco::server
+}  // namespace diloco::wire

@@ -1,0 +1,87 @@
+// Quantized downloads (docs/protocol.md, "Quantized downloads"): a shard publishes each new
+// version of a fragment as a quantized update from the previous version, and defines the
+// published values as exactly what a worker holding the previous version reconstructs:
+//
+//   U_v = Q(theta_v - P_{v-1} + r),  P_v = P_{v-1} + deQ(U_v),  r = theta_v - P_v
+//
+// where theta_v is the outer step's result, P the published values (the shard's theta: what it
+// checkpoints and what a whole-fragment pull sends) and r the residual the quantizer left
+// (error feedback on the shard). P_{v-1} + deQ(U_v) is kernels::DecodeAccumulate with weight 1,
+// which rounds the same on every CPU path and on CUDA (docs/kernels.md), so every worker that
+// held P_{v-1} holds P_v to the bit; the checksum of P_v travels with each update to prove it.
+//
+// The chain keeps the last few updates, so a worker a few versions behind gets U_{b+1..v} (in
+// order, reconstructed one after the other) instead of the whole fp32 fragment, and only while
+// that is smaller. The residual is kept int4-encoded (0.5 + 4/block bytes per parameter, beside
+// theta and momentum's 8: the shard's memory bound): its own quantization error is at most 1/14
+// of the residual's block maximum, which is at most half a step of the update's grid, so what
+// is lost per version is under 4% of a grid step, against the whole half step (growing with
+// the versions) without a residual. It is not checkpointed: a restarted shard starts with a zero
+// residual and an empty chain (workers then get whole fragments).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/codec.h"
+#include "schema/transport.h"
+
+namespace diloco::server {
+
+// One published version's update: U_v, chunked as a payload (wire::PayloadFrames), the
+// checksums of its chunk frames, and the checksum of P_v's fp32 values (XXH3-64 of their bytes in
+// the fragment's order, as Checksum64 or a Hasher over them gives).
+struct DownloadUpdate {
+  uint64_t version = 0;
+  std::shared_ptr<const wire::Bytes> bytes;
+  std::shared_ptr<const std::vector<uint64_t>> sums;
+  uint64_t values_checksum = 0;
+};
+
+class DownloadChain {
+ public:
+  // `codec` quantizes the updates (int8 or int4; fp32 downloads need no chain); a fragment of
+  // `numel` values.
+  DownloadChain(kernels::Codec codec, uint64_t numel);
+
+  // The outer step moved theta from `previous` (P_{v-1}, unchanged here) to `theta`: rewrites
+  // `theta` to P_v and appends U_v as `version`. False when theta, or theta - P_{v-1} + r, is
+  // not finite (a diverged model): theta is left as stepped (published whole), the residual
+  // zeroed and the chain emptied, so workers take the whole fragment. `scratch` (resized to two
+  // chunks, reused) is the caller's, so that a shard's fragments share one.
+  bool Quantize(uint64_t version, std::span<const float> previous, std::span<float> theta,
+                std::vector<float>& scratch);
+
+  // The updates that take P_base to P_version, oldest first; empty when the chain does not hold
+  // all of them or when they are not smaller than the whole fp32 fragment (then send that).
+  std::vector<const DownloadUpdate*> Between(uint64_t base, uint64_t version) const;
+
+  // Forgets the updates no worker can still need: those up to `oldest_base` (every live worker
+  // holds that version or a newer one), and beyond the newest `max_updates`.
+  void Trim(uint64_t oldest_base, size_t max_updates);
+
+  // theta was replaced other than by Quantize (theta(0), a recovered checkpoint): no update
+  // leads to it and the residual belongs to nothing.
+  void Reset();
+
+  kernels::Codec codec() const { return codec_; }
+  size_t size() const { return updates_.size(); }
+  uint64_t update_bytes() const { return update_bytes_; }  // of one update
+  // Resident bytes: the residual and the kept updates.
+  uint64_t bytes() const { return residual_.size() + updates_.size() * update_bytes_; }
+
+ private:
+  kernels::Codec codec_;
+  kernels::Codec residual_codec_;  // int4 with the update's block
+  uint64_t numel_;
+  uint64_t chunk_;  // elements per payload chunk (wire::ChunkElements)
+  uint64_t update_bytes_;
+  bool residual_zero_ = true;  // residual_ holds no values yet (all zero)
+  std::vector<uint8_t> residual_;
+  std::deque<DownloadUpdate> updates_;  // consecutive versions, oldest first
+};
+
+}  // namespace diloco::server

@@ -1,0 +1,78 @@
+#include "worker/fragment_update.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "kernels/codec.h"
+#include "schema/payload_check.h"
+#include "schema/transport.h"
+
+namespace diloco::worker {
+
+namespace {
+
+kernels::Codec CodecOf(const wire::Header& h) {
+  return {static_cast<kernels::CodecKind>(h.codec()), h.block()};
+}
+
+}  // namespace
+
+bool IsUpdateChain(const wire::Header& h) {
+  return h.codec() != static_cast<uint8_t>(kernels::CodecKind::kFp32);
+}
+
+absl::Status CheckFragmentUpdate(const wire::Message& m, uint64_t numel) {
+  const wire::Header& h = m.header();
+  if (!IsUpdateChain(h)) {
+    if (h.block() != wire::kFragmentCodec.block)
+      return absl::InvalidArgumentError(absl::StrCat("fp32 fragment in blocks of ", h.block()));
+    return wire::CheckEncodedPayload(m, wire::kFragmentCodec, numel);
+  }
+  const kernels::Codec codec = CodecOf(h);
+  if (auto s = kernels::ValidateCodec(codec); !s.ok()) return s;
+  if (h.base_version() == 0 || h.version() <= h.base_version())
+    return absl::InvalidArgumentError(
+        absl::StrCat("updates from version ", h.base_version(), " to ", h.version()));
+  return wire::CheckEncodedPayload(m, codec, numel, h.version() - h.base_version());
+}
+
+absl::StatusOr<uint64_t> ReadFragmentUpdate(
+    const wire::Message& m, uint64_t from, std::vector<float>& scratch,
+    absl::FunctionRef<void(uint64_t pos, std::span<float> out)> gather,
+    absl::FunctionRef<void(uint64_t pos, std::span<const float> values)> consume) {
+  const wire::Header& h = m.header();
+  const uint64_t numel = h.num_elements(), chunk = h.chunk_elements();
+  if (!IsUpdateChain(h)) {
+    uint64_t pos = 0;
+    for (size_t c = 0; c < m.num_payloads(); ++c) {
+      auto p = m.payload(c);
+      const std::span<const float> values(reinterpret_cast<const float*>(p.data()), p.size() / 4);
+      consume(pos, values);
+      pos += values.size();
+    }
+    return uint64_t{0};
+  }
+  if (from < h.base_version() || from >= h.version())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "holding version ", from, ", updates go from ", h.base_version(), " to ", h.version()));
+  const kernels::Codec codec = CodecOf(h);
+  const uint64_t chunks = (numel + chunk - 1) / chunk;
+  const uint64_t first = from - h.base_version();  // updates already held
+  const uint64_t count = h.version() - h.base_version();
+  scratch.resize(std::min(chunk, numel));
+  Hasher values;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const uint64_t pos = c * chunk;
+    const std::span<float> out(scratch.data(), std::min(chunk, numel - pos));
+    gather(pos, out);
+    for (uint64_t u = first; u < count; ++u)
+      if (auto s = kernels::DecodeAccumulate(codec, m.payload(u * chunks + c), 1.0f, out); !s.ok())
+        return s;
+    values.Update(out.data(), out.size_bytes());
+    consume(pos, out);
+  }
+  return values.Digest();
+}
+
+}  // namespace diloco::worker
