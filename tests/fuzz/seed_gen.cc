@@ -76,6 +76,11 @@ int main(int argc, char** argv) {
   h.block = 256;
   h.num_elements = 8;
   write("valid_update", fuzz::Message(h, {std::string(32, '\x3f')}));
+  // Two quantized updates (int8, one block of 8 values each: a 4-byte scale and 8 codes).
+  h.codec = 3;
+  h.base_version = 10;
+  h.values_checksum = 0x0123456789abcdefull;
+  write("valid_update_chain", fuzz::Message(h, {std::string(12, '\x01'), std::string(12, '\x02')}));
   h = base;
   h.type = MsgType::Stats;
   write("valid_stats", fuzz::Message(h, {}));
