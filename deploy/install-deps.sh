@@ -4,7 +4,8 @@
 # Usage: deploy/install-deps.sh [--with-python-tests]   (the Python the tests run: PyTorch for the
 # safetensors and Hugging Face export checks, the PyTorch learner (python/, diloco_ps) and the
 # second protocol client's reference, ZeroMQ, FlatBuffers and xxhash for that client,
-# tests/protocol/). python3-dev and pybind11-dev build the diloco_ps module itself.
+# tests/protocol/; matplotlib for the fleet benchmark's plots, benchmarks/fleet/). python3-dev and
+# pybind11-dev build the diloco_ps module itself.
 set -euo pipefail
 
 pkgs=(
@@ -18,7 +19,8 @@ pkgs=(
   python3-dev pybind11-dev
 )
 if [[ "${1:-}" == "--with-python-tests" ]]; then
-  pkgs+=(python3-torch python3-numpy python3-zmq python3-flatbuffers python3-xxhash)
+  pkgs+=(python3-torch python3-numpy python3-zmq python3-flatbuffers python3-xxhash
+         python3-matplotlib)
 fi
 
 missing=()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (CUDA paths too when nvcc is present), and runs
-# the whole test suite and the convergence study's quick mode; then fuzzes the message decoder
-# for 60 s (clang, libFuzzer + ASan + UBSan), runs the unit tests and the sync client's, shard's
-# and security multi-process tests built with AddressSanitizer + UndefinedBehaviorSanitizer,
-# and the threaded code's tests under ThreadSanitizer.
+# the whole test suite, the convergence study's quick mode and the fleet benchmark's; then
+# fuzzes the message decoder for 60 s (clang, libFuzzer + ASan + UBSan), runs the unit tests and
+# the sync client's, shard's and security multi-process tests built with AddressSanitizer +
+# UndefinedBehaviorSanitizer, and the threaded code's tests under ThreadSanitizer.
 # GPU tests skip where there is no GPU. CI runs exactly this.
 #
 # Usage: deploy/test.sh [--no-sanitize] [--fuzz-seconds=N]
@@ -29,6 +29,12 @@ ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600
 # Training quality: the convergence study's quick mode (< 10 min on 2 cores) fails the run when
 # the fleet's exported model misses its bounds against synchronous DiLoCo and a lone worker.
 "$root/benchmarks/quality/run.sh" --mode=quick --build="$build" --out="$build/quality"
+
+# The fleet benchmark's quick mode (< 5 min on 2 cores): shards and synthetic learners on
+# 127.0.0.1, a few throughput rows, utilization against no sync, a learner and a shard killed
+# mid-run. It fails when its own output is malformed (a row missing, a number not finite, a plot
+# not written), never on speed.
+"$root/benchmarks/fleet/diloco-bench" --mode=quick --build="$build" --out="$build/fleet"
 
 if ((sanitize)); then
   FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-$root/build/fuzz} "$root/tests/fuzz/run_fuzz.sh" "$fuzz_seconds"

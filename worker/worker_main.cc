@@ -1,6 +1,8 @@
 // diloco-worker: one learner. Trains the GPT locally (AdamW, H inner steps), and through the
 // SyncClient pushes quantised deltas to the shards and adopts the fragments they send back,
-// without the training loop ever waiting on the network.
+// without the training loop ever waiting on the network. --device=synthetic swaps the GPT for a
+// learner that only waits and perturbs its parameters (worker/model/synthetic_trainer.h), to
+// drive the sync path at fleet scale (benchmarks/fleet/diloco-bench).
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -31,6 +33,7 @@
 #include "worker/model/evaluate.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
+#include "worker/model/synthetic_trainer.h"
 #include "worker/sync_client.h"
 
 ABSL_FLAG(std::string, servers, "",
@@ -84,7 +87,11 @@ ABSL_FLAG(std::string, data, "synthetic",
 ABSL_FLAG(int, num_workers, 0, "workers sharing the data (0: the number of --worker_id + 1)");
 ABSL_FLAG(int, threads, 1, "CPU threads for the matrix products");
 ABSL_FLAG(std::string, device, "cpu",
-          "cpu, or cuda: train on this node's GPUs (cuBLAS; --gpus data-parallel with NCCL)");
+          "cpu; cuda: train on this node's GPUs (cuBLAS; --gpus data-parallel with NCCL); or "
+          "synthetic: no model math, each step waits --synthetic_step_time and moves 1/H of the "
+          "parameters by a seeded perturbation (benchmarks; no held-out evaluation)");
+ABSL_FLAG(absl::Duration, synthetic_step_time, absl::Milliseconds(100),
+          "--device=synthetic: the time one inner step waits (a GPU island computing)");
 ABSL_FLAG(int, gpus, 1, "--device=cuda: GPUs of this worker (--batch sequences on each)");
 ABSL_FLAG(absl::Duration, step_delay, absl::ZeroDuration(),
           "test flag: extra time per inner step (a slower machine)");
@@ -208,11 +215,55 @@ void AddMemory(diloco::JsonObject& ev, uint64_t params) {
   ev.Add("peak_bytes_per_param", static_cast<double>(m->peak_resident_bytes) / params);
 }
 
+// The q-quantile (nearest rank) of a non-empty `v`.
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+// The sync client's traffic, downloads (whole or rebuilt from quantized updates) and the time
+// from a push to the adoption of its answer, into `ev`; p50 and p99 are over the latest
+// latencies and absent before the first.
+void AddSyncFigures(diloco::JsonObject& ev, const diloco::worker::SyncStats& st) {
+  ev.Add("bytes_sent", st.bytes_sent).Add("bytes_received", st.bytes_received);
+  ev.Add("updates_full", st.updates_full).Add("updates_delta", st.updates_delta);
+  ev.Add("download_mismatches", st.download_mismatches);
+  ev.Add("push_to_adopt_ms", st.push_to_adopt_ms);
+  ev.Add("push_to_adopt_max_ms", st.push_to_adopt_max_ms);
+  if (st.recent_push_to_adopt_ms.empty()) return;
+  ev.Add("push_to_adopt_p50_ms", Quantile(st.recent_push_to_adopt_ms, 0.5));
+  ev.Add("push_to_adopt_p99_ms", Quantile(st.recent_push_to_adopt_ms, 0.99));
+}
+
+// Time inside Trainer::Step (busy) over the training loop's wall time so far: the share of its
+// time the learner computed rather than synced, logged or waited.
+double Utilization(absl::Duration busy, absl::Duration wall) {
+  return wall > absl::ZeroDuration() ? absl::FDivDuration(busy, wall) : 0.0;
+}
+
+void AddUtilization(diloco::JsonObject& ev, absl::Duration busy, absl::Duration wall) {
+  ev.Add("busy_s", absl::ToDoubleSeconds(busy)).Add("wall_s", absl::ToDoubleSeconds(wall));
+  ev.Add("utilization", Utilization(busy, wall));
+}
+
 absl::StatusOr<std::unique_ptr<diloco::Trainer>> MakeTrainer(
     const std::string& device, const diloco::model::TrainerOptions& to) {
   if (device == "cpu") return diloco::model::MakeCpuTrainer(to);
+  if (device == "synthetic") {
+    diloco::model::SyntheticOptions so;
+    so.model = to.model;
+    so.inner_steps = absl::GetFlag(FLAGS_inner_steps);
+    so.step_time = absl::GetFlag(FLAGS_synthetic_step_time);
+    so.seed = to.seed;
+    so.lr = to.adamw.lr;
+    so.tokens_per_step = static_cast<uint64_t>(to.batch_size) *
+                         static_cast<uint64_t>(to.seq_len > 0 ? to.seq_len : to.model.context);
+    return diloco::model::MakeSyntheticTrainer(std::move(so));
+  }
   if (device != "cuda")
-    return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": expected cpu or cuda"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", device, ": expected cpu, cuda or synthetic"));
   if (to.gpus < 1) return absl::InvalidArgumentError("--gpus must be at least 1");
 #if defined(DILOCO_MODEL_HAVE_CUDA)
   const int found = diloco::model::CudaDeviceCount();
@@ -249,6 +300,11 @@ int main(int argc, char** argv) {
                                                       : static_cast<int>(wid) + 1;
   auto data = ParseData(absl::GetFlag(FLAGS_data), static_cast<int>(wid) % nw, nw);
   if (!data.ok()) return Fail(data.status());
+  // The synthetic learner has no model to evaluate: no held-out figures at all.
+  const bool evaluates = absl::GetFlag(FLAGS_device) != "synthetic";
+  if (!evaluates && absl::GetFlag(FLAGS_eval_every) > 0)
+    return Fail(absl::InvalidArgumentError(
+        "--eval_every needs a model to evaluate: --device=synthetic has none (use 0)"));
 
   model::TrainerOptions to;
   to.model = *cfg;
@@ -353,22 +409,26 @@ int main(int argc, char** argv) {
   bool joined_logged = !absl::GetFlag(FLAGS_log_sync_events) || (sync && sync->joined());
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  const float eval0 = tr.EvalLoss();
+  const float eval0 = evaluates ? tr.EvalLoss() : std::nanf("");
   // Synthetic data: the loss of the ideal model on the same held-out tokens, the floor.
-  const auto oracle = model::HeldoutOracle(to);
+  const auto oracle = evaluates ? model::HeldoutOracle(to) : absl::StatusOr<double>(-1.0);
   const std::string floor_str =
       oracle.ok() && *oracle >= 0 ? absl::StrFormat(" (entropy floor %.4f)", *oracle) : "";
-  const int64_t heldout_tokens = model::HeldoutTokens(to);  // every figure is on these targets
+  // Every figure is on these targets.
+  const int64_t heldout_tokens = evaluates ? model::HeldoutTokens(to) : 0;
+  const std::string eval_str =
+      evaluates ? absl::StrFormat("held-out loss %.4f on %lld tokens%s", eval0,
+                                  static_cast<long long>(heldout_tokens), floor_str)
+                : absl::StrCat("synthetic learner, ",
+                               absl::FormatDuration(absl::GetFlag(FLAGS_synthetic_step_time)),
+                               " per step, no held-out evaluation");
   std::fprintf(
-      stderr,
-      "diloco-worker[%u]: model %s (%lu params), %s, codec %s, H=%u, %s; held-out loss "
-      "%.4f on %lld tokens%s\n",
-      wid, GptConfigString(*cfg).c_str(),
-      static_cast<unsigned long>(tr.manifest().total_elements()),
+      stderr, "diloco-worker[%u]: model %s (%lu params), %s, codec %s, H=%u, %s; %s\n", wid,
+      GptConfigString(*cfg).c_str(), static_cast<unsigned long>(tr.manifest().total_elements()),
       model::Describe(*lr_schedule).c_str(), kernels::CodecName(*codec).c_str(),
       absl::GetFlag(FLAGS_inner_steps),
-      sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync", eval0,
-      static_cast<long long>(heldout_tokens), floor_str.c_str());
+      sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync",
+      eval_str.c_str());
 
   const int64_t max_steps = absl::GetFlag(FLAGS_steps);
   const int64_t eval_every = absl::GetFlag(FLAGS_eval_every);
@@ -381,12 +441,14 @@ int main(int argc, char** argv) {
   uint64_t tokens = 0, tokens_at_last = 0;
   absl::Time last = start;
   double loss_ema = 0;
+  absl::Duration busy;  // inside Trainer::Step
   int64_t step = 0;
   for (; !g_stop && (max_steps == 0 || step < max_steps) && absl::Now() < end; ++step) {
     const absl::Time t0 = absl::Now();
     const float lr = model::LrAt(*lr_schedule, step + 1, t0 - start);
     tr.SetLearningRate(lr);
     const float loss = tr.Step();
+    busy += absl::Now() - t0;
     if (absl::Status e = tr.error(); !e.ok()) return Fail(e);
     if (slowdown > 1) absl::SleepFor((absl::Now() - t0) * (slowdown - 1));
     if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
@@ -427,6 +489,7 @@ int main(int argc, char** argv) {
       ev.Add("elapsed_s", absl::ToDoubleSeconds(now - start));
       ev.Add("loss", loss_ema).Add("tokens_per_s", tps).Add("tokens", tokens);
       ev.Add("lr", static_cast<double>(lr));
+      AddUtilization(ev, busy, now - start);
       std::string extra;
       if (sync) {
         const auto st = sync->stats();
@@ -437,11 +500,12 @@ int main(int argc, char** argv) {
                              absl::StrFormat("%.2f (max %d)", st.mean_staleness, st.max_staleness),
                              " sent ", st.bytes_sent >> 10, "KiB recv ", st.bytes_received >> 10,
                              "KiB sync/step ", absl::StrFormat("%.0fus", st.after_step_us),
+                             " util ", absl::StrFormat("%.3f", Utilization(busy, now - start)),
                              " versions [", absl::StrJoin(st.versions, ","), "]");
         ev.Add("pushes", st.pushes).Add("applied", st.applied).Add("adoptions", st.adoptions);
         ev.Add("stale", st.stale).Add("duplicates", st.duplicates).Add("refused", st.refused);
         ev.Add("staleness", st.mean_staleness).Add("max_staleness", st.max_staleness);
-        ev.Add("bytes_sent", st.bytes_sent).Add("bytes_received", st.bytes_received);
+        AddSyncFigures(ev, st);
         ev.Add("resends", st.resends).Add("reconnects", st.reconnects);
         ev.Add("shard_restarts", st.shard_restarts).Add("unacked", uint64_t{st.unacked});
         ev.Add("joined", uint64_t{st.joined}).Add("inner_steps", uint64_t{st.inner_steps_now});
@@ -454,16 +518,19 @@ int main(int argc, char** argv) {
       log->Write(ev);
     }
   }
+  const absl::Duration wall = absl::Now() - start;  // of the training loop, without the drain
   if (sync) {
     if (auto st = sync->Drain(tr.params(), absl::GetFlag(FLAGS_drain_timeout)); !st.ok())
       std::fprintf(stderr, "diloco-worker[%u]: %s\n", wid, std::string(st.message()).c_str());
     WriteSyncEvents(*sync, wid, *log);
   }
-  const float eval_local = tr.EvalLoss();
+  const float eval_local = evaluates ? tr.EvalLoss() : std::nanf("");
   JsonObject done;
   done.Add("event", "done").Add("worker", uint64_t{wid}).Add("steps", step);
-  done.Add("eval_local", static_cast<double>(eval_local))
-      .Add("eval_initial", static_cast<double>(eval0));
+  if (evaluates)
+    done.Add("eval_local", static_cast<double>(eval_local))
+        .Add("eval_initial", static_cast<double>(eval0));
+  AddUtilization(done, busy, wall);
   std::string global_str;
   if (sync) {
     const auto st = sync->stats();
@@ -471,8 +538,9 @@ int main(int argc, char** argv) {
     done.Add("resends", st.resends).Add("joined", uint64_t{st.joined});
     done.Add("reconnects", st.reconnects).Add("errors", st.errors).Add("refused", st.refused);
     done.Add("after_step_us", st.after_step_us).Add("step_time_us", st.step_time_us);
+    AddSyncFigures(done, st);
   }
-  done.Add("heldout_tokens", heldout_tokens);
+  if (evaluates) done.Add("heldout_tokens", heldout_tokens);
   if (oracle.ok() && *oracle >= 0) done.Add("entropy_floor", *oracle);
   int rc = 0;
   if (const std::string out = absl::GetFlag(FLAGS_save_model); !out.empty()) {
@@ -485,7 +553,7 @@ int main(int argc, char** argv) {
     else
       done.Add("saved_model", out);
   }
-  if (sync) {
+  if (sync && evaluates) {
     // Last: the local parameters are overwritten by the global ones, not copied aside.
     const float g = EvalOnTrainer(tr, sync->global_params(), /*restore=*/false);
     if (std::isfinite(g)) {
@@ -495,10 +563,17 @@ int main(int argc, char** argv) {
   }
   AddMemory(done, tr.params().size());
   log->Write(done);
-  std::fprintf(stderr,
-               "diloco-worker[%u]: done after %ld steps; held-out loss %.4f -> %.4f on %lld "
-               "tokens%s%s\n",
-               wid, static_cast<long>(step), eval0, eval_local,
-               static_cast<long long>(heldout_tokens), global_str.c_str(), floor_str.c_str());
+  const std::string util_str =
+      absl::StrFormat("utilization %.3f (%.1f s in steps of %.1f s)", Utilization(busy, wall),
+                      absl::ToDoubleSeconds(busy), absl::ToDoubleSeconds(wall));
+  if (evaluates)
+    std::fprintf(stderr,
+                 "diloco-worker[%u]: done after %ld steps, %s; held-out loss %.4f -> %.4f on "
+                 "%lld tokens%s%s\n",
+                 wid, static_cast<long>(step), util_str.c_str(), eval0, eval_local,
+                 static_cast<long long>(heldout_tokens), global_str.c_str(), floor_str.c_str());
+  else
+    std::fprintf(stderr, "diloco-worker[%u]: done after %ld steps, %s\n", wid,
+                 static_cast<long>(step), util_str.c_str());
   return rc;
 }

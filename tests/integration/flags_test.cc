@@ -47,7 +47,7 @@ void ExpectRefused(const std::string& binary, std::vector<std::string> defaults,
 TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
   const auto dir = TestDir();
   const std::vector<Case> cases = {
-      {"--device=tpu", "--device=tpu: expected cpu or cuda"},
+      {"--device=tpu", "--device=tpu: expected cpu, cuda or synthetic"},
       // A CPU-only build says it has no CUDA backend; a CUDA build counts the GPUs it can use.
       {"--device=cuda --gpus=64", "--device=cuda"},
       {"--device=cuda --gpus=0", "--gpus must be at least 1"},
