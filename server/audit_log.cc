@@ -47,7 +47,7 @@ size_t AuditLog::Answers(const Shard& shard, const std::vector<Outgoing>& out) {
     JsonObject ev;
     ev.Add("event", "applied").Add("incarnation", absl::StrCat(shard.incarnation()));
     ev.Add("fragment", uint64_t{h.fragment_id}).Add("version", h.version);
-    ev.Add("digest", o.checksums ? Digest(*o.checksums) : uint64_t{0});
+    ev.Add("digest", o.values_checksums ? Digest(*o.values_checksums) : uint64_t{0});
     ev.Add("worker", uint64_t{h.worker_id}).Add("generation", h.generation).Add("seq", h.seq);
     log_.Write(ev);
   }

@@ -660,6 +660,7 @@ void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
 void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, Outgoing* o) {
   o->header.fragment_id = f.spec->id;
   o->header.version = f.published;
+  o->values_checksums = f.snapshot_sums;
   if (auto w = workers_.find(worker); w != workers_.end()) {
     uint64_t& holds = w->second->holds[f.spec->id];
     holds = std::max(holds, f.published);

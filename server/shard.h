@@ -132,6 +132,9 @@ struct Outgoing {
   std::vector<zmq::message_t> payloads;
   // The payloads' checksums when already known (a published snapshot), else null.
   std::shared_ptr<const std::vector<uint64_t>> checksums;
+  // A FragmentUpdate, whole or a chain of quantized updates: the checksum of each fp32 chunk of
+  // the values it gives (published_checksums), which the audit log digests.
+  std::shared_ptr<const std::vector<uint64_t>> values_checksums;
 };
 
 struct ShardCounters {

@@ -282,9 +282,11 @@ TEST(CtlTest, HfExportLoadsAsGpt2WithTheSameLoss) {
   LocalShards s;
   s.dir = TestDir();
   s.StartShards(1, {"--durability=per-round"});
-  Process w({WorkerBinary(), "--model=tiny", "--fragments=4", "--steps=30", "--inner_steps=5",
-             "--lr=0.01", "--threads=1", "--codec=fp32", "--servers=" + s.endpoints[0]},
-            (s.dir / "worker.log").string());
+  // Lockstep: the same rounds whatever the machine's load, so the export has learned.
+  Process w(
+      {WorkerBinary(), "--model=tiny", "--fragments=4", "--steps=60", "--inner_steps=5",
+       "--lr=0.01", "--threads=1", "--codec=fp32", "--lockstep", "--servers=" + s.endpoints[0]},
+      (s.dir / "worker.log").string());
   ASSERT_EQ(w.Wait(absl::Seconds(60)), std::optional<int>(0));
   s.shards[0]->Signal(SIGTERM);
   ASSERT_EQ(s.shards[0]->Wait(absl::Seconds(20)), std::optional<int>(0));

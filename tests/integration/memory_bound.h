@@ -4,7 +4,9 @@
 
 namespace diloco::testing {
 
-// fp32 theta + momentum (8) and the pooled round buffers and receive frames in the rest.
+// fp32 theta + momentum (8) and the pooled round buffers and receive frames in the rest. A shard
+// with quantized downloads also holds their residual (Stats "download_bytes", ~0.52 B/param):
+// the tests that see it add it to the bound.
 inline constexpr double kShardBoundBytesPerParam = 12.5;
 
 // In the sanitizer build the shard is instrumented too: ASan's redzones and the quarantine that

@@ -115,6 +115,9 @@ TEST_F(ShardDownloadTest, WorkersRebuildThePublishedValuesBitForBit) {
         EXPECT_EQ(u->header.base_version, r);
         const uint64_t sum = mirror->Take(*u);
         EXPECT_EQ(sum, u->header.values_checksum);
+        // What the audit log digests: the published values' chunk checksums, not the update's.
+        ASSERT_NE(u->values_checksums, nullptr);
+        EXPECT_EQ(*u->values_checksums, *h_->shard().published_checksums(0));
         EXPECT_TRUE(SameBits(mirror->values, h_->shard().params(0))) << "round " << r;
       }
     }
