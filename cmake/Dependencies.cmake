@@ -6,6 +6,7 @@ find_package(RocksDB CONFIG REQUIRED)
 find_package(cppzmq REQUIRED)
 find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
+find_package(nlohmann_json 3.11 REQUIRED)  # JSON: stats, events, safetensors headers
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 

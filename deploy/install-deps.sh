@@ -14,7 +14,7 @@ pkgs=(
   libflatbuffers-dev flatbuffers-compiler
   libabsl-dev librocksdb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libxxhash-dev libcpp-httplib-dev libopenblas-dev
+  libxxhash-dev libcpp-httplib-dev libopenblas-dev nlohmann-json3-dev
   clang libclang-rt-dev iproute2 python3
   python3-dev pybind11-dev
 )
