@@ -12,6 +12,11 @@
 // rounds closing together (non-streamed pushes) keeps its buffers while the bursts go on and
 // returns them once rounds close one at a time again. A kept buffer is handed out only once
 // nothing else holds it.
+//
+// The budget counts resident bytes: the most a buffer was ever used for (its touched pages),
+// not what it reserves. The shard sets it to what its memory bound leaves beside theta, momentum
+// and the download state (SetBudget), so that what it keeps for speed never pushes it over the
+// bound; rounds that need more in a burst get fresh buffers, freed when given back.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "schema/transport.h"
 
@@ -41,20 +47,36 @@ class BufferPool {
   void Give(std::shared_ptr<wire::Bytes> b, absl::Time now);
   // Frees the kept buffers nothing holds that were given back before now - idle.
   void Trim(absl::Time now);
+  // A new budget: kept buffers nothing holds are freed, oldest first, until the rest fit (those
+  // still held by a send stay until they are free and the next Give or SetBudget comes).
+  void SetBudget(uint64_t keep_bytes);
 
-  uint64_t kept_bytes() const;  // reserved bytes of the kept buffers
+  uint64_t budget() const { return keep_bytes_; }
+  uint64_t kept_bytes() const;  // resident bytes of the kept buffers (the most each held)
   uint64_t fresh_allocations() const { return fresh_; }
 
  private:
   struct Kept {
     std::shared_ptr<wire::Bytes> buffer;
     absl::Time given;
+    uint64_t resident;
   };
+  // The most bytes a buffer this pool handed out has held (its touched pages); a buffer that
+  // died outside the pool is told apart by its expired weak pointer.
+  struct Touched {
+    std::weak_ptr<wire::Bytes> buffer;
+    uint64_t bytes;
+  };
+  uint64_t Resident(const std::shared_ptr<wire::Bytes>& b) const;
+  void Touch(const std::shared_ptr<wire::Bytes>& b, uint64_t bytes);
+  void FreeOver(uint64_t budget);  // frees free kept buffers, oldest first, until under budget
+
   uint64_t keep_bytes_;
   uint64_t slot_bytes_;
   absl::Duration idle_;
   uint64_t fresh_ = 0;
   std::vector<Kept> kept_;  // oldest given back first
+  absl::flat_hash_map<const wire::Bytes*, Touched> touched_;
 };
 
 // The float view of a pooled buffer (operator new aligns it for floats).

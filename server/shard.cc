@@ -149,15 +149,19 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   s->owned_ = s->plan_.FragmentsOfShard(o.shard);
   // Kept for reuse: enough for every owned fragment's round open at once (non-streamed
   // pushes): one accumulator each plus one theta copy, since rounds close in turn and each
-  // round's accumulator serves the next round's copy. That is at most 4 (F + 1) / F bytes per
-  // owned parameter for F fragments of about equal size (4.5 at 8: with theta and momentum,
-  // 12.5). Rounds closing one at a time (streamed pushes) circulate a few; buffers no round
-  // took for buffer_idle are freed. Every buffer, theta's first one too, reserves the largest
-  // fragment's bytes, so that any buffer the pool keeps serves any fragment.
-  uint64_t largest = 0;
-  for (uint32_t id : s->owned_)
+  // round's accumulator serves the next round's copy. That is 4 (F + 1) / F bytes per owned
+  // parameter for F fragments of equal size (4.5 at 8: with theta and momentum, the 12.5 of
+  // the shard's memory bound), less what the quantized downloads hold (PoolBudget). Rounds
+  // closing one at a time (streamed pushes) circulate a few; buffers no round took for
+  // buffer_idle are freed. Every buffer, theta's first one too, reserves the largest fragment's
+  // bytes (unused pages cost nothing), so that any buffer the pool keeps serves any fragment.
+  uint64_t largest = 0, owned_bytes = 0;
+  for (uint32_t id : s->owned_) {
     largest = std::max<uint64_t>(largest, s->plan_.fragment(id).numel * sizeof(float));
-  s->pool_ = BufferPool((s->owned_.size() + 1) * largest, o.buffer_idle, largest);
+    owned_bytes += s->plan_.fragment(id).numel * sizeof(float);
+  }
+  s->round_buffer_bytes_ = s->owned_.empty() ? 0 : owned_bytes + owned_bytes / s->owned_.size();
+  s->pool_ = BufferPool(s->round_buffer_bytes_, o.buffer_idle, largest);
   for (uint32_t id : s->owned_) {
     auto f = std::make_unique<FragmentState>();
     f->spec = &s->plan_.fragment(id);
@@ -834,6 +838,7 @@ void Shard::CloseRound(FragmentState& f) {
   if (previous) {
     QuantizeDownload(f, Floats(*previous));
     previous.reset();
+    BudgetPool();  // the chain grew: what the pool may keep shrinks before it takes buffers back
   }
   // The round is closed: its accumulator goes back.
   pool_.Give(std::move(f.acc_buf), clock_->Now());
@@ -914,9 +919,22 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
   TrimDownloads(f);
 }
 
+uint64_t Shard::DownloadBytes() const {
+  uint64_t bytes = 0;  // residuals and kept updates
+  for (uint32_t id : owned_)
+    if (const auto& d = fragments_.at(id)->downloads) bytes += d->bytes();
+  return bytes;
+}
+
+void Shard::BudgetPool() {
+  const uint64_t downloads = DownloadBytes();
+  pool_.SetBudget(round_buffer_bytes_ > downloads ? round_buffer_bytes_ - downloads : 0);
+}
+
 void Shard::Tick(std::vector<Outgoing>* out) {
   const absl::Time now = clock_->Now();
   trains_.DropIdleSince(now - kTrainIdle);
+  BudgetPool();
   pool_.Trim(now);
   if (writer_) {
     if (auto r = writer_->TakeResult()) {
@@ -1116,9 +1134,8 @@ std::string RefusalsText(const ShardCounters& c, absl::string_view before,
 
 std::string Shard::StatsJson() const {
   std::string versions, durable;
-  uint64_t download_bytes = 0;  // residuals and kept updates (quantized downloads)
+  const uint64_t download_bytes = DownloadBytes();  // quantized downloads' residuals and updates
   for (uint32_t id : owned_) {
-    if (const auto& d = fragments_.at(id)->downloads) download_bytes += d->bytes();
     absl::StrAppend(&versions, versions.empty() ? "" : ",", "\"", id,
                     "\":", fragments_.at(id)->published);
     absl::StrAppend(&durable, durable.empty() ? "" : ",", "\"", id,
@@ -1137,7 +1154,8 @@ std::string Shard::StatsJson() const {
       durable, "},\"params\":", owned_params_, ",\"resident_bytes\":", mem.resident_bytes,
       ",\"peak_resident_bytes\":", mem.peak_resident_bytes,
       ",\"pool_fresh_buffers\":", pool_.fresh_allocations(),
-      ",\"pool_kept_bytes\":", pool_.kept_bytes(), ",\"download_bytes\":", download_bytes,
+      ",\"pool_kept_bytes\":", pool_.kept_bytes(), ",\"pool_budget_bytes\":", pool_.budget(),
+      ",\"download_bytes\":", download_bytes,
       ",\"download_codec\":\"", kernels::CodecName(opt_.download),
       "\",\"workers\":", workers_.size(), ",\"refused_by_reason\":{",
       RefusalsText(c, "\"", "\":", ","), "}}");

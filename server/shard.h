@@ -281,6 +281,11 @@ class Shard {
   void QuantizeDownload(FragmentState& f, std::span<const float> previous);
   // Forgets the updates of f that no live worker can still need.
   void TrimDownloads(FragmentState& f);
+  // Bytes the quantized downloads hold (residuals and kept updates) over the owned fragments.
+  uint64_t DownloadBytes() const;
+  // The pool keeps what the round buffers' share of the memory bound leaves beside the
+  // download state (server/buffer_pool.h).
+  void BudgetPool();
   uint32_t LiveMissing(const FragmentState& f) const;
   // kExpected: what the live workers missing from f's round usually bring to one round (their
   // moving-average push weight, scaled by their push rate over the fleet's cadence, at most 1).
@@ -317,6 +322,7 @@ class Shard {
   std::array<RefusalLog, kErrorCodes> refusal_log_;
   size_t close_cursor_ = 0;  // where the next Tick starts closing due rounds (owned_ index)
   uint64_t owned_params_ = 0;
+  uint64_t round_buffer_bytes_ = 0;  // the memory bound's share for round buffers: 4 (F + 1) / F B/param
   absl::flat_hash_map<uint32_t, std::unique_ptr<WorkerInfo>> workers_;  // by worker id
   struct Binding {
     uint32_t worker = 0;

@@ -14,7 +14,10 @@
 //      rounds/s, wire bytes per parameter, checkpoint MB/s against a synced write, resident
 //      bytes per parameter (at_size.cc).
 // Usage: diloco-bench-server [--model=SPEC] [--fragments=P] [--seconds=S] [--loopback=0|1]
-//                            [--at_size=1]
+//                            [--apply=0|1] [--codecs=UP/DOWN,...] [--shards=1,2,4]
+//                            [--workers=1,4,8] [--at_size=1]
+//   --codecs, --shards, --workers pick the loopback rows (default: int8:256/int8:256,
+//   int8:256/fp32, int4:256/int4:256 x 1,2,4 shards x 1,4,8 workers); --apply=0 skips part 2.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,12 +33,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "benchmarks/server/loopback.h"
 #include "absl/time/clock.h"
 #include "kernels/codec.h"
 #include "schema/transport.h"
 #include "server/shard.h"
 
-int Loopback(const std::string& model, uint32_t fragments, double seconds, double memcpy_gbps);
 int AtSize(double seconds);
 
 namespace {
@@ -85,8 +89,34 @@ struct Setup {
   uint32_t fragments = 8;
   double seconds = 2.0;
   bool loopback = true;
+  bool apply = true;
   bool at_size = false;
+  LoopbackOptions rows;
 };
+
+// "1,2,4" as numbers; false on anything else.
+bool ParseList(std::string_view text, std::vector<uint32_t>* out) {
+  out->clear();
+  for (absl::string_view part : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    uint32_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v == 0) return false;
+    out->push_back(v);
+  }
+  return !out->empty();
+}
+
+// "int8:256/int8:256,int8:256/fp32" as codec pairs; false on a name ParseCodec refuses.
+bool ParseCodecPairs(std::string_view text,
+                     std::vector<std::pair<std::string, std::string>>* out) {
+  out->clear();
+  for (absl::string_view part : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    std::vector<std::string> ud = absl::StrSplit(part, '/');
+    if (ud.size() != 2 || !kernels::ParseCodec(ud[0]).ok() || !kernels::ParseCodec(ud[1]).ok())
+      return false;
+    out->emplace_back(ud[0], ud[1]);
+  }
+  return !out->empty();
+}
 
 void InProcess(const Setup& s, double memcpy_gbps) {
   std::printf("\n== apply (transport-free Shard, 1 shard, %u fragments)\n", s.fragments);
@@ -187,12 +217,19 @@ int main(int argc, char** argv) {
       (void)absl::SimpleAtod(a.substr(10), &s.seconds);
     else if (a.starts_with("--loopback="))
       s.loopback = a.substr(11) != "0";
+    else if (a.starts_with("--apply="))
+      s.apply = a.substr(8) != "0";
     else if (a == "--at_size=1")
       s.at_size = true;
-    else {
+    else if (!(a.starts_with("--codecs=") && ParseCodecPairs(a.substr(9), &s.rows.codecs)) &&
+             !(a.starts_with("--shards=") && ParseList(a.substr(9), &s.rows.shards)) &&
+             !(a.starts_with("--workers=") && ParseList(a.substr(10), &s.rows.workers))) {
       std::fprintf(stderr,
-                   "usage: diloco-bench-server [--model=SPEC] [--fragments=P] "
-                   "[--seconds=S] [--loopback=0|1] [--at_size=1]\n");
+                   "diloco-bench-server: bad argument %s\n"
+                   "usage: diloco-bench-server [--model=SPEC] [--fragments=P] [--seconds=S] "
+                   "[--loopback=0|1] [--apply=0|1] [--codecs=UP/DOWN,...] [--shards=N,...] "
+                   "[--workers=N,...] [--at_size=1]\n",
+                   a.c_str());
       return 2;
     }
   }
@@ -202,9 +239,13 @@ int main(int argc, char** argv) {
               static_cast<unsigned long>(manifest->total_elements()), s.fragments);
   const double mc = MemcpyGBps();
   std::printf("ceiling: memcpy %.2f GB/s (bytes read + written, 256 MiB pre-touched)\n", mc);
-  InProcess(s, mc);
+  if (s.apply) InProcess(s, mc);
   if (s.loopback) {
-    return Loopback(s.model, s.fragments, s.seconds, mc);
+    s.rows.model = s.model;
+    s.rows.fragments = s.fragments;
+    s.rows.seconds = s.seconds;
+    s.rows.memcpy_gbps = mc;
+    return Loopback(s.rows);
   }
   return 0;
 }

@@ -1,10 +1,15 @@
 // Part 3 of diloco-bench-server: real diloco-server processes on 127.0.0.1 fed by pushing
 // threads, one DEALER per (thread, shard). Each thread pushes encoded deltas of every fragment
 // and waits for the Applied update of each before pushing that fragment again: int8 pushes with
-// int8 downloads (the default), with fp32 downloads, then int4 both ways. The ratio column is
-// wire bytes per second (encoded pushes in, the updates' payload bytes out, counted as
-// received) over memcpy's bandwidth: every one of those bytes is copied at least once on the
-// loopback path.
+// int8 downloads (the default), with fp32 downloads, then int4 both ways.
+//
+// Its peer, measured in the same run for each row: a raw ZeroMQ echo with the same sockets,
+// threads and frames (ROUTER threads that answer each push with a preallocated frame of the
+// download's size, zero-copy, no checks, no math). Its parameters/s is what moving these bytes
+// through ZeroMQ and the loopback TCP stack allows on this machine; the ratio against it is
+// what the shard's work (checksums, merge, outer step, download quantization) leaves of that.
+// The memcpy column is wire bytes per second (pushes sent, updates received) over memcpy's
+// bandwidth: every one of those bytes is copied at least once on the loopback path.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "benchmarks/server/loopback.h"
 #include "benchmarks/server/spawn.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
@@ -40,44 +46,150 @@ std::string WaitEndpoint(const std::filesystem::path& p) {
   return "";
 }
 
-struct Pusher {
-  std::vector<std::unique_ptr<zmq::socket_t>> socks;
+// The encoded payload of every fragment, shared by every pusher (read-only, sent zero-copy).
+std::vector<std::shared_ptr<const wire::Bytes>> EncodePushes(const Plan& plan,
+                                                             kernels::Codec codec) {
+  std::vector<std::shared_ptr<const wire::Bytes>> enc(plan.fragments().size());
+  for (const auto& f : plan.fragments()) {
+    std::mt19937 rng(f.id);
+    std::normal_distribution<float> d(0.0f, 1e-3f);
+    std::vector<float> v(f.numel);
+    for (auto& x : v) x = d(rng);
+    auto b = std::make_shared<wire::Bytes>();
+    const uint64_t chunk = wire::ChunkElements(codec.block);
+    for (uint64_t off = 0; off < f.numel; off += chunk) {
+      const uint64_t n = std::min<uint64_t>(chunk, f.numel - off);
+      const size_t at = b->size();
+      b->resize(at + kernels::EncodedSize(codec, n));
+      (void)kernels::Encode(codec, std::span<const float>(v.data() + off, n),
+                            std::span<uint8_t>(b->data() + at, b->size() - at));
+    }
+    enc[f.id] = std::move(b);
+  }
+  return enc;
+}
+
+// Bytes of a fragment's download: its encoded payload (all chunks).
+uint64_t DownloadBytes(kernels::Codec codec, uint64_t numel) {
+  const uint64_t chunk = wire::ChunkElements(codec.block);
+  uint64_t bytes = 0;
+  for (uint64_t off = 0; off < numel; off += chunk)
+    bytes += kernels::EncodedSize(codec, std::min(chunk, numel - off));
+  return bytes;
+}
+
+struct Rate {
+  double pushes_s = 0, params_s = 0, wire_gbps = 0;
 };
+
+// The raw ZeroMQ peer of one row: `shards` ROUTER threads (their own context, one I/O thread
+// each, as each diloco-server process has) answering every push of fragment f with a frame of
+// the download's bytes; `workers` DEALER threads pushing every fragment and awaiting every answer,
+// as the loopback pushers do.
+Rate RawEcho(const Plan& plan, const std::vector<std::shared_ptr<const wire::Bytes>>& enc,
+             kernels::Codec codec, kernels::Codec down, uint32_t shards, uint32_t workers,
+             double seconds) {
+  const uint32_t fragments = static_cast<uint32_t>(plan.fragments().size());
+  std::vector<std::shared_ptr<const wire::Bytes>> answers(fragments);
+  for (const auto& f : plan.fragments())
+    answers[f.id] = std::make_shared<wire::Bytes>(DownloadBytes(down, f.numel), 1);
+  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<zmq::context_t>> server_ctx;
+  std::vector<std::string> eps;
+  std::vector<std::thread> servers;
+  std::atomic<uint32_t> bound{0};
+  eps.resize(shards);
+  for (uint32_t s = 0; s < shards; ++s) {
+    server_ctx.push_back(std::make_unique<zmq::context_t>(1));
+    servers.emplace_back([&, s, ctx = server_ctx.back().get()] {
+      zmq::socket_t router(*ctx, zmq::socket_type::router);
+      router.set(zmq::sockopt::linger, 0);
+      router.bind("tcp://127.0.0.1:*");
+      eps[s] = router.get(zmq::sockopt::last_endpoint);
+      ++bound;
+      while (!stop) {
+        zmq::pollitem_t item{static_cast<void*>(router), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(20));
+        auto frames = wire::TryRecvMultipart(router);
+        if (!frames || frames->size() < 2) continue;
+        uint32_t id = 0;
+        std::memcpy(&id, (*frames)[1].data(), sizeof(id));
+        const auto& a = answers[id];
+        (void)router.send(std::move((*frames)[0]), zmq::send_flags::sndmore);
+        (void)router.send(zmq::message_t(&id, sizeof(id)), zmq::send_flags::sndmore);
+        (void)router.send(wire::BorrowedFrame(a->data(), a->size()), zmq::send_flags::none);
+      }
+    });
+  }
+  while (bound < shards) absl::SleepFor(absl::Milliseconds(1));
+  std::atomic<uint64_t> pushes{0}, params{0}, wire_bytes{0};
+  std::atomic<uint32_t> ready{0};
+  zmq::context_t ctx(2);
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      std::vector<std::unique_ptr<zmq::socket_t>> socks;
+      for (const auto& ep : eps) {
+        socks.push_back(std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer));
+        socks.back()->set(zmq::sockopt::linger, 0);
+        socks.back()->connect(ep);
+      }
+      ++ready;
+      while (!stop) {
+        for (const auto& f : plan.fragments()) {
+          uint32_t id = f.id;
+          auto& s = *socks[f.shard];
+          (void)s.send(zmq::message_t(&id, sizeof(id)), zmq::send_flags::sndmore);
+          auto frames = wire::PayloadFrames(enc[f.id], codec, f.numel);
+          for (size_t i = 0; i < frames.size(); ++i)
+            (void)s.send(std::move(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore
+                                                                     : zmq::send_flags::none);
+        }
+        for (const auto& f : plan.fragments()) {
+          std::optional<std::vector<zmq::message_t>> got;
+          while (!stop && !got) {
+            zmq::pollitem_t item{static_cast<void*>(*socks[f.shard]), 0, ZMQ_POLLIN, 0};
+            zmq::poll(&item, 1, std::chrono::milliseconds(20));
+            got = wire::TryRecvMultipart(*socks[f.shard]);
+          }
+          if (!got) break;
+          ++pushes;
+          params += f.numel;
+          wire_bytes += enc[f.id]->size() + got->back().size();
+        }
+      }
+    });
+  }
+  while (ready < workers) absl::SleepFor(absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(200));  // connections up, first answers back
+  const uint64_t a0 = pushes, p0 = params, w0 = wire_bytes;
+  const absl::Time t0 = absl::Now();
+  absl::SleepFor(absl::Seconds(seconds));
+  const double dt = absl::ToDoubleSeconds(absl::Now() - t0);
+  Rate r{(pushes - a0) / dt, (params - p0) / dt, (wire_bytes - w0) / dt / 1e9};
+  stop = true;
+  for (auto& t : threads) t.join();
+  for (auto& t : servers) t.join();
+  return r;
+}
 
 }  // namespace
 
-int Loopback(const std::string& model, uint32_t fragments, double seconds, double memcpy_gbps) {
-  std::printf("\n== loopback (diloco-server processes, Applied acks awaited)\n");
-  std::printf("%-9s %-9s %6s %8s %12s %14s %14s %8s\n", "up", "down", "shards", "workers",
-              "pushes/s", "params/s", "wire GB/s", "ratio");
-  const auto manifest = *GptManifest(*ParseGptConfig(model));
-  const std::pair<const char*, const char*> codecs[] = {
-      {"int8:256", "int8:256"}, {"int8:256", "fp32"}, {"int4:256", "int4:256"}};
-  for (const auto& [codec_name, down_name] : codecs) {
+int Loopback(const LoopbackOptions& o) {
+  std::printf("\n== loopback (diloco-server processes, Applied acks awaited; peer: raw ZeroMQ echo)\n");
+  std::printf("%-9s %-9s %6s %8s %10s %11s %9s %11s %7s %7s\n", "up", "down", "shards", "workers",
+              "pushes/s", "params/s", "wire GB/s", "raw par/s", "of raw", "memcpy");
+  const auto manifest = *GptManifest(*ParseGptConfig(o.model));
+  std::vector<double> of_raw;
+  for (const auto& [codec_name, down_name] : o.codecs) {
     const kernels::Codec codec = *kernels::ParseCodec(codec_name);
+    const kernels::Codec down = *kernels::ParseCodec(down_name);
     const auto dir =
         std::filesystem::temp_directory_path() / absl::StrCat("diloco-bench-server-", ::getpid());
-    for (uint32_t shards : {1u, 2u, 4u}) {
-      const Plan plan = *Plan::Create(manifest, fragments, shards);
-      // Encoded payload per fragment, shared by every pusher (read-only, sent zero-copy).
-      std::vector<std::shared_ptr<const wire::Bytes>> enc(fragments);
-      for (const auto& f : plan.fragments()) {
-        std::mt19937 rng(f.id);
-        std::normal_distribution<float> d(0.0f, 1e-3f);
-        std::vector<float> v(f.numel);
-        for (auto& x : v) x = d(rng);
-        auto b = std::make_shared<wire::Bytes>();
-        const uint64_t chunk = wire::ChunkElements(codec.block);
-        for (uint64_t off = 0; off < f.numel; off += chunk) {
-          const uint64_t n = std::min<uint64_t>(chunk, f.numel - off);
-          const size_t at = b->size();
-          b->resize(at + kernels::EncodedSize(codec, n));
-          (void)kernels::Encode(codec, std::span<const float>(v.data() + off, n),
-                                std::span<uint8_t>(b->data() + at, b->size() - at));
-        }
-        enc[f.id] = std::move(b);
-      }
-      for (uint32_t workers : {1u, 4u, 8u}) {
+    for (uint32_t shards : o.shards) {
+      const Plan plan = *Plan::Create(manifest, o.fragments, shards);
+      const auto enc = EncodePushes(plan, codec);
+      for (uint32_t workers : o.workers) {
         std::filesystem::remove_all(dir);
         std::filesystem::create_directories(dir);
         std::vector<pid_t> pids;
@@ -87,7 +199,7 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
               bench::Spawn({DILOCO_SERVER_BINARY, "--bind=tcp://127.0.0.1:*",
                             absl::StrCat("--port_file=", (dir / absl::StrCat("p", s)).string()),
                             absl::StrCat("--shard=", s), absl::StrCat("--shards=", shards),
-                            absl::StrCat("--fragments=", fragments), "--model=" + model,
+                            absl::StrCat("--fragments=", o.fragments), "--model=" + o.model,
                             absl::StrCat("--quorum=", workers), "--progress_interval=1000s",
                             absl::StrCat("--download_codec=", down_name)},
                            (dir / "server.log").string()));
@@ -147,7 +259,7 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
             while (!init_done) absl::SleepFor(absl::Milliseconds(5));
             ++ready;
             while (ready < workers) absl::SleepFor(absl::Milliseconds(1));
-            std::vector<uint64_t> base(fragments, 1), seq(fragments, 0);
+            std::vector<uint64_t> base(o.fragments, 1), seq(o.fragments, 0);
             while (!stop) {
               for (const auto& f : plan.fragments()) {  // one push per fragment in flight
                 auto h = header(wire::MsgType::Push, w);
@@ -183,7 +295,7 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
         while (ready < workers) absl::SleepFor(absl::Milliseconds(5));
         const uint64_t a0 = applied, p0 = params, w0 = wire_bytes;
         const absl::Time t0 = absl::Now();
-        absl::SleepFor(absl::Seconds(seconds));
+        absl::SleepFor(absl::Seconds(o.seconds));
         const double dt = absl::ToDoubleSeconds(absl::Now() - t0);
         const uint64_t a1 = applied, p1 = params, w1 = wire_bytes;
         stop = true;
@@ -192,13 +304,20 @@ int Loopback(const std::string& model, uint32_t fragments, double seconds, doubl
           ::kill(p, SIGTERM);
           ::waitpid(p, nullptr, 0);
         }
-        const double pps = (p1 - p0) / dt;
-        const double wire = (w1 - w0) / dt / 1e9;  // pushes sent and their answers received
-        std::printf("%-9s %-9s %6u %8u %12.1f %14.3e %14.2f %8.2f\n", codec_name, down_name, shards,
-                    workers, (a1 - a0) / dt, pps, wire, wire / memcpy_gbps);
+        const Rate ours{(a1 - a0) / dt, (p1 - p0) / dt, (w1 - w0) / dt / 1e9};
+        const Rate raw = RawEcho(plan, enc, codec, down, shards, workers, o.seconds);
+        of_raw.push_back(ours.params_s / raw.params_s);
+        std::printf("%-9s %-9s %6u %8u %10.1f %11.3e %9.2f %11.3e %7.2f %7.3f\n", codec_name.c_str(),
+                    down_name.c_str(), shards, workers, ours.pushes_s, ours.params_s,
+                    ours.wire_gbps, raw.params_s, of_raw.back(), ours.wire_gbps / o.memcpy_gbps);
       }
     }
     std::filesystem::remove_all(dir);
+  }
+  if (!of_raw.empty()) {
+    std::sort(of_raw.begin(), of_raw.end());
+    std::printf("loopback over raw ZeroMQ echo: median %.2f, min %.2f, max %.2f over %zu rows\n",
+                of_raw[of_raw.size() / 2], of_raw.front(), of_raw.back(), of_raw.size());
   }
   return 0;
 }
