@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/codec_format.h"
+#include "schema/payload_layout.h"
 #include "schema/transport.h"
 
 namespace diloco::wire {
@@ -41,25 +43,24 @@ absl::Status CheckEncodedPayload(const Message& m, kernels::Codec codec, uint64_
   if (h.num_elements() != numel)
     return WireError(ErrorCode::BadLength, absl::StrCat("payload of ", h.num_elements(),
                                                         " elements for a fragment of ", numel));
-  const uint64_t chunk = ChunkElements(codec.block);
-  if (h.chunk_elements() != chunk)
-    return WireError(ErrorCode::BadLength,
-                     absl::StrCat("chunk of ", h.chunk_elements(), " elements, expected ", chunk));
-  const uint64_t per_payload = (numel + chunk - 1) / chunk;
-  const uint64_t frames = per_payload * count;
+  const PayloadLayout layout(codec, numel);
+  if (h.chunk_elements() != layout.chunk_elements())
+    return WireError(ErrorCode::BadLength, absl::StrCat("chunk of ", h.chunk_elements(),
+                                                        " elements, expected ",
+                                                        layout.chunk_elements()));
+  const uint64_t frames = layout.chunks() * count;
   if (m.num_payloads() != frames)
     return WireError(ErrorCode::BadLength,
                      absl::StrCat(m.num_payloads(), " payload frames, expected ", frames));
   for (uint64_t i = 0; i < frames; ++i) {
-    const uint64_t at = i % per_payload * chunk;
-    const uint64_t n = std::min(chunk, numel - at);
+    const PayloadChunk c = layout.chunk(i % layout.chunks());
+    const uint64_t n = c.count;
     auto p = m.payload(i);
-    if (p.size() != kernels::EncodedSize(codec, n))
-      return WireError(
-          ErrorCode::BadLength,
-          absl::StrCat("frame ", i, " has ", p.size(), " bytes, codec ", kernels::CodecName(codec),
-                       " needs ", kernels::EncodedSize(codec, n)));
-    const uint64_t blocks = (n + codec.block - 1) / codec.block;
+    if (p.size() != c.bytes)
+      return WireError(ErrorCode::BadLength,
+                       absl::StrCat("frame ", i, " has ", p.size(), " bytes, codec ",
+                                    kernels::CodecName(codec), " needs ", c.bytes));
+    const uint64_t blocks = kernels::internal::NumBlocks(codec, n);
     bool ok = true;
     switch (codec.kind) {
       case kernels::CodecKind::kFp32:
@@ -69,7 +70,8 @@ absl::Status CheckEncodedPayload(const Message& m, kernels::Codec codec, uint64_
         ok = Bf16AllFinite(p.data(), n);
         break;
       case kernels::CodecKind::kFp8E4M3:
-        ok = AllFinite(p.data(), blocks) && Fp8AllFinite(p.data() + 4 * blocks, n);
+        ok = AllFinite(p.data(), blocks) &&
+             Fp8AllFinite(p.data() + kernels::internal::PayloadOffset(codec, n), n);
         break;
       case kernels::CodecKind::kInt8:
       case kernels::CodecKind::kInt4:

@@ -161,11 +161,6 @@ void TrimFrameHeap() {
 #endif
 }
 
-uint64_t ChunkElements(uint32_t block) {
-  const uint64_t b = block == 0 ? 1 : block;
-  return ((uint64_t{1} << 20) + b - 1) / b * b;
-}
-
 void SetPayloadLayout(HeaderFields& h, kernels::Codec codec, uint64_t numel) {
   h.codec = static_cast<uint8_t>(codec.kind);
   h.block = codec.block;
@@ -175,15 +170,10 @@ void SetPayloadLayout(HeaderFields& h, kernels::Codec codec, uint64_t numel) {
 
 std::vector<zmq::message_t> PayloadFrames(std::shared_ptr<const Bytes> buffer, kernels::Codec codec,
                                           uint64_t numel) {
-  const uint64_t chunk = ChunkElements(codec.block);
+  const PayloadLayout layout(codec, numel);
   std::vector<zmq::message_t> frames;
-  frames.reserve((numel + chunk - 1) / chunk);
-  size_t pos = 0;
-  for (uint64_t off = 0; off < numel; off += chunk) {
-    const size_t size = kernels::EncodedBytes(codec, std::min(chunk, numel - off));
-    frames.push_back(SharedFrame(buffer, pos, size));
-    pos += size;
-  }
+  frames.reserve(layout.chunks());
+  for (const PayloadChunk& c : layout) frames.push_back(SharedFrame(buffer, c.byte_offset, c.bytes));
   return frames;
 }
 

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "kernels/codec_kind.h"
 #include "schema/curve.h"
+#include "schema/payload_layout.h"
 #include "schema/train.h"
 #include "schema/wire.h"
 
@@ -84,12 +85,6 @@ void UseOneMallocArena();
 // that its resident memory is what it holds, not what it once received. Costs the next burst
 // its page faults again. No-op outside glibc.
 void TrimFrameHeap();
-
-// Encoded payload chunking: payload frame i holds elements [i*chunk, (i+1)*chunk), each chunk
-// encoded on its own. A chunk is a whole number of codec blocks of about 1 Mi elements, so that
-// frames stay a few MiB (large received zmq frames are freshly mapped memory: slow,
-// benchmarks/RESULTS.md "Transport").
-uint64_t ChunkElements(uint32_t block);
 
 // Fragment values (theta(0) uploads, FragmentUpdates) always travel as fp32, cut in chunks of
 // this layout: workers adopt exactly the shard's values.

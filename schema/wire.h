@@ -29,6 +29,14 @@ namespace diloco::wire {
 
 inline constexpr uint16_t kProtocolVersion = 2;  // 2: quantized downloads
 
+// The staleness of a push based on version `base` and merged in the round that makes version
+// `round`: the rounds other pushes closed in between (0 for a push merged in the round right after
+// its base). The shard weighs and refuses pushes by it on arrival (round = its version + 1: the
+// open round); the worker reports it from the Applied answer (round = the answer's version).
+constexpr uint64_t Staleness(uint64_t base, uint64_t round) {
+  return round > base + 1 ? round - base - 1 : 0;
+}
+
 struct Limits {
   size_t max_header_bytes = 64 * 1024;
   size_t max_payload_frames = 4096;

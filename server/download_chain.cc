@@ -8,26 +8,12 @@
 
 namespace diloco::server {
 
-namespace {
-
-// Bytes of a payload of `numel` values encoded with `codec`, chunk by chunk.
-uint64_t PayloadBytes(kernels::Codec codec, uint64_t numel) {
-  const uint64_t chunk = wire::ChunkElements(codec.block);
-  uint64_t bytes = 0;
-  for (uint64_t off = 0; off < numel; off += chunk)
-    bytes += kernels::EncodedSize(codec, std::min(chunk, numel - off));
-  return bytes;
-}
-
-}  // namespace
-
 DownloadChain::DownloadChain(kernels::Codec codec, uint64_t numel)
     : codec_(codec),
       residual_codec_{kernels::CodecKind::kInt4, codec.block},
       numel_(numel),
-      chunk_(wire::ChunkElements(codec.block)),
-      update_bytes_(PayloadBytes(codec, numel)),
-      residual_(PayloadBytes(residual_codec_, numel)) {}
+      update_bytes_(wire::PayloadLayout(codec, numel).bytes()),
+      residual_(wire::PayloadLayout(residual_codec_, numel).bytes()) {}
 
 bool DownloadChain::Quantize(uint64_t version, std::span<const float> previous,
                              std::span<float> theta, std::vector<float>& scratch) {
@@ -35,17 +21,17 @@ bool DownloadChain::Quantize(uint64_t version, std::span<const float> previous,
   auto update = std::make_shared<wire::Bytes>(update_bytes_);
   auto sums = std::make_shared<std::vector<uint64_t>>();
   Hasher values;
-  const size_t chunk = std::min<uint64_t>(chunk_, numel_);
+  const wire::PayloadLayout layout(codec_, numel_), residual_layout(residual_codec_, numel_);
+  const size_t chunk = std::min<uint64_t>(layout.chunk_elements(), numel_);
   if (scratch.size() < 2 * chunk) scratch.resize(2 * chunk);
-  uint64_t at = 0, residual_at = 0;  // byte offsets of this chunk in update and residual_
-  for (uint64_t off = 0; off < numel_; off += chunk_) {
-    const size_t n = std::min(chunk_, numel_ - off);
+  for (const wire::PayloadChunk& c : layout) {  // the residual's chunks are the same values'
+    const wire::PayloadChunk rc = residual_layout.chunk(c.index);
+    const size_t n = c.count;
     const std::span<float> step(scratch.data(), n), r(scratch.data() + chunk, n);
-    const std::span<float> p = theta.subspan(off, n);
-    const std::span<const float> before = previous.subspan(off, n);
-    const size_t ub = kernels::EncodedSize(codec_, n),
-                 rb = kernels::EncodedSize(residual_codec_, n);
-    const std::span<uint8_t> u(update->data() + at, ub), rq(residual_.data() + residual_at, rb);
+    const std::span<float> p = theta.subspan(c.offset, n);
+    const std::span<const float> before = previous.subspan(c.offset, n);
+    const std::span<uint8_t> u(update->data() + c.byte_offset, c.bytes),
+        rq(residual_.data() + rc.byte_offset, rc.bytes);
     kernels::Delta(p, before, step);  // theta_v - P_{v-1}
     if (residual_zero_) {
       std::fill(r.begin(), r.end(), 0.0f);
@@ -63,8 +49,6 @@ bool DownloadChain::Quantize(uint64_t version, std::span<const float> previous,
     (void)kernels::Encode(residual_codec_, r, rq);        // finite: ErrorFeedbackEncode checked
     sums->push_back(Checksum64(u.data(), u.size()));
     values.Update(p.data(), n * sizeof(float));
-    at += ub;
-    residual_at += rb;
   }
   residual_zero_ = false;
   updates_.push_back({version, std::move(update), std::move(sums), values.Digest()});

@@ -77,7 +77,6 @@ class DownloadChain {
   kernels::Codec codec_;
   kernels::Codec residual_codec_;  // int4 with the update's block
   uint64_t numel_;
-  uint64_t chunk_;  // elements per payload chunk (wire::ChunkElements)
   uint64_t update_bytes_;
   bool residual_zero_ = true;  // residual_ holds no values yet (all zero)
   std::vector<uint8_t> residual_;

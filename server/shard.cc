@@ -34,9 +34,8 @@ double Ema(double old, double x, double a = 0.2) { return old == 0 ? x : (1 - a)
 // The checksum of each fp32 chunk frame of a snapshot, as FillUpdate will cut it.
 std::shared_ptr<const std::vector<uint64_t>> SnapshotChecksums(const wire::Bytes& b) {
   auto sums = std::make_shared<std::vector<uint64_t>>();
-  const uint64_t chunk_bytes = wire::ChunkElements(wire::kFragmentCodec.block) * 4;
-  for (uint64_t off = 0; off < b.size(); off += chunk_bytes)
-    sums->push_back(Checksum64(b.data() + off, std::min<uint64_t>(chunk_bytes, b.size() - off)));
+  for (const wire::PayloadChunk& c : wire::PayloadLayout(wire::kFragmentCodec, b.size() / 4))
+    sums->push_back(Checksum64(b.data() + c.byte_offset, c.bytes));
   return sums;
 }
 
@@ -110,7 +109,7 @@ struct Shard::WorkerInfo {
   std::string rid;          // data connection: pushes, pulls, fragments
   std::string control_rid;  // control connection: heartbeats only (may be empty)
   absl::Time last_seen;
-  double step_time_us = 0;
+  double step_time_us = 0;  // the worker's moving average inner step time, as it last sent it
   absl::flat_hash_map<uint32_t, uint64_t> applied_seq;  // fragment -> last applied seq
   absl::flat_hash_map<uint32_t, PushRate> push_rate;    // fragment -> what it brings a round
   absl::flat_hash_map<uint32_t, uint64_t> holds;        // fragment -> newest version sent it
@@ -472,11 +471,8 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
     return Refuse(rid, WireError(ErrorCode::BadCodec, "InitFragment must be fp32:256"), &h, out);
   if (auto s = wire::CheckEncodedPayload(m, wire::kFragmentCodec, f.spec->numel); !s.ok())
     return Refuse(rid, s, &h, out);
-  const uint64_t chunk = wire::ChunkElements(wire::kFragmentCodec.block);
-  for (size_t i = 0; i < m.num_payloads(); ++i) {
-    auto p = m.payload(i);
-    std::memcpy(f.theta().data() + i * chunk, p.data(), p.size());
-  }
+  for (const wire::PayloadChunk& c : wire::PayloadLayout(wire::kFragmentCodec, f.spec->numel))
+    std::memcpy(f.theta().data() + c.offset, m.payload(c.index).data(), c.bytes);
   std::fill(f.momentum.begin(), f.momentum.end(), 0.0f);
   if (f.downloads) f.downloads->Reset();
   f.version = 1;
@@ -545,7 +541,8 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   }
   // Staleness against the applied version; a base from the future (a shard that lost
   // unsynced versions) is as useless as a too-old one: both re-pull.
-  if (h.base_version() > f.version || f.version - h.base_version() > opt_.max_staleness) {
+  const uint64_t staleness = wire::Staleness(h.base_version(), f.version + 1);
+  if (h.base_version() > f.version || staleness > opt_.max_staleness) {
     ++counters_.pushes_stale;
     ack.header.ack = AckStatus::Stale;
     ack.header.message = absl::StrCat("base version ", h.base_version(), ", fragment is at ",
@@ -561,7 +558,6 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   if (h.tokens() == 0 || h.steps() == 0)
     return Refuse(rid, WireError(ErrorCode::Malformed, "push without tokens or steps"), &h, out);
 
-  const uint64_t staleness = f.version - h.base_version();
   double wgt = PushWeight(opt_.weights, h.tokens(), h.steps(), staleness, opt_.staleness_alpha);
   // What this worker brings to a round of this fragment, undiscounted: a round it misses
   // counts it as a zero delta of this weight (RoundNorm::kExpected).
@@ -596,12 +592,10 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   } else {
     apply_->Submit(f.spec->id, [msg, fs, target, codec, scale, overwrite] {
       const absl::Time t0 = absl::Now();
-      const uint64_t chunk = wire::ChunkElements(codec.block);
-      for (size_t i = 0; i < msg->num_payloads(); ++i) {
-        const uint64_t n = std::min<uint64_t>(chunk, fs->spec->numel - i * chunk);
-        std::span<float> dst(target + i * chunk, n);
-        auto st = overwrite ? kernels::Decode(codec, msg->payload(i), dst)
-                            : kernels::DecodeAccumulate(codec, msg->payload(i), scale, dst);
+      for (const wire::PayloadChunk& c : wire::PayloadLayout(codec, fs->spec->numel)) {
+        std::span<float> dst(target + c.offset, c.count);
+        auto st = overwrite ? kernels::Decode(codec, msg->payload(c.index), dst)
+                            : kernels::DecodeAccumulate(codec, msg->payload(c.index), scale, dst);
         if (!st.ok()) fs->apply_errors.fetch_add(1);  // unreachable after CheckEncodedPayload
       }
       fs->last_apply_ns.store(absl::ToInt64Nanoseconds(absl::Now() - t0));
@@ -621,7 +615,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   f.contributors.push_back({rid, w.id, w.generation, h.seq(), bytes, h.base_version()});
   counters_.max_held_bytes = std::max(counters_.max_held_bytes, held + bytes);
   timings_.inner_steps = Ema(timings_.inner_steps, h.steps());
-  if (h.step_time_us() > 0) w.step_time_us = Ema(w.step_time_us, h.step_time_us());
+  if (h.step_time_us() > 0) w.step_time_us = h.step_time_us();  // the worker's own average
   ++counters_.pushes_queued;
   ++counters_.staleness_hist[StalenessBucket(staleness)];
   counters_.staleness_sum += staleness;
@@ -653,7 +647,7 @@ void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
   const auto& h = m.header();
   if (auto s = CheckCommon(rid, h, Via::kDataOrControl); !s.ok()) return Refuse(rid, s, &h, out);
   WorkerInfo& w = *workers_.at(h.worker_id());
-  if (h.step_time_us() > 0) w.step_time_us = Ema(w.step_time_us, h.step_time_us());
+  if (h.step_time_us() > 0) w.step_time_us = h.step_time_us();
   Outgoing o{rid, Reply(MsgType::Heartbeat), {}};
   o.header.worker_id = w.id;
   for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);

@@ -42,7 +42,7 @@ absl::StatusOr<uint64_t> ReadFragmentUpdate(
     absl::FunctionRef<void(uint64_t pos, std::span<float> out)> gather,
     absl::FunctionRef<void(uint64_t pos, std::span<const float> values)> consume) {
   const wire::Header& h = m.header();
-  const uint64_t numel = h.num_elements(), chunk = h.chunk_elements();
+  const uint64_t numel = h.num_elements();
   if (!IsUpdateChain(h)) {
     uint64_t pos = 0;
     for (size_t c = 0; c < m.num_payloads(); ++c) {
@@ -57,20 +57,21 @@ absl::StatusOr<uint64_t> ReadFragmentUpdate(
     return absl::FailedPreconditionError(absl::StrCat(
         "holding version ", from, ", updates go from ", h.base_version(), " to ", h.version()));
   const kernels::Codec codec = CodecOf(h);
-  const uint64_t chunks = (numel + chunk - 1) / chunk;
+  const wire::PayloadLayout layout(codec, numel);  // chunk_elements checked by CheckFragmentUpdate
   const uint64_t first = from - h.base_version();  // updates already held
   const uint64_t count = h.version() - h.base_version();
-  scratch.resize(std::min(chunk, numel));
+  scratch.resize(std::min(layout.chunk_elements(), numel));
   Hasher values;
-  for (uint64_t c = 0; c < chunks; ++c) {
-    const uint64_t pos = c * chunk;
-    const std::span<float> out(scratch.data(), std::min(chunk, numel - pos));
-    gather(pos, out);
+  for (const wire::PayloadChunk& c : layout) {
+    const std::span<float> out(scratch.data(), c.count);
+    gather(c.offset, out);
     for (uint64_t u = first; u < count; ++u)
-      if (auto s = kernels::DecodeAccumulate(codec, m.payload(u * chunks + c), 1.0f, out); !s.ok())
+      if (auto s = kernels::DecodeAccumulate(codec, m.payload(u * layout.chunks() + c.index), 1.0f,
+                                             out);
+          !s.ok())
         return s;
     values.Update(out.data(), out.size_bytes());
-    consume(pos, out);
+    consume(c.offset, out);
   }
   return values.Digest();
 }

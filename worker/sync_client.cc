@@ -958,7 +958,7 @@ void SyncClient::Impl::OnMessage(ShardLink& l, wire::Message m, bool via_control
           pushed = it->second.made;
           const uint64_t base = it->second.base_version;
           // Rounds other workers closed between this push's base and its own round.
-          const uint64_t staleness = h.version() > base + 1 ? h.version() - base - 1 : 0;
+          const uint64_t staleness = wire::Staleness(base, h.version());
           {
             MutexLock g(&mu);
             ++stats.applied;

@@ -75,11 +75,9 @@ std::vector<float> RandomDelta(size_t n, uint32_t seed) {
 // The encoded chunks of a fragment delta, as the wire carries them.
 std::vector<std::vector<uint8_t>> EncodeChunks(kernels::Codec c, const std::vector<float>& v) {
   std::vector<std::vector<uint8_t>> out;
-  const uint64_t chunk = wire::ChunkElements(c.block);
-  for (uint64_t off = 0; off < v.size(); off += chunk) {
-    const uint64_t n = std::min<uint64_t>(chunk, v.size() - off);
-    out.emplace_back(kernels::EncodedSize(c, n));
-    (void)kernels::Encode(c, std::span<const float>(v.data() + off, n), out.back());
+  for (const wire::PayloadChunk& k : wire::PayloadLayout(c, v.size())) {
+    out.emplace_back(k.bytes);
+    (void)kernels::Encode(c, std::span<const float>(v.data() + k.offset, k.count), out.back());
   }
   return out;
 }

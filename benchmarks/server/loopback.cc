@@ -55,27 +55,14 @@ std::vector<std::shared_ptr<const wire::Bytes>> EncodePushes(const Plan& plan,
     std::normal_distribution<float> d(0.0f, 1e-3f);
     std::vector<float> v(f.numel);
     for (auto& x : v) x = d(rng);
-    auto b = std::make_shared<wire::Bytes>();
-    const uint64_t chunk = wire::ChunkElements(codec.block);
-    for (uint64_t off = 0; off < f.numel; off += chunk) {
-      const uint64_t n = std::min<uint64_t>(chunk, f.numel - off);
-      const size_t at = b->size();
-      b->resize(at + kernels::EncodedSize(codec, n));
-      (void)kernels::Encode(codec, std::span<const float>(v.data() + off, n),
-                            std::span<uint8_t>(b->data() + at, b->size() - at));
-    }
+    const wire::PayloadLayout layout(codec, f.numel);
+    auto b = std::make_shared<wire::Bytes>(layout.bytes());
+    for (const wire::PayloadChunk& c : layout)
+      (void)kernels::Encode(codec, std::span<const float>(v.data() + c.offset, c.count),
+                            std::span<uint8_t>(b->data() + c.byte_offset, c.bytes));
     enc[f.id] = std::move(b);
   }
   return enc;
-}
-
-// Bytes of a fragment's download: its encoded payload (all chunks).
-uint64_t DownloadBytes(kernels::Codec codec, uint64_t numel) {
-  const uint64_t chunk = wire::ChunkElements(codec.block);
-  uint64_t bytes = 0;
-  for (uint64_t off = 0; off < numel; off += chunk)
-    bytes += kernels::EncodedSize(codec, std::min(chunk, numel - off));
-  return bytes;
 }
 
 struct Rate {
@@ -92,7 +79,7 @@ Rate RawEcho(const Plan& plan, const std::vector<std::shared_ptr<const wire::Byt
   const uint32_t fragments = static_cast<uint32_t>(plan.fragments().size());
   std::vector<std::shared_ptr<const wire::Bytes>> answers(fragments);
   for (const auto& f : plan.fragments())
-    answers[f.id] = std::make_shared<wire::Bytes>(DownloadBytes(down, f.numel), 1);
+    answers[f.id] = std::make_shared<wire::Bytes>(wire::PayloadLayout(down, f.numel).bytes(), 1);
   std::atomic<bool> stop{false};
   std::vector<std::unique_ptr<zmq::context_t>> server_ctx;
   std::vector<std::string> eps;
