@@ -1,65 +1,40 @@
 #include "common/event_log.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace diloco {
 
-void JsonObject::Key(std::string_view key) {
-  if (!body_.empty()) body_ += ",";
-  body_ += "\"";
-  body_.append(key.data(), key.size());
-  body_ += "\":";
+std::string JsonDump(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-JsonObject& JsonObject::Add(std::string_view key, double v) {
-  Key(key);
-  body_ += std::isfinite(v) ? absl::StrCat(v) : "null";
-  return *this;
-}
+std::string JsonString(std::string_view v) { return JsonDump(nlohmann::ordered_json(v)); }
 
-JsonObject& JsonObject::Add(std::string_view key, uint64_t v) {
-  Key(key);
-  absl::StrAppend(&body_, v);
-  return *this;
-}
-
-JsonObject& JsonObject::Add(std::string_view key, int64_t v) {
-  Key(key);
-  absl::StrAppend(&body_, v);
-  return *this;
-}
-
-std::string JsonString(std::string_view v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  out += "\"";
-  return out;
-}
-
-JsonObject& JsonObject::Add(std::string_view key, std::string_view v) {
-  Key(key);
-  body_ += JsonString(v);
-  return *this;
+double JsonObject::FloatAsDouble(float v) {
+  if (!std::isfinite(v)) return v;
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof(buf), v).ptr;  // shortest round trip
+  double d = v;
+  std::from_chars(buf, end, d);
+  return d;
 }
 
 JsonObject& JsonObject::AddRaw(std::string_view key, std::string_view json) {
-  Key(key);
-  body_.append(json.data(), json.size());
+  auto value = nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) {
+    std::fprintf(stderr, "JsonObject::AddRaw(\"%.*s\"): not JSON: %.*s\n",
+                 static_cast<int>(key.size()), key.data(), static_cast<int>(json.size()),
+                 json.data());
+    std::abort();
+  }
+  j_[std::string(key)] = std::move(value);
   return *this;
 }
 

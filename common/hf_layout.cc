@@ -94,16 +94,27 @@ absl::StatusOr<std::vector<float>> FlatFromHf(const SafetensorsFile& file, const
 }
 
 std::string HfConfigJson(const GptConfig& c) {
-  JsonObject j;
-  j.AddRaw("architectures", "[\"GPT2LMHeadModel\"]").Add("model_type", "gpt2");
-  j.Add("vocab_size", c.vocab).Add("n_positions", c.context).Add("n_ctx", c.context);
-  j.Add("n_embd", c.width).Add("n_layer", c.layers).Add("n_head", c.heads);
-  j.AddRaw("n_inner", "null").Add("activation_function", "gelu_new");
-  j.Add("layer_norm_epsilon", 1e-5).Add("initializer_range", 0.02);
-  j.Add("resid_pdrop", 0.0).Add("embd_pdrop", 0.0).Add("attn_pdrop", 0.0);
-  j.AddRaw("tie_word_embeddings", "true").AddRaw("scale_attn_weights", "true");
-  j.Add("torch_dtype", "float32");
-  return j.str() + "\n";
+  const nlohmann::ordered_json j = {
+      {"architectures", nlohmann::ordered_json::array({"GPT2LMHeadModel"})},
+      {"model_type", "gpt2"},
+      {"vocab_size", c.vocab},
+      {"n_positions", c.context},
+      {"n_ctx", c.context},
+      {"n_embd", c.width},
+      {"n_layer", c.layers},
+      {"n_head", c.heads},
+      {"n_inner", nullptr},  // GPT2Config's default: 4 * n_embd
+      {"activation_function", "gelu_new"},
+      {"layer_norm_epsilon", 1e-5},
+      {"initializer_range", 0.02},
+      {"resid_pdrop", 0.0},
+      {"embd_pdrop", 0.0},
+      {"attn_pdrop", 0.0},
+      {"tie_word_embeddings", true},
+      {"scale_attn_weights", true},
+      {"torch_dtype", "float32"},
+  };
+  return JsonDump(j) + "\n";
 }
 
 absl::Status WriteHfModel(const std::string& dir, const GptConfig& config, const Manifest& manifest,

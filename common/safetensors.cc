@@ -6,10 +6,12 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/atomic_file.h"
 
 namespace diloco {
@@ -17,160 +19,27 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
 
-constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation's cap
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;    // the reference implementation's cap
+constexpr uint64_t kMaxElements = uint64_t{1} << 40;  // per dimension and per tensor
+constexpr int kMaxDepth = 16;                         // of nested arrays and objects
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      absl::StrAppend(&out, "\\u00", absl::Hex(c, absl::kZeroPad2));
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
+using Json = nlohmann::ordered_json;  // ordered: the header lists tensors in data order
 
-// A minimal JSON reader for safetensors headers: objects, arrays, strings, integers, and the
-// literals; enough to read any header the reference writer produces.
-struct Json {
-  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
-  int64_t number = 0;
-  std::string str;
-  std::vector<Json> items;
-  // Object members: names and values side by side (a pair<string, Json> would need Json
-  // complete here, which libstdc++ refuses under clang).
-  std::vector<std::string> keys;
-  std::vector<Json> values;
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(std::string_view s) : s_(s) {}
-  absl::StatusOr<Json> ParseDocument() {
-    Json v;
-    if (!Value(&v, 0)) return Error();
-    Skip();
-    if (pos_ != s_.size()) return Error();
-    return v;
-  }
-
- private:
-  absl::Status Error() const {
-    return absl::DataLossError(absl::StrCat("safetensors: malformed JSON header near byte ", pos_));
-  }
-  void Skip() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-  bool Eat(char c) {
-    Skip();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  bool String(std::string* out) {
-    if (!Eat('"')) return false;
-    while (pos_ < s_.size() && s_[pos_] != '"') {
-      char c = s_[pos_++];
-      if (c == '\\') {
-        if (pos_ >= s_.size()) return false;
-        const char e = s_[pos_++];
-        if (e == 'u') {
-          if (pos_ + 4 > s_.size()) return false;
-          const unsigned long cp =
-              std::strtoul(std::string(s_.substr(pos_, 4)).c_str(), nullptr, 16);
-          pos_ += 4;
-          if (cp >= 0x80) return false;  // names here are ASCII
-          c = static_cast<char>(cp);
-        } else {
-          static constexpr std::string_view kFrom = "\"\\/bfnrt", kTo = "\"\\/\b\f\n\r\t";
-          const size_t i = kFrom.find(e);
-          if (i == std::string_view::npos) return false;
-          c = kTo[i];
-        }
-      }
-      out->push_back(c);
-    }
-    return Eat('"');
-  }
-  bool Value(Json* v, int depth) {
-    if (depth > 16) return false;
-    Skip();
-    if (pos_ >= s_.size()) return false;
-    const char c = s_[pos_];
-    if (c == '"') {
-      v->kind = Json::kString;
-      return String(&v->str);
-    }
-    if (c == '{') {
-      ++pos_;
-      v->kind = Json::kObject;
-      if (Eat('}')) return true;
-      do {
-        std::string key;
-        Json value;
-        if (!String(&key) || !Eat(':') || !Value(&value, depth + 1)) return false;
-        v->keys.push_back(std::move(key));
-        v->values.push_back(std::move(value));
-      } while (Eat(','));
-      return Eat('}');
-    }
-    if (c == '[') {
-      ++pos_;
-      v->kind = Json::kArray;
-      if (Eat(']')) return true;
-      do {
-        v->items.emplace_back();
-        if (!Value(&v->items.back(), depth + 1)) return false;
-      } while (Eat(','));
-      return Eat(']');
-    }
-    for (std::string_view lit : {"true", "false", "null"}) {
-      if (s_.substr(pos_, lit.size()) == lit) {
-        pos_ += lit.size();
-        v->kind = lit == "null" ? Json::kNull : Json::kBool;
-        return true;
-      }
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      size_t end = pos_ + 1;
-      while (end < s_.size() && s_[end] >= '0' && s_[end] <= '9') ++end;
-      if (end - pos_ > 18) return false;
-      v->kind = Json::kNumber;
-      v->number = std::stoll(std::string(s_.substr(pos_, end - pos_)));
-      pos_ = end;
-      return true;
-    }
-    return false;
-  }
-
-  std::string_view s_;
-  size_t pos_ = 0;
-};
-
-const Json* Field(const Json& obj, std::string_view name) {
-  for (size_t i = 0; i < obj.keys.size(); ++i)
-    if (obj.keys[i] == name) return &obj.values[i];
-  return nullptr;
+// `v` as a count in [0, limit]; nullopt for a negative, fractional or larger number, or for
+// anything that is not a number.
+std::optional<uint64_t> Count(const Json& v, uint64_t limit) {
+  if (!v.is_number_unsigned()) return std::nullopt;
+  const uint64_t n = v.get<uint64_t>();
+  if (n > limit) return std::nullopt;
+  return n;
 }
 
 }  // namespace
 
 absl::Status WriteSafetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
                               const std::map<std::string, std::string>& metadata) {
-  std::string header = "{";
-  if (!metadata.empty()) {
-    std::vector<std::string> kv;
-    for (const auto& [k, v] : metadata) kv.push_back(JsonString(k) + ":" + JsonString(v));
-    absl::StrAppend(&header, "\"__metadata__\":{", absl::StrJoin(kv, ","), "}");
-  }
+  Json doc = Json::object();
+  if (!metadata.empty()) doc["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const SafetensorsTensor& t : tensors) {
     uint64_t numel = 1;
@@ -183,13 +52,18 @@ absl::Status WriteSafetensors(const std::string& path, std::span<const Safetenso
           absl::StrCat(t.name, ": shape holds ", numel, " values, data has ", t.data.size()));
     if (t.name == "__metadata__")
       return absl::InvalidArgumentError("a tensor may not be named __metadata__");
+    if (doc.contains(t.name))
+      return absl::InvalidArgumentError(absl::StrCat("two tensors are named ", t.name));
     const uint64_t end = offset + t.data.size_bytes();
-    absl::StrAppend(&header, header.size() > 1 ? "," : "", JsonString(t.name),
-                    ":{\"dtype\":\"F32\",\"shape\":[", absl::StrJoin(t.shape, ","),
-                    "],\"data_offsets\":[", offset, ",", end, "]}");
+    doc[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
-  header += "}";
+  std::string header;
+  try {
+    header = doc.dump();
+  } catch (const Json::type_error& e) {  // a name or metadata text that is not UTF-8
+    return absl::InvalidArgumentError(absl::StrCat("safetensors header: ", e.what()));
+  }
   header.append((8 - header.size() % 8) % 8, ' ');
 
   const uint64_t n = header.size();
@@ -214,50 +88,60 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   if (bytes.size() < 8) return bad("shorter than its header length");
   std::memcpy(&n, bytes.data(), 8);
   if (n > kMaxHeaderBytes || n > bytes.size() - 8) return bad("header length beyond the file");
-  absl::StatusOr<Json> doc = JsonParser(std::string_view(bytes).substr(8, n)).ParseDocument();
-  if (!doc.ok()) return doc.status();
-  if (doc->kind != Json::kObject) return bad("header is not a JSON object");
+  // Values nested deeper than a header's 3 levels are dropped as they are read, so a hostile
+  // header of 100 MB of '[' costs no memory; meeting one makes the header bad.
+  bool too_deep = false;
+  const auto limit_depth = [&too_deep](int depth, Json::parse_event_t, Json&) {
+    if (depth <= kMaxDepth) return true;
+    too_deep = true;
+    return false;
+  };
+  Json doc;
+  try {
+    doc = Json::parse(std::string_view(bytes).substr(8, n), limit_depth);
+  } catch (const Json::parse_error& e) {  // e.what() names the byte and what was expected
+    return bad(absl::StrCat("malformed JSON header: ", e.what()));
+  }
+  if (too_deep) return bad(absl::StrCat("header nested deeper than ", kMaxDepth, " levels"));
+  if (!doc.is_object()) return bad("header is not a JSON object");
   const std::string_view data = std::string_view(bytes).substr(8 + n);
   SafetensorsFile file;
   std::vector<std::pair<uint64_t, LoadedTensor>> found;
-  for (size_t field = 0; field < doc->keys.size(); ++field) {
-    const std::string& name = doc->keys[field];
-    const Json& v = doc->values[field];
+  for (const auto& [name, v] : doc.items()) {
     if (name == "__metadata__") {
-      if (v.kind != Json::kObject) return bad("__metadata__ is not an object");
-      for (size_t i = 0; i < v.keys.size(); ++i) {
-        if (v.values[i].kind != Json::kString) return bad("metadata values must be strings");
-        file.metadata[v.keys[i]] = v.values[i].str;
+      if (!v.is_object()) return bad("__metadata__ is not an object");
+      for (const auto& [key, value] : v.items()) {
+        if (!value.is_string()) return bad("metadata values must be strings");
+        file.metadata[key] = value.get<std::string>();
       }
       continue;
     }
-    const Json* dtype = Field(v, "dtype");
-    const Json* shape = Field(v, "shape");
-    const Json* offsets = Field(v, "data_offsets");
-    if (!dtype || dtype->kind != Json::kString || dtype->str != "F32")
+    if (!v.is_object()) return bad(absl::StrCat(name, ": not a tensor entry (an object)"));
+    const auto dtype = v.find("dtype");
+    const auto shape = v.find("shape");
+    const auto offsets = v.find("data_offsets");
+    if (dtype == v.end() || !dtype->is_string() || *dtype != "F32")
       return bad(absl::StrCat(name, ": only F32 tensors are read"));
-    if (!shape || shape->kind != Json::kArray || !offsets || offsets->kind != Json::kArray ||
-        offsets->items.size() != 2)
+    if (shape == v.end() || !shape->is_array() || offsets == v.end() || !offsets->is_array() ||
+        offsets->size() != 2)
       return bad(absl::StrCat(name, ": missing shape or data_offsets"));
     LoadedTensor t;
     t.name = name;
     uint64_t numel = 1;
-    for (const Json& d : shape->items) {
-      if (d.kind != Json::kNumber || d.number < 0 || d.number > (int64_t{1} << 40))
-        return bad(absl::StrCat(name, ": bad dimension"));
-      t.shape.push_back(d.number);
-      numel *= static_cast<uint64_t>(d.number);
-      if (numel > (uint64_t{1} << 40)) return bad(absl::StrCat(name, ": too large"));
+    for (const Json& d : *shape) {
+      const std::optional<uint64_t> dim = Count(d, kMaxElements);
+      if (!dim) return bad(absl::StrCat(name, ": bad dimension"));
+      t.shape.push_back(static_cast<int64_t>(*dim));
+      numel *= *dim;
+      if (numel > kMaxElements) return bad(absl::StrCat(name, ": too large"));
     }
-    const Json& b = offsets->items[0];
-    const Json& e = offsets->items[1];
-    if (b.kind != Json::kNumber || e.kind != Json::kNumber || b.number < 0 || e.number < b.number ||
-        static_cast<uint64_t>(e.number) > data.size() ||
-        static_cast<uint64_t>(e.number - b.number) != numel * sizeof(float))
+    const std::optional<uint64_t> b = Count((*offsets)[0], data.size());
+    const std::optional<uint64_t> e = Count((*offsets)[1], data.size());
+    if (!b || !e || *e < *b || *e - *b != numel * sizeof(float))
       return bad(absl::StrCat(name, ": data_offsets disagree with its shape or the file"));
     t.data.resize(numel);
-    if (numel > 0) std::memcpy(t.data.data(), data.data() + b.number, numel * sizeof(float));
-    found.emplace_back(static_cast<uint64_t>(b.number), std::move(t));
+    if (numel > 0) std::memcpy(t.data.data(), data.data() + *b, numel * sizeof(float));
+    found.emplace_back(*b, std::move(t));
   }
   std::stable_sort(found.begin(), found.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });

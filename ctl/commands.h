@@ -1,25 +1,35 @@
-// diloco-ctl's subcommands and the argument helpers they share. Each subcommand returns the
-// process exit status: 0 success, 1 an error (printed on stderr), 2 a usage error.
+// diloco-ctl's subcommands and what they share. main() (ctl/main.cc) parses the whole command
+// line with Abseil flags: the first positional argument names the subcommand, a flag the
+// subcommand does not take is a usage error, and the subcommand gets the positional arguments
+// after its name (store directories). Each subcommand defines its own flags in its file (the
+// plan flags --model, --fragments and --shards are common/plan_flags.h's; --out and --tokens,
+// shared, are main.cc's) and returns the process exit status: 0 success, 1 an error (printed on
+// stderr), 2 a usage error.
 #pragma once
 
-#include <map>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+ABSL_DECLARE_FLAG(std::string, out);                // export, gen-data
+ABSL_DECLARE_FLAG(std::optional<int64_t>, tokens);  // eval, gen-data (their own defaults)
 
 namespace diloco::ctl {
 
 int Usage(const std::string& why);
 int Fail(const absl::Status& s);
-// Splits argv[2..] into --key=value (or --key value) flags, checked against `known`, and
-// positional arguments. `switches` are known flags that take no value: --key means "true".
-bool ParseArgs(int argc, char** argv, const std::vector<std::string>& known,
-               std::map<std::string, std::string>* flags, std::vector<std::string>* positional,
-               std::string* error, const std::vector<std::string>& switches = {});
 
-int Stats(int argc, char** argv);    // ctl/stats.cc
-int Eval(int argc, char** argv);     // ctl/eval.cc
-int GenData(int argc, char** argv);  // ctl/gen_data.cc
+using Args = std::vector<std::string>;  // the positional arguments after the subcommand
+
+int Show(const Args& args);     // ctl/main.cc
+int Export(const Args& args);   // ctl/main.cc
+int Eval(const Args& args);     // ctl/eval.cc
+int GenData(const Args& args);  // ctl/gen_data.cc
+int Stats(const Args& args);    // ctl/stats.cc
 
 }  // namespace diloco::ctl

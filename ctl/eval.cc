@@ -4,12 +4,14 @@
 // default synthetic held-out set (same tokens, windows and arithmetic as diloco-worker's own
 // figure, with the entropy floor and the per-chain figures). Always prints the token count.
 #include <cstdio>
+#include <optional>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/model_spec.h"
+#include "common/plan_flags.h"
 #include "ctl/commands.h"
 #include "storage/model_export.h"
 #include "worker/data/source.h"
@@ -18,46 +20,45 @@
 #include "worker/model/param_layout.h"
 #include "worker/model/safetensors.h"
 
+ABSL_FLAG(std::string, params, "",
+          "eval: the model's .safetensors file (an export, diloco-worker --save_model); without "
+          "it, the global model in the store directories given as arguments");
+ABSL_FLAG(std::string, data, "",
+          "eval: FILE.bin (or bin:FILE, text:FILE), or synthetic: diloco-worker's default "
+          "held-out set");
+ABSL_FLAG(std::optional<int>, batch, std::nullopt,
+          "eval: windows per forward pass (default: for a file, as many as fit in 2 GiB of "
+          "activations, at most 8; for --data=synthetic, 8 as diloco-worker)");
+ABSL_FLAG(int, seq_len, 0, "eval: the window length (0: the model's context)");
+ABSL_FLAG(std::optional<int>, eval_batches, std::nullopt,
+          "eval --data=synthetic: held-out batches (default: 4 as diloco-worker)");
+
 namespace diloco::ctl {
-namespace {
 
-// Parses flags[key] into *v when present; false on a malformed value.
-template <typename T>
-bool IntFlag(std::map<std::string, std::string>& flags, const std::string& key, T* v) {
-  return !flags.count(key) || absl::SimpleAtoi(flags[key], v);
-}
-
-}  // namespace
-
-int Eval(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  std::vector<std::string> stores;
-  std::string error;
-  if (!ParseArgs(argc, argv,
-                 {"model", "params", "data", "tokens", "batch", "seq_len", "eval_batches",
-                  "fragments", "shards"},
-                 &flags, &stores, &error))
-    return Usage(error);
-  const bool from_file = !flags["params"].empty();
-  if (flags["model"].empty() || flags["data"].empty() || from_file == !stores.empty())
+int Eval(const Args& stores) {
+  const std::string params_file = absl::GetFlag(FLAGS_params);
+  const std::string data_spec = absl::GetFlag(FLAGS_data);
+  const bool from_file = !params_file.empty();
+  if (!FlagGiven("model") || data_spec.empty() || from_file == !stores.empty())
     return Usage(
         "eval needs --model, --data=FILE.bin|synthetic and either --params=FILE.safetensors or "
         "--fragments=P --shards=S STORE_DIR...");
-  int64_t tokens = 0;
-  int batch = 8, seq_len = 0, eval_batches = 4;  // diloco-worker's defaults
-  if (!IntFlag(flags, "tokens", &tokens) || tokens < 0 || !IntFlag(flags, "batch", &batch) ||
-      batch < 1 || !IntFlag(flags, "seq_len", &seq_len) || seq_len < 0 ||
-      !IntFlag(flags, "eval_batches", &eval_batches) || eval_batches < 1)
+  const std::optional<int64_t> tokens_flag = absl::GetFlag(FLAGS_tokens);
+  const std::optional<int> batch_flag = absl::GetFlag(FLAGS_batch);
+  const int64_t tokens = tokens_flag.value_or(0);
+  const int batch = batch_flag.value_or(8), seq_len = absl::GetFlag(FLAGS_seq_len);
+  const int eval_batches = absl::GetFlag(FLAGS_eval_batches).value_or(4);  // the worker's
+  if (tokens < 0 || batch < 1 || seq_len < 0 || eval_batches < 1)
     return Usage(
         "--tokens and --seq_len must be integers >= 0, --batch and --eval_batches integers >= 1");
-  const bool synthetic = flags["data"] == "synthetic";
-  if (synthetic && flags.count("tokens"))
+  const bool synthetic = data_spec == "synthetic";
+  if (synthetic && tokens_flag)
     return Usage(
         "--tokens applies to a token file; --data=synthetic is the worker's held-out "
         "set (size it with --batch, --seq_len, --eval_batches)");
-  if (!synthetic && flags.count("eval_batches"))
+  if (!synthetic && absl::GetFlag(FLAGS_eval_batches))
     return Usage("--eval_batches applies to --data=synthetic only");
-  auto cfg = ParseGptConfig(flags["model"]);
+  auto cfg = ModelFromFlags();
   if (!cfg.ok()) return Fail(cfg.status());
   auto layout = model::MakeParamLayout(*cfg);
   if (!layout.ok()) return Fail(layout.status());
@@ -66,17 +67,21 @@ int Eval(int argc, char** argv) {
   std::vector<float> params;
   std::string source;
   if (from_file) {
-    auto p = model::ReadSafetensorsParams(flags["params"], layout->manifest);
+    auto p = model::ReadSafetensorsParams(params_file, layout->manifest);
     if (!p.ok()) return Fail(p.status());
     params = *std::move(p);
-    source = flags["params"];
+    source = params_file;
   } else {
-    storage::ExportRequest req;
-    req.model_spec = flags["model"];
-    req.stores = stores;
-    if (!absl::SimpleAtoi(flags["fragments"], &req.num_fragments) || req.num_fragments == 0 ||
-        !absl::SimpleAtoi(flags["shards"], &req.num_shards) || req.num_shards == 0)
+    if (!FlagGiven("fragments") || !FlagGiven("shards") || absl::GetFlag(FLAGS_fragments) == 0 ||
+        absl::GetFlag(FLAGS_shards) == 0)
       return Usage("evaluating stores needs --fragments and --shards (positive integers)");
+    auto plan = PlanFromFlags();
+    if (!plan.ok()) return Fail(plan.status());
+    storage::ExportRequest req;
+    req.model_spec = plan->model_spec;
+    req.num_fragments = plan->num_fragments;
+    req.num_shards = plan->num_shards;
+    req.stores = stores;
     auto m = storage::AssembleModel(req);
     if (!m.ok()) return Fail(m.status());
     params = std::move(m->params);
@@ -103,7 +108,7 @@ int Eval(int argc, char** argv) {
                   r->chain_loss[k], static_cast<long long>(r->chain_tokens[k]), r->chain_floor[k]);
     return 0;
   }
-  std::string path = flags["data"];
+  std::string path = data_spec;
   bool text = false;
   if (path.starts_with("bin:")) {
     path = path.substr(4);
@@ -114,8 +119,7 @@ int Eval(int argc, char** argv) {
   auto toks = text ? data::ReadTextAsBytes(path) : data::ReadTokenFile(path, cfg->vocab);
   if (!toks.ok()) return Fail(toks.status());
   // A file's loss does not depend on the batch: unless given, as many windows as fit in memory.
-  auto r =
-      model::EvaluateTokens(*cfg, params, *toks, tokens, flags.count("batch") ? batch : 0, seq_len);
+  auto r = model::EvaluateTokens(*cfg, params, *toks, tokens, batch_flag.value_or(0), seq_len);
   if (!r.ok()) return Fail(r.status());
   std::printf("%s on %s: loss %.6f over %lld tokens\n", source.c_str(), path.c_str(), r->loss,
               static_cast<long long>(r->tokens));

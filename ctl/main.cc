@@ -9,20 +9,55 @@
 //   diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]
 //   diloco-ctl gen-data --out=FILE.bin --heldout     the workers' synthetic held-out stream
 // Exit status: 0 on success, 1 on an error (printed on stderr; for show: any unreadable or
-// lost checkpoint), 2 on a usage error.
+// lost checkpoint), 2 on a usage error (an unknown subcommand, a flag it does not take, a bad
+// value): the message, then the usage text.
+// The command line is read with Abseil flags (ctl/commands.h); --flagfile works as for the
+// other programs, and one flag file of plan flags can serve the fleet and diloco-ctl alike.
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/hf_layout.h"
-#include "common/model_spec.h"
+#include "common/plan_flags.h"
 #include "ctl/commands.h"
 #include "storage/model_export.h"
 
+namespace diloco::ctl {
+namespace {
+
+// export's --format.
+enum class ExportFormat { kSafetensors, kHf };
+constexpr Choice<ExportFormat> kExportFormats[] = {{"safetensors", ExportFormat::kSafetensors},
+                                                   {"hf", ExportFormat::kHf}};
+
+bool AbslParseFlag(absl::string_view text, ExportFormat* v, std::string* error) {
+  return ParseChoice(text, kExportFormats, v, error);
+}
+std::string AbslUnparseFlag(ExportFormat v) { return UnparseChoice(v, kExportFormats); }
+
+}  // namespace
+}  // namespace diloco::ctl
+
+ABSL_FLAG(std::string, store, "", "show: the store directory (or give it as an argument)");
+ABSL_FLAG(std::string, out, "",
+          "export: the .safetensors file (--format=hf: the directory) to write; gen-data: the "
+          ".bin file to write");
+ABSL_FLAG(std::optional<int64_t>, tokens, std::nullopt,
+          "eval: evaluate the first N predicted tokens of the file (default: all); gen-data: "
+          "tokens to write (default: 1048576)");
+ABSL_FLAG(diloco::ctl::ExportFormat, format, diloco::ctl::ExportFormat::kSafetensors,
+          "export: safetensors (the project's layout, what eval --params reads) or hf (Hugging "
+          "Face's GPT-2 layout: DIR/config.json and DIR/model.safetensors)");
+
+namespace diloco::ctl {
 namespace {
 
 constexpr char kUsage[] =
@@ -59,9 +94,36 @@ constexpr char kUsage[] =
     "      synthetic Markov text; --heldout: exactly the workers' default held-out stream\n"
     "      (segment s from chain s % K; --data=synthetic evaluates evenly spread windows of it).\n";
 
-}  // namespace
+struct Command {
+  absl::string_view name;
+  int (*run)(const Args&);
+  std::vector<absl::string_view> flags;  // the flags it takes
+};
 
-namespace diloco::ctl {
+const std::vector<Command>& Commands() {
+  static const auto* commands = new std::vector<Command>{
+      {"show", Show, {"store"}},
+      {"export", Export, {"model", "fragments", "shards", "out", "format"}},
+      {"stats", Stats, {"server", "timeout_ms", "curve_server_key", "curve_secret_key_file"}},
+      {"eval",
+       Eval,
+       {"model", "params", "data", "tokens", "batch", "seq_len", "eval_batches", "fragments",
+        "shards"}},
+      {"gen-data", GenData, {"out", "tokens", "worker", "workers", "seed", "heldout"}},
+  };
+  return *commands;
+}
+
+// A flag of another subcommand given to `c`: its name, or "" if none.
+std::string ForeignFlag(const Command& c) {
+  for (const Command& other : Commands())
+    for (absl::string_view f : other.flags)
+      if (FlagGiven(f) && std::find(c.flags.begin(), c.flags.end(), f) == c.flags.end())
+        return std::string(f);
+  return "";
+}
+
+}  // namespace
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "diloco-ctl: %s\n%s", why.c_str(), kUsage);
@@ -73,88 +135,43 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
-bool ParseArgs(int argc, char** argv, const std::vector<std::string>& known,
-               std::map<std::string, std::string>* flags, std::vector<std::string>* positional,
-               std::string* error, const std::vector<std::string>& switches) {
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (!a.starts_with("--")) {
-      positional->push_back(a);
-      continue;
-    }
-    const size_t eq = a.find('=');
-    const std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    const bool is_switch = std::find(switches.begin(), switches.end(), key) != switches.end();
-    if (!is_switch && std::find(known.begin(), known.end(), key) == known.end()) {
-      *error = "unknown flag " + a;
-      return false;
-    }
-    if (eq == std::string::npos && is_switch) {
-      (*flags)[key] = "true";
-    } else if (eq == std::string::npos) {
-      if (i + 1 >= argc) {
-        *error = "flag --" + key + " needs a value";
-        return false;
-      }
-      (*flags)[key] = argv[++i];
-    } else {
-      (*flags)[key] = a.substr(eq + 1);
-    }
+int Show(const Args& args) {
+  std::string store = absl::GetFlag(FLAGS_store);
+  if (store.empty()) {
+    if (args.size() != 1) return Usage("show needs --store=DIR");
+    store = args[0];
   }
-  return true;
-}
-
-namespace {
-
-int Show(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  std::vector<std::string> pos;
-  std::string error;
-  if (!ParseArgs(argc, argv, {"store"}, &flags, &pos, &error)) return Usage(error);
-  if (!flags.count("store")) {
-    if (pos.size() != 1) return Usage("show needs --store=DIR");
-    flags["store"] = pos[0];
-  }
-  absl::StatusOr<diloco::storage::StoreReport> report =
-      diloco::storage::DescribeStore(flags["store"]);
+  absl::StatusOr<storage::StoreReport> report = storage::DescribeStore(store);
   if (!report.ok()) return Fail(report.status());
   std::fputs(report->text.c_str(), stdout);
   for (const std::string& p : report->problems) std::fprintf(stderr, "diloco-ctl: %s\n", p.c_str());
   return report->problems.empty() ? 0 : 1;  // a damaged store is not a success
 }
 
-int Export(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  std::vector<std::string> pos;
-  std::string error;
-  if (!ParseArgs(argc, argv, {"model", "fragments", "shards", "out", "format"}, &flags, &pos,
-                 &error))
-    return Usage(error);
-  const std::string format = flags.count("format") ? flags["format"] : "safetensors";
-  if (format != "safetensors" && format != "hf")
-    return Usage("--format=" + format + ": expected safetensors or hf");
-  diloco::storage::ExportRequest req;
-  req.model_spec = flags["model"];
-  req.out = flags["out"];
-  req.stores = pos;
-  if (req.model_spec.empty() || req.out.empty() || req.stores.empty())
+int Export(const Args& stores) {
+  storage::ExportRequest req;
+  req.out = absl::GetFlag(FLAGS_out);
+  req.stores = stores;
+  if (!FlagGiven("model") || !FlagGiven("fragments") || !FlagGiven("shards") || req.out.empty() ||
+      req.stores.empty())
     return Usage("export needs --model, --fragments, --shards, --out and store directories");
-  if (!absl::SimpleAtoi(flags["fragments"], &req.num_fragments) || req.num_fragments == 0 ||
-      !absl::SimpleAtoi(flags["shards"], &req.num_shards) || req.num_shards == 0)
+  if (absl::GetFlag(FLAGS_fragments) == 0 || absl::GetFlag(FLAGS_shards) == 0)
     return Usage("--fragments and --shards must be positive integers");
-  absl::StatusOr<diloco::storage::ExportSummary> s;
-  if (format == "hf") {
-    absl::StatusOr<diloco::GptConfig> config = diloco::ParseGptConfig(req.model_spec);
-    if (!config.ok()) return Fail(config.status());
-    absl::StatusOr<diloco::storage::AssembledModel> m = diloco::storage::AssembleModel(req);
+  absl::StatusOr<PlanSpec> plan = PlanFromFlags();
+  if (!plan.ok()) return Fail(plan.status());
+  req.model_spec = plan->model_spec;
+  req.num_fragments = plan->num_fragments;
+  req.num_shards = plan->num_shards;
+  absl::StatusOr<storage::ExportSummary> s;
+  if (absl::GetFlag(FLAGS_format) == ExportFormat::kHf) {
+    absl::StatusOr<storage::AssembledModel> m = storage::AssembleModel(req);
     if (!m.ok()) return Fail(m.status());
-    if (absl::Status st =
-            diloco::WriteHfModel(req.out, *config, m->manifest, m->params, m->metadata);
+    if (absl::Status st = WriteHfModel(req.out, plan->model, m->manifest, m->params, m->metadata);
         !st.ok())
       return Fail(st);
     s = m->summary;
   } else {
-    s = diloco::storage::ExportModel(req);
+    s = storage::ExportModel(req);
   }
   if (!s.ok()) return Fail(s.status());
   std::printf("wrote %s: %zu tensors, %llu bytes, plan %016llx, fragment versions %s\n",
@@ -164,21 +181,28 @@ int Export(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
 }  // namespace diloco::ctl
 
 int main(int argc, char** argv) {
   using namespace diloco::ctl;
-  if (argc < 2) return Usage("missing subcommand");
-  const std::string cmd = argv[1];
-  if (cmd == "show") return Show(argc, argv);
-  if (cmd == "export") return Export(argc, argv);
-  if (cmd == "stats") return Stats(argc, argv);
-  if (cmd == "eval") return Eval(argc, argv);
-  if (cmd == "gen-data") return GenData(argc, argv);
-  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
-    std::fputs(kUsage, stdout);
-    return 0;
+  if (argc >= 2) {
+    const std::string first = argv[1];
+    if (first == "-h" || first == "--help" || first == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
   }
-  return Usage("unknown subcommand '" + cmd + "'");
+  absl::SetProgramUsageMessage(
+      "diloco-ctl SUBCOMMAND [flags] [STORE_DIR...]; diloco-ctl help for the subcommands");
+  const std::vector<char*> positional = diloco::ParseFlags(
+      argc, argv, kUsage, {"ctl/main.cc", "ctl/eval.cc", "ctl/gen_data.cc", "ctl/stats.cc"});
+  if (positional.size() < 2) return Usage("missing subcommand");
+  const std::string name = positional[1];
+  for (const Command& c : Commands()) {
+    if (c.name != name) continue;
+    if (const std::string f = ForeignFlag(c); !f.empty())
+      return Usage(absl::StrCat(name, " does not take --", f));
+    return c.run(Args(positional.begin() + 2, positional.end()));
+  }
+  return Usage("unknown subcommand '" + name + "'");
 }

@@ -25,7 +25,7 @@ void AuditLog::Started(const Shard& shard) {
     const auto sums = shard.published_checksums(id);
     JsonObject ev;
     ev.Add("event", "recovered").Add("incarnation", absl::StrCat(shard.incarnation()));
-    ev.Add("fragment", uint64_t{id}).Add("version", shard.published_version(id));
+    ev.Add("fragment", id).Add("version", shard.published_version(id));
     ev.Add("digest", sums ? Digest(*sums) : uint64_t{0});
     log_.Write(ev);
   }
@@ -38,7 +38,7 @@ size_t AuditLog::Answers(const Shard& shard, const std::vector<Outgoing>& out) {
     if (h.type == wire::MsgType::PushAck && h.ack == wire::AckStatus::Initialized && on_) {
       JsonObject ev;
       ev.Add("event", "initialized").Add("incarnation", absl::StrCat(shard.incarnation()));
-      ev.Add("fragment", uint64_t{h.fragment_id}).Add("worker", uint64_t{h.worker_id});
+      ev.Add("fragment", h.fragment_id).Add("worker", h.worker_id);
       log_.Write(ev);
     }
     if (h.type != wire::MsgType::FragmentUpdate || h.ack != wire::AckStatus::Applied) continue;
@@ -46,9 +46,9 @@ size_t AuditLog::Answers(const Shard& shard, const std::vector<Outgoing>& out) {
     if (!on_) continue;
     JsonObject ev;
     ev.Add("event", "applied").Add("incarnation", absl::StrCat(shard.incarnation()));
-    ev.Add("fragment", uint64_t{h.fragment_id}).Add("version", h.version);
+    ev.Add("fragment", h.fragment_id).Add("version", h.version);
     ev.Add("digest", o.values_checksums ? Digest(*o.values_checksums) : uint64_t{0});
-    ev.Add("worker", uint64_t{h.worker_id}).Add("generation", h.generation).Add("seq", h.seq);
+    ev.Add("worker", h.worker_id).Add("generation", h.generation).Add("seq", h.seq);
     log_.Write(ev);
   }
   return applied;

@@ -1,52 +1,70 @@
 #include "server/counter_table.h"
 
-#include "absl/strings/str_cat.h"
-
 namespace diloco::server {
 namespace {
 
+using enum CounterRow::Show;
+using enum CounterRow::Unit;
+using enum CounterRow::Detail;
+
+// Progress-line groups.
+constexpr int kRoundsGroup = 1, kMessagesGroup = 2, kTrafficGroup = 3, kCheckpointGroup = 4,
+              kRareGroup = 5;
+
 constexpr CounterRow kCounters[] = {
     {"rounds", "diloco_rounds_total", "Rounds closed (one Nesterov step each).",
-     &ShardCounters::rounds},
+     &ShardCounters::rounds, "rounds {}", kRoundsGroup},
     {"bad_messages", "diloco_bad_messages_total", "Messages refused with an Error reply.",
-     &ShardCounters::messages_bad},
+     &ShardCounters::messages_bad, "bad {}", kMessagesGroup, kAlways, kCount, kRefusalReasons},
     {"identity_refused", "diloco_identity_refused_total",
-     "Messages whose CURVE key is listed for another worker id.", &ShardCounters::identity_refused},
+     "Messages whose CURVE key is listed for another worker id.", &ShardCounters::identity_refused,
+     "identity refused {}", kMessagesGroup, kNonzero},
     {"curve_refused", "diloco_curve_handshakes_refused_total",
      "CURVE handshakes refused: the key is not in --curve_authorized_keys.",
-     &ShardCounters::curve_refused},
+     &ShardCounters::curve_refused, "CURVE handshakes refused {}", kRareGroup, kNonzero},
     {"unroutable", "diloco_unroutable_total", "Replies to workers that had gone.",
-     &ShardCounters::unroutable},
-    {"bytes_in", "diloco_bytes_in_total", "Bytes received.", &ShardCounters::bytes_in},
-    {"bytes_out", "diloco_bytes_out_total", "Payload bytes sent.", &ShardCounters::bytes_out},
+     &ShardCounters::unroutable, "unroutable {}", kMessagesGroup, kNonzero},
+    {"bytes_in", "diloco_bytes_in_total", "Bytes received.", &ShardCounters::bytes_in, "in {}",
+     kTrafficGroup, kAlways, kBytes},
+    {"bytes_out", "diloco_bytes_out_total", "Payload bytes sent.", &ShardCounters::bytes_out,
+     "out {}", kTrafficGroup, kAlways, kBytes},
     {"updates_full", "diloco_updates_full_total",
      "FragmentUpdates sent as whole fp32 fragments (joins, pulls, workers far behind).",
-     &ShardCounters::updates_full},
+     &ShardCounters::updates_full, "updates full {}", kTrafficGroup, kNonzero},
     {"updates_delta", "diloco_updates_delta_total",
      "FragmentUpdates sent as chains of quantized updates (--download_codec).",
-     &ShardCounters::updates_delta},
+     &ShardCounters::updates_delta, "delta {}", kTrafficGroup, kNonzero},
     {"update_bytes_full", "diloco_update_bytes_full_total",
-     "Payload bytes of whole-fragment FragmentUpdates.", &ShardCounters::update_bytes_full},
+     "Payload bytes of whole-fragment FragmentUpdates.", &ShardCounters::update_bytes_full,
+     "full bytes {}", kTrafficGroup, kNonzero, kBytes},
     {"update_bytes_delta", "diloco_update_bytes_delta_total",
-     "Payload bytes of quantized-update FragmentUpdates.", &ShardCounters::update_bytes_delta},
-    {"checkpoints", "diloco_checkpoints_total", "Checkpoints written.",
-     &ShardCounters::checkpoints},
-    {"checkpoint_failures", "diloco_checkpoint_failures_total", "Checkpoint writes that failed.",
-     &ShardCounters::checkpoint_failures},
+     "Payload bytes of quantized-update FragmentUpdates.", &ShardCounters::update_bytes_delta,
+     "delta bytes {}", kTrafficGroup, kNonzero, kBytes},
+    {"checkpoints", "diloco_checkpoints_total", "Checkpoints written.", &ShardCounters::checkpoints,
+     "checkpoints {}", kCheckpointGroup},
     {"checkpoint_bytes", "diloco_checkpoint_written_bytes_total",
-     "Tensor bytes of every checkpoint written.", &ShardCounters::checkpoint_bytes_total},
+     "Tensor bytes of every checkpoint written.", &ShardCounters::checkpoint_bytes_total,
+     "written {}", kCheckpointGroup, kNonzero, kBytes},
+    {"checkpoint_failures", "diloco_checkpoint_failures_total", "Checkpoint writes that failed.",
+     &ShardCounters::checkpoint_failures, "({} failed)", kCheckpointGroup, kNonzero, kCount,
+     kCheckpointError},
     {"apply_errors", "diloco_apply_errors_total",
      "Pushes whose decode failed after validation (never expected: a bug).",
-     &ShardCounters::apply_errors},
+     &ShardCounters::apply_errors, "APPLY ERRORS {}", kRareGroup, kNonzero},
 };
 
 constexpr CounterRow kPushOutcomes[] = {
-    {"queued", "diloco_pushes_total", "Pushes by outcome.", &ShardCounters::pushes_queued},
-    {"duplicate", "diloco_pushes_total", "", &ShardCounters::pushes_duplicate},
-    {"stale", "diloco_pushes_total", "", &ShardCounters::pushes_stale},
-    {"refused", "diloco_pushes_total", "", &ShardCounters::pushes_refused},
-    {"no_credit", "diloco_pushes_total", "", &ShardCounters::pushes_no_credit},
-    {"dropped", "diloco_pushes_total", "", &ShardCounters::pushes_dropped},
+    {"queued", "diloco_pushes_total", "Pushes by outcome.", &ShardCounters::pushes_queued,
+     "pushes {}", kMessagesGroup},
+    {"duplicate", "diloco_pushes_total", "", &ShardCounters::pushes_duplicate, "dup {}",
+     kMessagesGroup},
+    {"stale", "diloco_pushes_total", "", &ShardCounters::pushes_stale, "stale {}", kMessagesGroup},
+    {"refused", "diloco_pushes_total", "", &ShardCounters::pushes_refused, "refused {}",
+     kMessagesGroup, kNonzero},
+    {"no_credit", "diloco_pushes_total", "", &ShardCounters::pushes_no_credit, "no credit {}",
+     kMessagesGroup, kNonzero},
+    {"dropped", "diloco_pushes_total", "", &ShardCounters::pushes_dropped, "dropped {}",
+     kMessagesGroup, kNonzero},
 };
 
 }  // namespace
@@ -54,15 +72,12 @@ constexpr CounterRow kPushOutcomes[] = {
 std::span<const CounterRow> CounterRows() { return kCounters; }
 std::span<const CounterRow> PushOutcomeRows() { return kPushOutcomes; }
 
-std::string CounterJsonMembers(const ShardCounters& c) {
-  std::string t;
-  for (const CounterRow& r : kCounters)
-    absl::StrAppend(&t, t.empty() ? "" : ",", "\"", r.json, "\":", c.*r.field);
-  absl::StrAppend(&t, ",\"pushes\":{");
-  for (const CounterRow& r : kPushOutcomes)
-    absl::StrAppend(&t, &r == kPushOutcomes ? "" : ",", "\"", r.json, "\":", c.*r.field);
-  absl::StrAppend(&t, "}");
-  return t;
+nlohmann::ordered_json CounterJson(const ShardCounters& c) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const CounterRow& r : kCounters) j[r.json] = c.*r.field;
+  nlohmann::ordered_json& pushes = j["pushes"] = nlohmann::ordered_json::object();
+  for (const CounterRow& r : kPushOutcomes) pushes[r.json] = c.*r.field;
+  return j;
 }
 
 }  // namespace diloco::server

@@ -1,7 +1,10 @@
 #include "server/metrics.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "server/counter_table.h"
 
 namespace diloco::server {
@@ -13,27 +16,54 @@ std::string Bytes(uint64_t b) {
   return absl::StrFormat("%.1fKiB", b / 1024.0);
 }
 
+std::string Value(const CounterRow& r, uint64_t v) {
+  return r.unit == CounterRow::kBytes ? Bytes(v) : absl::StrCat(v);
+}
+
 }  // namespace
 
+ShardFacts FactsOf(const Shard& shard) {
+  ShardFacts f;
+  f.shard = shard.shard_index();
+  for (uint32_t id : shard.owned()) f.versions.emplace_back(id, shard.published_version(id));
+  f.live_workers = shard.live_workers();
+  return f;
+}
+
+std::string ProgressText(const ShardCounters& c, const ShardFacts& facts) {
+  std::string t =
+      absl::StrCat("shard ", facts.shard, " | live workers ", facts.live_workers, " | versions");
+  for (const auto& [id, version] : facts.versions) absl::StrAppend(&t, " ", id, ":", version);
+  std::vector<const CounterRow*> rows;
+  for (const CounterRow& r : PushOutcomeRows()) rows.push_back(&r);
+  for (const CounterRow& r : CounterRows()) rows.push_back(&r);
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const CounterRow* a, const CounterRow* b) { return a->group < b->group; });
+  int group = -1;
+  for (const CounterRow* r : rows) {
+    const uint64_t v = c.*r->field;
+    if (r->show == CounterRow::kNonzero && v == 0) continue;
+    absl::StrAppend(&t, r->group != group ? " | " : " ",
+                    absl::StrReplaceAll(r->progress, {{"{}", Value(*r, v)}}));
+    group = r->group;
+    if (r->detail == CounterRow::kRefusalReasons && v != 0)
+      absl::StrAppend(&t, " (", RefusalsText(c, "", " ", ", "), ")");
+    if (r->detail == CounterRow::kCheckpointError && !c.checkpoint_error.empty())
+      absl::StrAppend(&t, " FAILING: ", c.checkpoint_error);
+  }
+  return t;
+}
+
 std::string ProgressLine(const Shard& shard) {
-  const auto& c = shard.counters();
-  std::string versions;
-  for (uint32_t id : shard.owned())
-    absl::StrAppend(&versions, versions.empty() ? "" : " ", id, ":", shard.published_version(id));
-  return absl::StrCat(
-      "shard ", shard.shard_index(), " rounds ", c.rounds, " | versions ", versions, " | pushes ",
-      c.pushes_queued, " dup ", c.pushes_duplicate, " stale ", c.pushes_stale, " bad ",
-      c.messages_bad, c.messages_bad ? absl::StrCat(" (", RefusalsText(c, "", " ", ", "), ")") : "",
-      " | in ", Bytes(c.bytes_in), " out ", Bytes(c.bytes_out), " | checkpoints ", c.checkpoints,
-      c.checkpoint_failures ? absl::StrCat(" (", c.checkpoint_failures, " failed)") : "",
-      c.checkpoint_error.empty() ? "" : absl::StrCat(" FAILING: ", c.checkpoint_error),
-      c.curve_refused ? absl::StrCat(" | CURVE handshakes refused ", c.curve_refused) : "",
-      " | live workers ", shard.live_workers());
+  return ProgressText(shard.counters(), FactsOf(shard));
 }
 
 std::string PrometheusText(const Shard& shard) {
-  const auto& c = shard.counters();
-  const std::string l = absl::StrCat("shard=\"", shard.shard_index(), "\"");
+  return PrometheusText(shard.counters(), FactsOf(shard));
+}
+
+std::string PrometheusText(const ShardCounters& c, const ShardFacts& facts) {
+  const std::string l = absl::StrCat("shard=\"", facts.shard, "\"");
   std::string t;
   auto counter = [&](const char* name, const char* help, uint64_t v, const std::string& labels) {
     absl::StrAppend(&t, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, "{",
@@ -67,7 +97,7 @@ std::string PrometheusText(const Shard& shard) {
   gauge("diloco_apply_seconds", "Decode-and-accumulate time of the last push.",
         c.last_apply_ms / 1e3);
   gauge("diloco_live_workers", "Workers heard from within the liveness timeout.",
-        shard.live_workers());
+        facts.live_workers);
   // Staleness histogram: buckets 0,1,2,3,<8,<16,<32,+Inf (cumulative, Prometheus style).
   absl::StrAppend(&t, "# HELP diloco_push_staleness Rounds between a push's base and now.\n",
                   "# TYPE diloco_push_staleness histogram\n");
@@ -81,9 +111,8 @@ std::string PrometheusText(const Shard& shard) {
   absl::StrAppend(&t, "diloco_push_staleness_count{", l, "} ", cum, "\n");
   absl::StrAppend(&t, "# HELP diloco_fragment_version Published version per fragment.\n",
                   "# TYPE diloco_fragment_version gauge\n");
-  for (uint32_t id : shard.owned())
-    absl::StrAppend(&t, "diloco_fragment_version{", l, ",fragment=\"", id, "\"} ",
-                    shard.published_version(id), "\n");
+  for (const auto& [id, version] : facts.versions)
+    absl::StrAppend(&t, "diloco_fragment_version{", l, ",fragment=\"", id, "\"} ", version, "\n");
   return t;
 }
 

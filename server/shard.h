@@ -33,6 +33,7 @@
 #include "server/checkpoint_writer.h"
 #include "server/clock.h"
 #include "server/round_policy.h"
+#include "server/worker_table.h"
 #include "storage/checkpoint_store.h"
 
 namespace diloco::server {
@@ -227,7 +228,6 @@ class Shard {
 
  private:
   struct FragmentState;
-  struct WorkerInfo;
   Shard(const ShardOptions& o, const Clock* clock, Plan plan);
 
   // Opens the store (vetted, storage::CheckpointStore::Open) and loads its newest checkpoint.
@@ -286,17 +286,9 @@ class Shard {
   // The pool keeps what the round buffers' share of the memory bound leaves beside the
   // download state (server/buffer_pool.h).
   void BudgetPool();
-  uint32_t LiveMissing(const FragmentState& f) const;
-  // kExpected: what the live workers missing from f's round usually bring to one round (their
-  // moving-average push weight, scaled by their push rate over the fleet's cadence, at most 1).
-  double ExpectedMissingWeight(const FragmentState& f) const;
-  // The fleet's push cadence in seconds: the lower median of the live workers' moving-average
-  // intervals between two pushes of `fragment` (of any fragment: nullopt); 0 when none is known.
-  double FleetCadenceS(std::optional<uint32_t> fragment) const;
   // Payload bytes of `worker`'s pushes (this generation) waiting in open rounds.
   uint64_t HeldBytes(uint32_t worker, uint64_t generation) const;
   absl::Duration Grace() const;
-  double FleetStepTimeUs() const;
   wire::HeaderFields Reply(wire::MsgType type) const;
 
   // A payload train that received nothing for this long lost its sender: dropped.
@@ -322,8 +314,9 @@ class Shard {
   std::array<RefusalLog, kErrorCodes> refusal_log_;
   size_t close_cursor_ = 0;  // where the next Tick starts closing due rounds (owned_ index)
   uint64_t owned_params_ = 0;
-  uint64_t round_buffer_bytes_ = 0;  // the memory bound's share for round buffers: 4 (F + 1) / F B/param
-  absl::flat_hash_map<uint32_t, std::unique_ptr<WorkerInfo>> workers_;  // by worker id
+  uint64_t round_buffer_bytes_ =
+      0;  // the memory bound's share for round buffers: 4 (F + 1) / F B/param
+  WorkerTable workers_;
   struct Binding {
     uint32_t worker = 0;
     bool control = false;  // the worker's heartbeat-only connection

@@ -10,6 +10,8 @@
 // what the shard's work (checksums, merge, outer step, download quantization) leaves of that.
 // The memcpy column is wire bytes per second (pushes sent, updates received) over memcpy's
 // bandwidth: every one of those bytes is copied at least once on the loopback path.
+#include "benchmarks/server/loopback.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,7 +27,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "benchmarks/server/loopback.h"
 #include "benchmarks/server/spawn.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
@@ -80,7 +81,7 @@ Rate RawEcho(const Plan& plan, const std::vector<std::shared_ptr<const wire::Byt
   std::vector<std::shared_ptr<const wire::Bytes>> answers(fragments);
   for (const auto& f : plan.fragments())
     answers[f.id] = std::make_shared<wire::Bytes>(wire::PayloadLayout(down, f.numel).bytes(), 1);
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, stop_servers{false};
   std::vector<std::unique_ptr<zmq::context_t>> server_ctx;
   std::vector<std::string> eps;
   std::vector<std::thread> servers;
@@ -94,7 +95,7 @@ Rate RawEcho(const Plan& plan, const std::vector<std::shared_ptr<const wire::Byt
       router.bind("tcp://127.0.0.1:*");
       eps[s] = router.get(zmq::sockopt::last_endpoint);
       ++bound;
-      while (!stop) {
+      while (!stop_servers) {
         zmq::pollitem_t item{static_cast<void*>(router), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::chrono::milliseconds(20));
         auto frames = wire::TryRecvMultipart(router);
@@ -129,12 +130,15 @@ Rate RawEcho(const Plan& plan, const std::vector<std::shared_ptr<const wire::Byt
           (void)s.send(zmq::message_t(&id, sizeof(id)), zmq::send_flags::sndmore);
           auto frames = wire::PayloadFrames(enc[f.id], codec, f.numel);
           for (size_t i = 0; i < frames.size(); ++i)
-            (void)s.send(std::move(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore
-                                                                     : zmq::send_flags::none);
+            (void)s.send(std::move(frames[i]),
+                         i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
         }
+        // Every answer is awaited, stop or not: a socket closed with part of a multipart answer
+        // in its pipe trips an assertion in libzmq 4.3 (zeromq/libzmq#3442).
+        const absl::Time deadline = absl::Now() + absl::Seconds(30);
         for (const auto& f : plan.fragments()) {
           std::optional<std::vector<zmq::message_t>> got;
-          while (!stop && !got) {
+          while (!got && absl::Now() < deadline) {
             zmq::pollitem_t item{static_cast<void*>(*socks[f.shard]), 0, ZMQ_POLLIN, 0};
             zmq::poll(&item, 1, std::chrono::milliseconds(20));
             got = wire::TryRecvMultipart(*socks[f.shard]);
@@ -155,7 +159,8 @@ Rate RawEcho(const Plan& plan, const std::vector<std::shared_ptr<const wire::Byt
   const double dt = absl::ToDoubleSeconds(absl::Now() - t0);
   Rate r{(pushes - a0) / dt, (params - p0) / dt, (wire_bytes - w0) / dt / 1e9};
   stop = true;
-  for (auto& t : threads) t.join();
+  for (auto& t : threads) t.join();  // every answer received: nothing in flight
+  stop_servers = true;
   for (auto& t : servers) t.join();
   return r;
 }
@@ -163,7 +168,8 @@ Rate RawEcho(const Plan& plan, const std::vector<std::shared_ptr<const wire::Byt
 }  // namespace
 
 int Loopback(const LoopbackOptions& o) {
-  std::printf("\n== loopback (diloco-server processes, Applied acks awaited; peer: raw ZeroMQ echo)\n");
+  std::printf(
+      "\n== loopback (diloco-server processes, Applied acks awaited; peer: raw ZeroMQ echo)\n");
   std::printf("%-9s %-9s %6s %8s %10s %11s %9s %11s %7s %7s\n", "up", "down", "shards", "workers",
               "pushes/s", "params/s", "wire GB/s", "raw par/s", "of raw", "memcpy");
   const auto manifest = *GptManifest(*ParseGptConfig(o.model));
@@ -294,9 +300,10 @@ int Loopback(const LoopbackOptions& o) {
         const Rate ours{(a1 - a0) / dt, (p1 - p0) / dt, (w1 - w0) / dt / 1e9};
         const Rate raw = RawEcho(plan, enc, codec, down, shards, workers, o.seconds);
         of_raw.push_back(ours.params_s / raw.params_s);
-        std::printf("%-9s %-9s %6u %8u %10.1f %11.3e %9.2f %11.3e %7.2f %7.3f\n", codec_name.c_str(),
-                    down_name.c_str(), shards, workers, ours.pushes_s, ours.params_s,
-                    ours.wire_gbps, raw.params_s, of_raw.back(), ours.wire_gbps / o.memcpy_gbps);
+        std::printf("%-9s %-9s %6u %8u %10.1f %11.3e %9.2f %11.3e %7.2f %7.3f\n",
+                    codec_name.c_str(), down_name.c_str(), shards, workers, ours.pushes_s,
+                    ours.params_s, ours.wire_gbps, raw.params_s, of_raw.back(),
+                    ours.wire_gbps / o.memcpy_gbps);
       }
     }
     std::filesystem::remove_all(dir);

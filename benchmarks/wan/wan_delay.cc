@@ -30,6 +30,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <random>
 #include <string>
@@ -167,12 +168,12 @@ int main(int argc, char** argv) {
   }
   if (const std::string path = absl::GetFlag(FLAGS_stats); !path.empty()) {
     if (FILE* f = std::fopen(path.c_str(), "w")) {
-      std::fprintf(f,
-                   "{\"packets\":%llu,\"bytes\":%llu,\"dropped\":%llu,\"write_errors\":%llu,"
-                   "\"max_held_bytes\":%zu}\n",
-                   static_cast<unsigned long long>(packets), static_cast<unsigned long long>(bytes),
-                   static_cast<unsigned long long>(dropped),
-                   static_cast<unsigned long long>(write_errors), max_held_bytes);
+      const nlohmann::ordered_json counts = {{"packets", packets},
+                                             {"bytes", bytes},
+                                             {"dropped", dropped},
+                                             {"write_errors", write_errors},
+                                             {"max_held_bytes", max_held_bytes}};
+      std::fprintf(f, "%s\n", counts.dump().c_str());
       std::fclose(f);
     }
   }

@@ -9,13 +9,13 @@
 #include <functional>
 #include <random>
 #include <regex>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/event_log.h"
 #include "schema/transport.h"
+#include "tests/util/jsonl.h"
 
 namespace diloco::testing {
 namespace {
@@ -146,13 +146,12 @@ class Run {
 
   // --- sampling ---------------------------------------------------------------------------
   void SampleWorkers() {
-    static const std::regex step("\"step\":([0-9]+)");
     for (int w = 0; w < o_.cluster.workers; ++w) {
       for (const auto& line : tails_[w].Lines()) {
-        if (line.find("\"event\":\"progress\"") == std::string::npos) continue;
-        std::smatch m;
-        if (std::regex_search(line, m, step))
-          steps_[w].push_back({absl::Now(), std::stod(m[1]), c_.worker_runs(w)});
+        const auto event = ParseJsonLine(line);
+        if (!event || EventName(*event) != "progress") continue;
+        if (const auto step = NumberAt(*event, "step"))
+          steps_[w].push_back({absl::Now(), *step, c_.worker_runs(w)});
       }
     }
   }
@@ -627,45 +626,37 @@ std::string ChaosReport::Text() const {
 }
 
 std::string ChaosReport::Json() const {
-  std::ostringstream j;
-  j << "{\"faults\":{";
-  std::map<std::string, std::pair<int, int>> by_kind;
+  using J = nlohmann::ordered_json;
+  std::map<std::string, std::pair<int, int>> counts;  // kind -> injected, survived
   for (const auto& f : faults) {
-    ++by_kind[f.kind].first;
-    by_kind[f.kind].second += f.survived;
+    ++counts[f.kind].first;
+    counts[f.kind].second += f.survived;
   }
-  bool first = true;
-  for (const auto& [k, n] : by_kind) {
-    j << (first ? "" : ",") << "\"" << k << "\":{\"injected\":" << n.first
-      << ",\"survived\":" << n.second << "}";
-    first = false;
-  }
-  j << "},\"messages\":{\"forwarded\":" << messages.forwarded << ",\"dropped\":" << messages.dropped
-    << ",\"duplicated\":" << messages.duplicated << ",\"delayed\":" << messages.delayed
-    << ",\"corrupted\":" << messages.corrupted << ",\"replayed\":" << messages.replayed
-    << ",\"replay_answered\":" << messages.replay_answered << "},\"facts\":{";
-  first = true;
-  for (const auto& [k, v] : facts) {
-    j << (first ? "" : ",") << "\"" << k << "\":\"" << v << "\"";
-    first = false;
-  }
-  j << "},\"fault_list\":[";
-  first = true;
-  for (const auto& f : faults) {
-    j << (first ? "" : ",") << "{\"kind\":\"" << f.kind << "\",\"target\":" << f.target
-      << ",\"seconds\":" << absl::ToDoubleSeconds(f.end - f.start)
-      << ",\"survived\":" << (f.survived ? "true" : "false") << ",\"note\":\"" << f.note << "\"}";
-    first = false;
-  }
-  j << "],\"violations\":[";
-  first = true;
-  for (const auto& v : violations) {
-    j << (first ? "" : ",") << "{\"invariant\":" << v.invariant
-      << ",\"what\":" << diloco::JsonString(v.what) << "}";
-    first = false;
-  }
-  j << "]}";
-  return j.str();
+  J by_kind = J::object();
+  for (const auto& [kind, n] : counts)
+    by_kind[kind] = {{"injected", n.first}, {"survived", n.second}};
+  J fault_list = J::array();
+  for (const auto& f : faults)  // an open fault's seconds are infinite: null
+    fault_list.push_back({{"kind", f.kind},
+                          {"target", f.target},
+                          {"seconds", absl::ToDoubleSeconds(f.end - f.start)},
+                          {"survived", f.survived},
+                          {"note", f.note}});
+  J found = J::array();
+  for (const auto& v : violations) found.push_back({{"invariant", v.invariant}, {"what", v.what}});
+  const J report = {{"faults", by_kind},
+                    {"messages",
+                     {{"forwarded", messages.forwarded},
+                      {"dropped", messages.dropped},
+                      {"duplicated", messages.duplicated},
+                      {"delayed", messages.delayed},
+                      {"corrupted", messages.corrupted},
+                      {"replayed", messages.replayed},
+                      {"replay_answered", messages.replay_answered}}},
+                    {"facts", facts},
+                    {"fault_list", fault_list},
+                    {"violations", found}};
+  return JsonDump(report);
 }
 
 }  // namespace diloco::testing

@@ -1,37 +1,38 @@
 #include "tests/chaos/invariants.h"
 
-#include <fstream>
 #include <map>
-#include <regex>
+#include <string>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "tests/integration/cluster.h"
+#include "tests/util/jsonl.h"
 
 namespace diloco::testing {
 
 std::vector<AuditLine> ReadAudit(const std::filesystem::path& jsonl) {
   std::vector<AuditLine> lines;
-  std::ifstream in(jsonl);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line.back() != '}') continue;  // cut by a kill
+  for (const Json& line : ReadJsonLines(jsonl)) {  // a line cut by a kill is left out
     AuditLine a;
-    if (line.find("\"event\":\"recovered\"") != std::string::npos)
+    const std::string event = EventName(line);
+    if (event == "recovered")
       a.kind = AuditLine::kRecovered;
-    else if (line.find("\"event\":\"initialized\"") != std::string::npos)
+    else if (event == "initialized")
       a.kind = AuditLine::kInitialized;
-    else if (line.find("\"event\":\"applied\"") != std::string::npos)
+    else if (event == "applied")
       a.kind = AuditLine::kApplied;
     else
       continue;
-    auto num = [&](const char* key) {
-      auto v = JsonNumber(line, key);
-      return v ? static_cast<uint64_t>(*v) : uint64_t{0};
+    auto num = [&](const char* key) {  // exact: 48-bit digests and ids are unsigned integers
+      const auto it = line.find(key);
+      return it != line.end() && it->is_number_unsigned() ? it->get<uint64_t>() : uint64_t{0};
     };
-    static const std::regex incarnation("\"incarnation\":\"([0-9]+)\"");
-    if (std::smatch m; std::regex_search(line, m, incarnation)) a.incarnation = std::stoull(m[1]);
+    // A decimal string: 64 random bits do not survive a JSON number.
+    if (const auto it = line.find("incarnation");
+        it != line.end() && it->is_string() &&
+        !absl::SimpleAtoi(it->get<std::string>(), &a.incarnation))
+      a.incarnation = 0;
     a.fragment = num("fragment");
     a.version = num("version");
     a.digest = num("digest");

@@ -6,6 +6,8 @@
 
 #include <fstream>
 
+#include "tests/util/temp_dir.h"
+
 namespace diloco::testing {
 namespace {
 
@@ -89,8 +91,8 @@ TEST(ChaosInvariantsTest, AWorkerSeeingAnOlderVersionIsCaughtOnPerRoundShardsOnl
 }
 
 TEST(ChaosInvariantsTest, ReadAuditSkipsALineCutByAKill) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("diloco_chaos_audit_" + std::to_string(::getpid()) + ".jsonl");
+  const TempDir dir("diloco_chaos_audit_");
+  const std::string path = dir.Sub("audit.jsonl");
   {
     std::ofstream out(path);
     out << R"({"event":"recovered","incarnation":"18446744073709551557","fragment":1,"version":0,"digest":0})"
@@ -101,7 +103,6 @@ TEST(ChaosInvariantsTest, ReadAuditSkipsALineCutByAKill) {
         << R"({"event":"applied","incarnation":"1","fragm)";
   }
   const auto lines = ReadAudit(path);
-  std::filesystem::remove(path);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0].kind, AuditLine::kRecovered);
   EXPECT_EQ(lines[1].kind, AuditLine::kApplied);

@@ -1,5 +1,6 @@
 // The safetensors writer and reader: byte layout and alignment, escaping, and a reader that
-// refuses damaged files (truncation, offsets beyond the data, a header length past the end).
+// refuses damaged files (truncation, offsets beyond the data, a header length past the end, a
+// header that is not JSON or describes impossible tensors).
 #include "common/safetensors.h"
 
 #include <cstring>
@@ -89,6 +90,61 @@ TEST_F(DamagedFileTest, BrokenJson) {
   std::string b = bytes_;
   b[8] = '[';
   EXPECT_EQ(ReadBack(b), absl::StatusCode::kDataLoss);
+}
+
+// A header cut short: its JSON ends inside the object (the length and data still agree).
+TEST_F(DamagedFileTest, TruncatedHeaderJson) {
+  uint64_t n;
+  std::memcpy(&n, bytes_.data(), 8);
+  std::string header = bytes_.substr(8, n);
+  header.resize(header.rfind('}'));  // the closing brace and its padding gone
+  header.append(n - header.size(), ' ');
+  const std::string b = bytes_.substr(0, 8) + header + bytes_.substr(8 + n);
+  std::ofstream(dir_.Sub("g"), std::ios::binary) << b;
+  const auto r = ReadSafetensors(dir_.Sub("g"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("malformed JSON header"), std::string::npos) << r.status();
+}
+
+// Headers that parse but describe impossible tensors are refused, each with its reason.
+TEST_F(DamagedFileTest, WrongDtypeShapeOrOffsetsAreRefused) {
+  const struct {
+    std::string header;
+    const char* reason;
+  } cases[] = {
+      {R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,16]}})", "only F32"},
+      {R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", "bad dimension"},
+      {R"({"a":{"dtype":"F32","shape":[4.5],"data_offsets":[0,16]}})", "bad dimension"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,12]}})", "data_offsets"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[4,20]}})", "data_offsets"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0]}})", "data_offsets"},
+      {R"({"a":{"dtype":"F32","data_offsets":[0,16]}})", "shape"},
+      {R"({"a":[1,2]})", "not a tensor entry"},
+      {R"({"__metadata__":{"k":1}})", "metadata"},
+      {R"([1,2])", "not a JSON object"},
+      {"{\"a\":" + std::string(20, '[') + "1" + std::string(20, ']') + "}", "nested deeper"},
+  };
+  for (const auto& c : cases) {
+    std::string header = c.header;
+    header.append((8 - header.size() % 8) % 8, ' ');
+    std::string b(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(b.data(), &n, 8);
+    b += header;
+    b.append(16, '\0');  // the four floats
+    std::ofstream(dir_.Sub("g"), std::ios::binary | std::ios::trunc) << b;
+    const auto r = ReadSafetensors(dir_.Sub("g"));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << c.header;
+    EXPECT_NE(r.status().message().find(c.reason), std::string::npos) << r.status();
+  }
+}
+
+// Two tensors of one name cannot both be in the header (a JSON object's keys are unique).
+TEST(SafetensorsTest, RefusesTwoTensorsOfOneName) {
+  TempDir dir;
+  const std::vector<float> a = {1};
+  const std::vector<SafetensorsTensor> t = {{"a", {1}, a}, {"a", {1}, a}};
+  EXPECT_EQ(WriteSafetensors(dir.Sub("f"), t, {}).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -6,13 +6,13 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <regex>
-#include <sstream>
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "schema/transport.h"
+#include "tests/util/temp_dir.h"
 
 namespace diloco::testing {
 
@@ -66,12 +66,7 @@ std::optional<int> Process::Wait(absl::Duration timeout) {
 
 std::filesystem::path TestDir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  auto dir = std::filesystem::temp_directory_path() /
-             ("diloco_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-              std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return MakeTempDir(absl::StrCat("diloco_", info->test_suite_name(), "_", info->name(), "_"));
 }
 
 std::optional<std::string> WaitForLine(const std::filesystem::path& path, absl::Duration timeout) {
@@ -87,14 +82,9 @@ std::optional<std::string> WaitForLine(const std::filesystem::path& path, absl::
 
 std::vector<Event> ReadEvents(const std::filesystem::path& jsonl, const std::string& kind) {
   std::vector<Event> events;
-  std::ifstream in(jsonl);
-  std::string line;
-  static const std::regex kv("\"([a-z_]+)\":(-?[0-9.eE+-]+)");
-  while (std::getline(in, line)) {
-    if (!kind.empty() && line.find("\"event\":\"" + kind + "\"") == std::string::npos) continue;
-    Event e;
-    for (std::sregex_iterator it(line.begin(), line.end(), kv), end; it != end; ++it)
-      e[(*it)[1]] = std::stod((*it)[2]);
+  for (const Json& line : ReadJsonLines(jsonl)) {
+    if (!kind.empty() && EventName(line) != kind) continue;
+    Event e = NumbersOf(line);
     if (!e.empty()) events.push_back(std::move(e));
   }
   return events;
@@ -104,22 +94,6 @@ std::optional<std::string> ShardStats(const std::string& endpoint, absl::Duratio
   auto s = wire::RequestStats(endpoint, timeout);
   if (!s.ok()) return std::nullopt;
   return *s;
-}
-
-std::optional<double> JsonNumber(const std::string& json, const std::string& key) {
-  std::string scope = json;
-  std::string leaf = key;
-  if (auto dot = key.find('.'); dot != std::string::npos) {
-    const std::string outer = absl::StrCat("\"", key.substr(0, dot), "\":{");
-    auto p = json.find(outer);
-    if (p == std::string::npos) return std::nullopt;
-    scope = json.substr(p + outer.size(), json.find('}', p) - p - outer.size());
-    leaf = key.substr(dot + 1);
-  }
-  std::smatch m;
-  if (std::regex_search(scope, m, std::regex("\"" + leaf + "\":(-?[0-9.eE+-]+)")))
-    return std::stod(m[1]);
-  return std::nullopt;
 }
 
 LocalShards::~LocalShards() {
@@ -170,5 +144,21 @@ double LocalShards::Stat(int shard, const std::string& key) {
 
 std::string ServerBinary() { return DILOCO_SERVER_BINARY; }
 std::string WorkerBinary() { return DILOCO_WORKER_BINARY; }
+
+std::vector<std::string> TinyWorkerArgs(int worker_id, const std::vector<std::string>& servers,
+                                        const std::filesystem::path& jsonl) {
+  std::vector<std::string> argv = {WorkerBinary(),
+                                   absl::StrCat("--worker_id=", worker_id),
+                                   "--fragments=4",
+                                   "--model=tiny",
+                                   "--inner_steps=10",
+                                   "--batch=4",
+                                   "--threads=1",
+                                   "--eval_batches=1",
+                                   "--progress_interval=0.2s",
+                                   "--metrics_jsonl=" + jsonl.string()};
+  if (!servers.empty()) argv.push_back("--servers=" + absl::StrJoin(servers, ","));
+  return argv;
+}
 
 }  // namespace diloco::testing

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "tests/util/jsonl.h"
 
 namespace diloco::testing {
 
@@ -36,24 +37,32 @@ class Process {
   int status_ = 0;
 };
 
-// A per-test directory (LocalShards removes its own when the test passes).
+// A fresh per-test directory named after the test (tests/util/temp_dir.h's MakeTempDir);
+// LocalShards removes its own when the test passes.
 std::filesystem::path TestDir();
 
 // Waits until `path` exists and holds a line; returns it.
 std::optional<std::string> WaitForLine(const std::filesystem::path& path, absl::Duration timeout);
 
-// One JSON-lines event, numbers only (flat keys), e.g. {"step": 10, "loss": 3.2}.
+// One JSON-lines event's numbers by name (tests/util/jsonl.h's NumbersOf), e.g. {"step": 10,
+// "loss": 3.2}.
 using Event = std::map<std::string, double>;
-// The events of a JSON-lines file; with `kind`, only those whose "event" is `kind`.
+// The events of a JSON-lines file (ReadJsonLines); with `kind`, only those whose "event" is
+// `kind`. Events without numbers are left out.
 std::vector<Event> ReadEvents(const std::filesystem::path& jsonl, const std::string& kind = "");
 
 // Asks a shard for its Stats JSON over a fresh DEALER; nullopt if it does not answer in time.
+// JsonNumber (tests/util/jsonl.h) reads numbers out of it: "rounds", "versions.3".
 std::optional<std::string> ShardStats(const std::string& endpoint, absl::Duration timeout);
-// A number from a flat or one-level-nested JSON object: "rounds", or "versions.3".
-std::optional<double> JsonNumber(const std::string& json, const std::string& key);
 
 std::string ServerBinary();
 std::string WorkerBinary();
+
+// The command line of the tests' small worker: the tiny model on one thread, 4 fragments,
+// 10 inner steps, batches of 4, one eval batch, progress events every 0.2 s into `jsonl`,
+// syncing with `servers` (none: training without sync). Flags appended after these win.
+std::vector<std::string> TinyWorkerArgs(int worker_id, const std::vector<std::string>& servers,
+                                        const std::filesystem::path& jsonl);
 
 // The shards of one test: diloco-server processes on 127.0.0.1 with the settings the
 // multi-process tests share (4 fragments, grace cap 1 s, liveness timeout 2 s, a store each);

@@ -16,29 +16,15 @@
 namespace diloco::testing {
 namespace {
 
-constexpr char kModel[] = "tiny";
-
 struct Cluster : LocalShards {
   std::vector<std::unique_ptr<Process>> workers;
 
   std::filesystem::path Jsonl(int w) const { return dir / absl::StrCat("worker", w, ".jsonl"); }
 
   std::unique_ptr<Process> StartWorker(int w, int num_workers) {
-    std::string servers;
-    for (const auto& e : endpoints) servers += (servers.empty() ? "" : ",") + e;
-    std::vector<std::string> argv = {WorkerBinary(),
-                                     "--servers=" + servers,
-                                     absl::StrCat("--worker_id=", w),
-                                     absl::StrCat("--num_workers=", num_workers),
-                                     "--fragments=4",
-                                     absl::StrCat("--model=", kModel),
-                                     "--inner_steps=10",
-                                     "--duration=120s",
-                                     "--batch=4",
-                                     "--threads=1",
-                                     "--eval_batches=1",
-                                     "--progress_interval=0.2s",
-                                     "--metrics_jsonl=" + Jsonl(w).string()};
+    std::vector<std::string> argv = TinyWorkerArgs(w, endpoints, Jsonl(w));
+    argv.push_back(absl::StrCat("--num_workers=", num_workers));
+    argv.push_back("--duration=120s");  // a worker a failed test leaves behind stops by itself
     return std::make_unique<Process>(argv, (dir / absl::StrCat("worker", w, ".log")).string());
   }
 };

@@ -1,6 +1,9 @@
 // Bad flags and unusable inputs at start: diloco-server and diloco-worker exit with status 2 and
-// a message naming the problem, before anything lasting happens (no shard store is created).
-// And the example flag files that the deploy recipes use (deploy/flags) are accepted.
+// a message naming the problem, before anything lasting happens (no shard store is created); a
+// bad enum value is refused as it is parsed, naming the choices. The plan flags (--model,
+// --fragments, --shards) are one definition in every program. diloco-ctl answers a bad
+// subcommand or flag with its usage text and status 2. And the example flag files that the
+// deploy recipes use (deploy/flags) are accepted.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -47,18 +50,25 @@ void ExpectRefused(const std::string& binary, std::vector<std::string> defaults,
 TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
   const auto dir = TestDir();
   const std::vector<Case> cases = {
-      {"--device=tpu", "--device=tpu: expected cpu, cuda or synthetic"},
+      {"--device=tpu",
+       "Illegal value 'tpu' specified for flag 'device'; must be cpu, cuda or synthetic"},
       // A CPU-only build says it has no CUDA backend; a CUDA build counts the GPUs it can use.
       {"--device=cuda --gpus=64", "--device=cuda"},
       {"--device=cuda --gpus=0", "--gpus must be at least 1"},
       {"--codec=int9", "unknown codec 'int9'"},
       {"--step_slowdown=0.5", "--step_slowdown=0.5: expected a finite factor >= 1"},
       {"--step_slowdown=nan", "expected a finite factor >= 1"},
-      {"--model=L=0", "model spec 'L=0'"},
+      {"--model=L=0", "--model=L=0: model spec 'L=0'"},
+      {"--fragments=0", "--fragments=0: the plan needs at least one fragment"},
+      {"--shards=2 --servers=tcp://127.0.0.1:9",
+       "--shards=2: does not match the 1 shards of --servers"},
+      {"--no_such_flag=1", "Unknown command line flag 'no_such_flag'"},
+      {"--grad_clip=-1", "--grad_clip must be >= 0"},
       {"--heartbeat=5s --shard_timeout=1s --servers=tcp://127.0.0.1:9",
        "--heartbeat must be positive and shorter than --shard_timeout"},
       {"--data=bin:/nonexistent/tokens.bin", "/nonexistent/tokens.bin"},
-      {"--adopt=copy --servers=tcp://127.0.0.1:9", "--adopt=copy: expected keep or lerp"},
+      {"--adopt=copy --servers=tcp://127.0.0.1:9",
+       "Illegal value 'copy' specified for flag 'adopt'; must be keep or lerp"},
       {"--adopt=keep --adopt_alpha=0.5 --servers=tcp://127.0.0.1:9",
        "--adopt_alpha applies to --adopt=lerp only"},
       {"--adopt=lerp --adopt_alpha=1.5 --servers=tcp://127.0.0.1:9",
@@ -75,14 +85,24 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
 TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
   const auto dir = TestDir();
   const std::vector<Case> cases = {
-      {"--model=bogus", "model spec 'bogus'"},
-      {"--shards=2 --shard=5", "shard 5 out of range for 2 shards"},
-      {"--fragments=0", "fragments and shards must be positive"},
-      {"--durability=sometimes", "--durability must be periodic or per-round"},
-      {"--outer=adam", "--outer must be rounds or delayed-nesterov"},
-      {"--merge=median", "--merge must be mean or rda"},
-      {"--round_norm=median", "--round_norm must be expected or arrived"},
-      {"--round_step=half", "--round_step must be partial, composed or full"},
+      {"--model=bogus", "--model=bogus: model spec 'bogus'"},
+      {"--shards=2 --shard=5", "--shard=5: out of range for --shards=2"},
+      {"--fragments=0", "--fragments=0: the plan needs at least one fragment"},
+      {"--shards=0", "--shards=0: the plan needs at least one shard"},
+      {"--durability=sometimes",
+       "Illegal value 'sometimes' specified for flag 'durability'; must be periodic or per-round"},
+      {"--outer=adam",
+       "Illegal value 'adam' specified for flag 'outer'; must be rounds or delayed-nesterov"},
+      {"--merge=median", "Illegal value 'median' specified for flag 'merge'; must be mean or rda"},
+      {"--round_norm=median",
+       "Illegal value 'median' specified for flag 'round_norm'; must be expected or arrived"},
+      {"--round_step=half",
+       "Illegal value 'half' specified for flag 'round_step'; must be partial, composed or full"},
+      {"--weights=heavy",
+       "Illegal value 'heavy' specified for flag 'weights'; must be tokens2_over_steps, tokens or "
+       "uniform"},
+      {"--download_codec=int9", "--download_codec=int9: unknown codec 'int9'"},
+      {"--no_such_flag=1", "Unknown command line flag 'no_such_flag'"},
       {"--bind=tcp://999.1.1.1:1", "cannot bind tcp://999.1.1.1:1"},
       {"--metrics_jsonl=/nonexistent/dir/x.jsonl", "/nonexistent/dir/x.jsonl"},
       {"--curve_secret_key_file=/nonexistent/key", "/nonexistent/key"},
@@ -96,6 +116,58 @@ TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
                   dir / "server.log");
     EXPECT_FALSE(std::filesystem::exists(store)) << c.flags << ": a refused start left a store";
   }
+}
+
+std::string CtlBinary() { return DILOCO_CTL_BINARY; }
+
+// The plan flags' entry in `binary --helpfull`: the lines under "Flags from
+// .../common/plan_flags.cc:" (each flag with its help and default), or "" when absent.
+std::string PlanFlagsHelp(const std::vector<std::string>& argv, const std::filesystem::path& log) {
+  const auto [status, out] = RunToExit(argv[0], {argv.begin() + 1, argv.end()}, log);
+  const auto at = out.find("common/plan_flags.cc:");
+  if (at == std::string::npos) return "";
+  const auto end = out.find("\n\n", at);
+  return out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+// One definition, one default: every program lists the same --model, --fragments and --shards.
+TEST(FlagsTest, PlanFlagsMeanTheSameInEveryProgram) {
+  const auto dir = TestDir();
+  const std::string server = PlanFlagsHelp({ServerBinary(), "--helpfull"}, dir / "server.log");
+  ASSERT_NE(server.find("--fragments"), std::string::npos) << server;
+  EXPECT_NE(server.find("default: 4;"), std::string::npos) << server;
+  EXPECT_NE(server.find("default: \"small\";"), std::string::npos) << server;
+  EXPECT_NE(server.find("--shards"), std::string::npos) << server;
+  EXPECT_EQ(PlanFlagsHelp({WorkerBinary(), "--helpfull"}, dir / "worker.log"), server);
+  EXPECT_EQ(PlanFlagsHelp({CtlBinary(), "--helpfull"}, dir / "ctl.log"), server);
+}
+
+// A subcommand it does not know, a flag nobody defines, a flag of another subcommand, a bad
+// enum value: the message, the usage text, status 2.
+TEST(FlagsTest, CtlRefusesBadCommandLinesWithUsage) {
+  const auto dir = TestDir();
+  const std::vector<Case> cases = {
+      {"", "missing subcommand"},
+      {"frobnicate --store=x", "unknown subcommand 'frobnicate'"},
+      {"show --no_such_flag=1", "Unknown command line flag 'no_such_flag'"},
+      {"show --model=tiny --store=x", "show does not take --model"},
+      {"export --format=onnx --model=tiny --fragments=4 --shards=1 --out=x y",
+       "Illegal value 'onnx' specified for flag 'format'; must be safetensors or hf"},
+      {"gen-data --out=x --tokens=many", "Illegal value 'many' specified for flag 'tokens'"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv;
+    for (absl::string_view f : absl::StrSplit(c.flags, ' ', absl::SkipEmpty()))
+      argv.emplace_back(f);
+    const auto [status, out] = RunToExit(CtlBinary(), argv, dir / "ctl.log");
+    EXPECT_EQ(status, 2) << c.flags << "\n" << out;
+    EXPECT_NE(out.find(c.message), std::string::npos) << c.flags << "\n" << out;
+    EXPECT_NE(out.find("usage:\n  diloco-ctl show"), std::string::npos) << c.flags << "\n" << out;
+  }
+  // Asking for the usage is not an error.
+  const auto [status, out] = RunToExit(CtlBinary(), {"help"}, dir / "ctl.log");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("usage:"), std::string::npos) << out;
 }
 
 TEST(FlagsTest, DeployFlagFilesAreAccepted) {

@@ -8,6 +8,7 @@
 
 #include "common/model_spec.h"
 #include "gtest/gtest.h"
+#include "tests/util/temp_dir.h"
 #include "worker/data/batcher.h"
 #include "worker/data/markov.h"
 #include "worker/data/source.h"
@@ -20,14 +21,7 @@ namespace {
 
 class TokenFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("model_data_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const char* name) { return (dir_ / name).string(); }
+  std::string Path(const char* name) { return dir_.Sub(name); }
   // Writes a raw file: header ints then tokens.
   void WriteRaw(const std::string& path, std::vector<int32_t> header, std::vector<uint16_t> toks,
                 size_t truncate_to = SIZE_MAX) {
@@ -37,7 +31,7 @@ class TokenFileTest : public ::testing::Test {
     if (truncate_to < bytes.size()) bytes.resize(truncate_to);
     std::ofstream(path, std::ios::binary) << bytes;
   }
-  std::filesystem::path dir_;
+  diloco::testing::TempDir dir_{"model_data_test_"};
 };
 
 TEST_F(TokenFileTest, RoundTrip) {

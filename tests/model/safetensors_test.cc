@@ -8,6 +8,7 @@
 
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
+#include "tests/util/temp_dir.h"
 #include "worker/data/token_file.h"
 #include "worker/model/evaluate.h"
 #include "worker/model/gpt.h"
@@ -17,14 +18,7 @@ namespace {
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("model_st_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const char* n) { return (dir_ / n).string(); }
+  std::string Path(const char* n) { return dir_.Sub(n); }
   void WriteRaw(const std::string& path, const std::string& header, size_t data_bytes) {
     std::string b(8, '\0');
     for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(uint64_t(header.size()) >> (8 * i));
@@ -32,7 +26,7 @@ class SafetensorsTest : public ::testing::Test {
     b.append(data_bytes, '\0');
     std::ofstream(path, std::ios::binary) << b;
   }
-  std::filesystem::path dir_;
+  diloco::testing::TempDir dir_{"model_st_test_"};
 };
 
 TEST_F(SafetensorsTest, RoundTripThroughManifest) {

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/util/temp_dir.h"
+
 namespace diloco::wire {
 namespace {
 
@@ -22,9 +24,8 @@ TEST(CurveTest, KeyPairsAndPublicKeys) {
 }
 
 TEST(CurveTest, KeyFilesRoundTripAndSecretIsPrivate) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("diloco_curve_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const diloco::testing::TempDir tmp("diloco_curve_");
+  const std::filesystem::path& dir = tmp.dir();
   auto a = NewCurveKeyPair().value();
   const std::string prefix = (dir / "w").string();
   ASSERT_TRUE(WriteKeyPair(prefix, a).ok());
@@ -34,7 +35,6 @@ TEST(CurveTest, KeyFilesRoundTripAndSecretIsPrivate) {
   ASSERT_EQ(::stat((prefix + ".secret").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_FALSE(ReadKeyFile((dir / "missing").string()).ok());
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CurveTest, AuthorizedKeysParse) {

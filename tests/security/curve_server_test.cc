@@ -99,7 +99,7 @@ TEST_F(CurveServerTest, ListedKeyClaimingAnotherWorkerIsRefused) {
 }
 
 TEST_F(CurveServerTest, WorkerTrainsOverCurve) {
-  auto argv = TinyWorkerArgs(endpoint_, 1, dir_ / "w1.jsonl");
+  auto argv = LoneWorkerArgs(endpoint_, 1, dir_ / "w1.jsonl");
   argv.push_back("--curve_server_key=" + server_.public_key);
   argv.push_back("--curve_secret_key_file=" + (dir_ / "w1.secret").string());
   Process worker(argv, (dir_ / "worker.log").string());
@@ -111,7 +111,7 @@ TEST_F(CurveServerTest, WorkerTrainsOverCurve) {
 }
 
 TEST_F(CurveServerTest, WorkerWithAnotherWorkersKeyExitsWithTheShardsReason) {
-  auto argv = TinyWorkerArgs(endpoint_, 2, dir_ / "w2.jsonl");  // worker 2 with w1's key
+  auto argv = LoneWorkerArgs(endpoint_, 2, dir_ / "w2.jsonl");  // worker 2 with w1's key
   argv.push_back("--curve_server_key=" + server_.public_key);
   argv.push_back("--curve_secret_key_file=" + (dir_ / "w1.secret").string());
   Process worker(argv, (dir_ / "worker.log").string());
@@ -128,7 +128,7 @@ TEST_F(CurveServerTest, WorkerWithAnotherWorkersKeyExitsWithTheShardsReason) {
 // not train unsynced with errors counted and exit 0.
 TEST_F(CurveServerTest, WorkerWithAnUnlistedKeyExitsWithTheShardsReason) {
   ASSERT_TRUE(wire::WriteKeyPair((dir_ / "stranger").string(), stranger_).ok());
-  auto argv = TinyWorkerArgs(endpoint_, 1, dir_ / "w1.jsonl");
+  auto argv = LoneWorkerArgs(endpoint_, 1, dir_ / "w1.jsonl");
   argv.push_back("--curve_server_key=" + server_.public_key);
   argv.push_back("--curve_secret_key_file=" + (dir_ / "stranger.secret").string());
   Process worker(argv, (dir_ / "worker.log").string());

@@ -75,7 +75,7 @@ TEST(GarbageTest, FloodChangesNothingForAGoodWorker) {
   auto ep = WaitForLine(dir / "port", absl::Seconds(20));
   ASSERT_TRUE(ep.has_value());
   const auto jsonl = dir / "worker.jsonl";
-  Process worker(TinyWorkerArgs(*ep, 0, jsonl), (dir / "worker.log").string());
+  Process worker(LoneWorkerArgs(*ep, 0, jsonl), (dir / "worker.log").string());
   ASSERT_TRUE(WaitForAdoptions(jsonl, 4, absl::Seconds(60))) << "see " << dir;
   const double bad_before = JsonNumber(*ShardStats(*ep, absl::Seconds(5)), "bad_messages").value();
   const double adoptions_before = Adoptions(jsonl);

@@ -75,21 +75,13 @@ inline bool WaitForAdoptions(const std::filesystem::path& jsonl, double n, absl:
   return false;
 }
 
-inline std::vector<std::string> TinyWorkerArgs(const std::string& endpoint, uint32_t id,
+// The tests' small worker (TinyWorkerArgs) as the only worker of the shard at `endpoint`; it
+// stops by itself after 120 s should a test leave it behind.
+inline std::vector<std::string> LoneWorkerArgs(const std::string& endpoint, uint32_t id,
                                                const std::filesystem::path& jsonl) {
-  return {WorkerBinary(),
-          "--servers=" + endpoint,
-          "--worker_id=" + std::to_string(id),
-          "--num_workers=1",
-          "--fragments=4",
-          std::string("--model=") + kModel,
-          "--inner_steps=10",
-          "--duration=120s",
-          "--batch=4",
-          "--threads=1",
-          "--eval_batches=1",
-          "--progress_interval=0.2s",
-          "--metrics_jsonl=" + jsonl.string()};
+  std::vector<std::string> argv = TinyWorkerArgs(static_cast<int>(id), {endpoint}, jsonl);
+  argv.insert(argv.end(), {"--num_workers=1", "--duration=120s"});
+  return argv;
 }
 
 }  // namespace diloco::testing

@@ -14,6 +14,7 @@
 
 #include "server/metrics.h"
 #include "tests/server/shard_harness.h"
+#include "tests/util/temp_dir.h"
 #include "tests/util/tmpfs.h"
 
 namespace diloco::server::testing {
@@ -35,8 +36,8 @@ void FillUp(const std::filesystem::path& path) {
 }
 
 TEST(ShardDiskFullTest, HoldsTheVersionKeepsServingAndPublishesAfterSpaceReturns) {
-  diloco::testing::Tmpfs fs(std::filesystem::temp_directory_path() /
-                            ("shard_disk_full_" + std::to_string(::getpid())));
+  const diloco::testing::TempDir tmp("shard_disk_full_");
+  diloco::testing::Tmpfs fs(tmp.dir() / "mnt");
   if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << fs.error();
   auto o = TinyOptions();
   o.store_path = (fs.dir() / "store").string();
@@ -104,9 +105,8 @@ TEST(ShardDiskFullTest, HoldsTheVersionKeepsServingAndPublishesAfterSpaceReturns
 // The same reporting without a file system to fill (runs everywhere): the writes fail on
 // demand through the writer's test hook with the status a full disk gives.
 TEST(ShardDiskFullTest, AFailingWriteIsReportedWithItsCauseUntilOneSucceeds) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("shard_failing_write_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const diloco::testing::TempDir tmp("shard_failing_write_");
+  const std::filesystem::path& dir = tmp.dir();
   auto o = TinyOptions();
   o.store_path = (dir / "store").string();
   o.durability = Durability::kPerRound;
@@ -162,7 +162,6 @@ TEST(ShardDiskFullTest, AFailingWriteIsReportedWithItsCauseUntilOneSucceeds) {
         PrometheusText(h.shard()).find("diloco_checkpoint_failing{shard=\"0\",code=\"OK\"} 0"),
         std::string::npos);
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/server/shard_harness.h"
+#include "tests/util/temp_dir.h"
 
 namespace diloco::server::testing {
 namespace {
@@ -425,14 +426,8 @@ TEST_F(ShardTest, InitIsAcceptedOnce) {
 
 class ShardStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("shard_store_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::filesystem::path dir_;
+  ::diloco::testing::TempDir tmp_{"shard_store_"};
+  std::filesystem::path dir_ = tmp_.dir() / "store";  // made by the shard
 };
 
 TEST_F(ShardStoreTest, RestartRecoversVersionsParamsAndDedup) {

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "tests/server/shard_harness.h"
+#include "tests/util/temp_dir.h"
 
 namespace diloco::server::testing {
 namespace {
@@ -58,20 +59,13 @@ int Count(const std::vector<Outgoing>& out, MsgType t) {
 
 class ShardWriterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("shard_writer_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
   void TearDown() override {
     gate_.Release(1000);  // let a held write finish before the shard is destroyed
     h_.reset();
-    std::filesystem::remove_all(dir_);
   }
   ShardOptions Options(Durability d) {
     auto o = TinyOptions();
-    o.store_path = dir_.string();
+    o.store_path = dir_.Sub("store");
     o.durability = d;
     o.checkpoint_thread = true;
     o.checkpoint_every_rounds = 1;
@@ -111,7 +105,7 @@ class ShardWriterTest : public ::testing::Test {
     }
   }
 
-  std::filesystem::path dir_;
+  diloco::testing::TempDir dir_{"shard_writer_"};
   Gate gate_;  // outlives the shard (declared before h_)
   std::unique_ptr<ShardHarness> h_;
 };

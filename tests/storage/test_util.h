@@ -1,8 +1,7 @@
-// Shared by the storage tests: per-test temp dirs and checkpoint contents that encode their
-// checkpoint id, so a value from another checkpoint (or a torn one) is detectable.
+// Shared by the storage tests: per-test temp dirs (tests/util/temp_dir.h) and checkpoint contents
+// that encode their checkpoint id, so a value from another checkpoint (or a torn one) is
+// detectable.
 #pragma once
-
-#include <stdlib.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -14,28 +13,11 @@
 
 #include "gtest/gtest.h"
 #include "storage/checkpoint_store.h"
+#include "tests/util/temp_dir.h"
 
 namespace diloco::storage::testutil {
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = getenv("TEST_TMPDIR");
-    std::string tmpl = std::string(base ? base : std::filesystem::temp_directory_path().c_str()) +
-                       "/diloco_storage_XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using diloco::testing::TempDir;
 
 inline std::string ReadAll(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);

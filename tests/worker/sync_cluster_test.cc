@@ -8,21 +8,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <functional>
-#include <regex>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "tests/integration/cluster.h"
 
 namespace diloco::testing {
 namespace {
-
-constexpr char kModel[] = "tiny";
 
 // One JSON line: its "event" name and its numeric fields.
 struct Typed {
@@ -32,18 +27,7 @@ struct Typed {
 
 std::vector<Typed> ReadTyped(const std::filesystem::path& jsonl) {
   std::vector<Typed> out;
-  std::ifstream in(jsonl);
-  std::string line;
-  static const std::regex name("\"event\":\"([a-z_]+)\"");
-  static const std::regex kv("\"([a-z_]+)\":(-?[0-9.eE+-]+)");
-  while (std::getline(in, line)) {
-    Typed t;
-    std::smatch m;
-    if (std::regex_search(line, m, name)) t.name = m[1];
-    for (std::sregex_iterator it(line.begin(), line.end(), kv), end; it != end; ++it)
-      t.num[(*it)[1]] = std::stod((*it)[2]);
-    out.push_back(std::move(t));
-  }
+  for (const Json& line : ReadJsonLines(jsonl)) out.push_back({EventName(line), NumbersOf(line)});
   return out;
 }
 
@@ -77,18 +61,9 @@ struct Fleet : LocalShards {
   // A worker on `endpoints` (none: no sync), with extra flags appended.
   std::unique_ptr<Process> StartWorker(int w, const std::vector<std::string>& extra,
                                        bool sync = true) {
-    std::vector<std::string> argv = {WorkerBinary(),
-                                     absl::StrCat("--worker_id=", w),
-                                     "--fragments=4",
-                                     absl::StrCat("--model=", kModel),
-                                     "--inner_steps=10",
-                                     "--batch=4",
-                                     "--threads=1",
-                                     "--eval_batches=1",
-                                     "--progress_interval=0.2s",
-                                     "--log_sync_events",
-                                     "--metrics_jsonl=" + Jsonl(w).string()};
-    if (sync) argv.push_back("--servers=" + absl::StrJoin(endpoints, ","));
+    std::vector<std::string> argv =
+        TinyWorkerArgs(w, sync ? endpoints : std::vector<std::string>{}, Jsonl(w));
+    argv.push_back("--log_sync_events");
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<Process>(argv, (dir / absl::StrCat("worker", w, ".log")).string());
   }
@@ -123,6 +98,22 @@ double StepRate(const std::vector<Typed>& events, double from_s) {
   if (!a || p.empty()) return 0;
   const double dt = p.back().num.at("elapsed_s") - a->num.at("elapsed_s");
   return dt > 0 ? (p.back().num.at("step") - a->num.at("step")) / dt : 0;
+}
+
+// The share of the training loop's wall time spent inside steps from `from_s` on (the progress
+// events' cumulative busy_s over wall_s): a loop blocked outside its steps (on sync) scores low,
+// while a loop the scheduler merely slows (a busy box) does not, since its steps slow with it.
+double StepShare(const std::vector<Typed>& events, double from_s) {
+  auto p = Named(events, "progress");
+  const Typed* a = nullptr;
+  for (const auto& e : p)
+    if (e.num.at("elapsed_s") >= from_s) {
+      a = &e;
+      break;
+    }
+  if (!a || a == &p.back()) return 0;
+  const double wall = p.back().num.at("wall_s") - a->num.at("wall_s");
+  return wall > 0 ? (p.back().num.at("busy_s") - a->num.at("busy_s")) / wall : 0;
 }
 
 // Pushes per second over the last `window_s` seconds of progress events.
@@ -190,13 +181,14 @@ TEST(WorkerSyncTest, TrainsAtFullSpeedWhileEveryShardIsDownAndJoinsWhenTheyComeU
   f.workers.push_back(f.StartWorker(0, {"--join_timeout=0.5s", "--duration=60s"}));
   f.workers.push_back(f.StartWorker(1, {"--duration=60s"}, /*sync=*/false));
   absl::SleepFor(absl::Seconds(6));
-  const double with_sync = StepRate(ReadTyped(f.Jsonl(0)), 1.0);
-  const double without = StepRate(ReadTyped(f.Jsonl(1)), 1.0);
+  // Not steps per second: two trainers on the 2 cores of a CI box move against each other by
+  // 30% and more with the load (seen in CI). What must hold is that the unreachable shards never
+  // hold the training loop up: it spends its time in steps, as the worker without sync does.
+  const double with_sync = StepShare(ReadTyped(f.Jsonl(0)), 1.0);
+  const double without = StepShare(ReadTyped(f.Jsonl(1)), 1.0);
   ASSERT_GT(without, 0);
-  // Two single-threaded trainers share the 2 cores of a CI box with the kernel and ZeroMQ
-  // threads: the scheduler alone moves one against the other by up to ~30% over 5 s (seen in
-  // CI), so the bound is generous; the precise figure is benchmarks/worker's job.
-  EXPECT_GE(with_sync, 0.6 * without) << with_sync << " vs " << without << " steps/s";
+  EXPECT_GE(with_sync, 0.9 * without) << with_sync << " vs " << without << " of the loop in steps";
+  EXPECT_GT(StepRate(ReadTyped(f.Jsonl(0)), 1.0), 0) << "the worker stopped stepping";
   auto events = ReadTyped(f.Jsonl(0));
   EXPECT_EQ(Named(events, "join_pending").size(), 1u);
   EXPECT_TRUE(Named(events, "joined").empty());

@@ -1,0 +1,87 @@
+// The Shard's private parts that its translation units share: a fragment's state and the small
+// helpers more than one of them uses. The class is split by job:
+//   shard.cc             creation, dispatch, admission (Hello, Init, Push, Pull, Heartbeat)
+//   shard_rounds.cc      rounds: closing, the outer step, quantized downloads, publication
+//   shard_checkpoint.cc  recovery from the store, checkpoint scheduling and results
+//   shard_stats.cc       introspection and the Stats JSON
+// Not for users of the Shard (server/shard.h is its interface).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/outer.h"
+#include "server/download_chain.h"
+#include "server/shard.h"
+
+namespace diloco::server {
+
+// The protocol names the shard's files use throughout.
+using wire::AckStatus;
+using wire::ErrorCode;
+using wire::HeaderFields;
+using wire::MsgType;
+using wire::WireError;
+
+inline double Ema(double old, double x, double a = 0.2) {
+  return old == 0 ? x : (1 - a) * old + a * x;
+}
+
+// The checksum of each fp32 chunk frame of a snapshot, as FillUpdate will cut it.
+std::shared_ptr<const std::vector<uint64_t>> SnapshotChecksums(const wire::Bytes& b);
+
+// Whether a worker is among the contributors of fragment state f's open round.
+template <typename FragmentState>
+auto InRound(const FragmentState& f) {
+  return [&f](uint32_t worker) {
+    for (const auto& c : f.contributors)
+      if (c.worker == worker) return true;
+    return false;
+  };
+}
+
+struct Shard::FragmentState {
+  const Fragment* spec = nullptr;
+  uint64_t version = 0;    // applied
+  uint64_t published = 0;  // visible to workers (== version unless a checkpoint is pending)
+  uint64_t durable = 0;    // the version the store's newest checkpoint holds
+  // Its theta and momentum are borrowed by the checkpoint in flight: read-only until the write
+  // is done (its next round closes after it; pushes keep merging into acc meanwhile).
+  bool writing = false;
+  std::vector<Outgoing> init_acks;  // Initialized answers held until theta(0) is durable
+  // The live theta, in a shared buffer: once published it is also `snapshot` (sends read it
+  // zero-copy), and the next round that changes it writes a new buffer (StepRound).
+  std::shared_ptr<wire::Bytes> theta_buf;
+  std::vector<float> momentum;
+  double phase = 0;  // RoundStep::kComposed: the share of the full round stepped on so far
+  // The round's accumulator, from the shard's pool while the round is open (null otherwise).
+  std::shared_ptr<wire::Bytes> acc_buf;
+  std::span<float> theta() const { return Floats(*theta_buf); }
+  std::span<float> acc() const { return Floats(*acc_buf); }
+  double weight_sum = 0, weight_ref = 0;  // merged pushes' weights, relative to the first's
+  uint32_t merged = 0;                    // pushes merged into acc this round
+  OpenRound round;
+  struct Contribution {
+    std::string rid;
+    uint32_t worker = 0;
+    uint64_t generation = 0, seq = 0;
+    uint64_t bytes = 0;  // payload bytes of the push
+    uint64_t base = 0;   // the version the push was trained from: what the worker holds
+  };
+  std::vector<Contribution> contributors;       // in the open round
+  std::vector<Contribution> unacked;            // applied, Applied ack held until published
+  std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
+  std::shared_ptr<const std::vector<uint64_t>> snapshot_sums;  // per chunk, hashed once
+  std::unique_ptr<kernels::DelayedNesterov> dn;                // kDelayedNesterov only
+  std::vector<std::vector<float>> rda_deltas;  // kRda only: one dense delta per push
+  std::vector<float> rda_weights;
+  std::unique_ptr<DownloadChain> downloads;  // quantized downloads only
+  // Written by the fragment's apply thread, read after ApplyPool::Wait.
+  std::atomic<int64_t> last_apply_ns{0};
+  std::atomic<uint64_t> apply_errors{0};
+};
+
+}  // namespace diloco::server

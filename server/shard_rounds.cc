@@ -1,0 +1,276 @@
+// Shard, rounds (server/shard_internal.h): closing a round, its outer step, the quantized
+// download of the new version, publication and the answers it releases, and Tick.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "kernels/codec.h"
+#include "server/shard_internal.h"
+
+namespace diloco::server {
+
+std::shared_ptr<const std::vector<uint64_t>> SnapshotChecksums(const wire::Bytes& b) {
+  auto sums = std::make_shared<std::vector<uint64_t>>();
+  for (const wire::PayloadChunk& c : wire::PayloadLayout(wire::kFragmentCodec, b.size() / 4))
+    sums->push_back(Checksum64(b.data() + c.byte_offset, c.bytes));
+  return sums;
+}
+
+void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, Outgoing* o) {
+  o->header.fragment_id = f.spec->id;
+  o->header.version = f.published;
+  o->values_checksums = f.snapshot_sums;
+  if (WorkerInfo* w = workers_.Find(worker)) {
+    uint64_t& holds = w->holds[f.spec->id];
+    holds = std::max(holds, f.published);
+  }
+  const auto chain = f.downloads && base > 0 ? f.downloads->Between(base, f.published)
+                                             : std::vector<const DownloadUpdate*>{};
+  if (chain.empty()) {
+    wire::SetPayloadLayout(o->header, wire::kFragmentCodec, f.spec->numel);
+    o->payloads = wire::PayloadFrames(f.snapshot, wire::kFragmentCodec, f.spec->numel);
+    o->checksums = f.snapshot_sums;
+    ++counters_.updates_full;
+    counters_.update_bytes_full += f.spec->numel * sizeof(float);
+    return;
+  }
+  // U_{base+1} .. U_published, each cut in chunks as a push is: the worker reconstructs them in
+  // turn on the values of `base` and checks the result against values_checksum.
+  const kernels::Codec codec = f.downloads->codec();
+  wire::SetPayloadLayout(o->header, codec, f.spec->numel);
+  o->header.base_version = base;
+  o->header.values_checksum = chain.back()->values_checksum;
+  auto sums = std::make_shared<std::vector<uint64_t>>();
+  for (const DownloadUpdate* u : chain) {
+    for (auto& frame : wire::PayloadFrames(u->bytes, codec, f.spec->numel))
+      o->payloads.push_back(std::move(frame));
+    sums->insert(sums->end(), u->sums->begin(), u->sums->end());
+  }
+  o->checksums = std::move(sums);
+  ++counters_.updates_delta;
+  counters_.update_bytes_delta += chain.size() * f.downloads->update_bytes();
+}
+
+void Shard::QuantizeDownload(FragmentState& f, std::span<const float> previous) {
+  if (!f.downloads->Quantize(f.version + 1, previous, f.theta(), step_scratch_))
+    log_lines_.push_back(absl::StrCat("fragment ", f.spec->id, " version ", f.version + 1,
+                                      " is not finite: published whole, not as an update"));
+}
+
+void Shard::TrimDownloads(FragmentState& f) {
+  if (!f.downloads) return;
+  // The oldest version a live worker that took this fragment holds (a worker that took none
+  // from this shard gets it whole): updates up to it are no one's to use.
+  f.downloads->Trim(workers_.OldestHeld(clock_->Now(), f.spec->id, f.published),
+                    opt_.download_chain);
+}
+
+uint32_t Shard::live_workers() const { return workers_.LiveCount(clock_->Now()); }
+
+uint64_t Shard::HeldBytes(uint32_t worker, uint64_t generation) const {
+  uint64_t n = 0;
+  for (const auto& [_, f] : fragments_)
+    for (const auto& c : f->contributors)
+      if (c.worker == worker && c.generation == generation) n += c.bytes;
+  return n;
+}
+
+absl::Duration Shard::Grace() const {
+  RoundTimings t = timings_;
+  t.step_time_s = workers_.FleetStepTimeUs(clock_->Now()) * 1e-6;
+  t.cycle_s = workers_.FleetCadenceS(clock_->Now(), std::nullopt);
+  return GraceWindow(opt_.round, t);
+}
+
+void Shard::CloseRound(FragmentState& f) {
+  apply_->Wait(f.spec->id);  // every push of the round is merged
+  counters_.last_apply_ms = f.last_apply_ns.load() / 1e6;
+  counters_.apply_errors += f.apply_errors.exchange(0);
+  // The merged weight over what a full round would weigh: with kExpected a live worker missing
+  // from the round counts as a zero delta. A dropped push (test flag) counts as neither: the
+  // round is the mean of the pushes that survived, as in DiLoCo's dropped-gradient study.
+  double total = f.weight_sum;
+  if (!f.dn && opt_.norm == RoundNorm::kExpected && f.weight_ref > 0)
+    total += workers_.ExpectedMissingWeight(clock_->Now(), f.spec->id, InRound(f)) / f.weight_ref;
+  const double share = f.merged > 0 ? f.weight_sum / total : 0;
+  counters_.round_share = counters_.rounds == 0 ? share : Ema(counters_.round_share, share, 0.05);
+  if (opt_.merge == MergeRule::kRda) {
+    if (!f.acc_buf) f.acc_buf = pool_.Take(f.spec->numel * sizeof(float));  // RdaMerge's output
+    std::vector<std::span<const float>> deltas(f.rda_deltas.begin(), f.rda_deltas.end());
+    auto s = kernels::RdaMerge(deltas, f.rda_weights, f.acc());
+    if (!s.ok()) std::fill(f.acc().begin(), f.acc().end(), 0.0f);  // all-zero weights: no move
+    f.rda_deltas.clear();
+    f.rda_weights.clear();
+    if (share != 1.0)
+      for (float& a : f.acc()) a *= static_cast<float>(share);
+  } else if (const double inv = f.merged > 0 ? share / f.weight_sum : 1.0; inv != 1.0) {
+    for (float& a : f.acc()) a *= static_cast<float>(inv);
+  }
+  // Quantized downloads: the published values P_{v-1} stay as they are (holding them makes the
+  // step write a new theta) until the update to the new version is taken from them.
+  std::shared_ptr<wire::Bytes> previous;
+  if (f.downloads) previous = f.theta_buf;
+  if (f.merged == 0) {
+    // Every push of the round was dropped: nothing to step on; the version still moves so that
+    // the contributors' pushes are answered (with quantized downloads: the residual's update).
+    if (f.downloads) MakeThetaWritable(f);
+  } else if (f.dn) {
+    MakeThetaWritable(f);
+    (void)f.dn->Arrive(f.theta(), f.momentum, f.acc());  // sizes match by construction
+  } else {
+    StepRound(f, share);
+  }
+  if (previous) {
+    QuantizeDownload(f, Floats(*previous));
+    previous.reset();
+    BudgetPool();  // the chain grew: what the pool may keep shrinks before it takes buffers back
+  }
+  // The round is closed: its accumulator goes back.
+  pool_.Give(std::move(f.acc_buf), clock_->Now());
+  ++f.version;
+  ++counters_.rounds;
+  for (const auto& c : f.contributors) {
+    auto& w = workers_.Get(c.worker);
+    if (w.generation == c.generation) w.applied_seq[f.spec->id] = c.seq;
+    f.unacked.push_back(c);
+  }
+  f.contributors.clear();
+  f.round = OpenRound{};
+  f.weight_sum = f.weight_ref = 0;
+  f.merged = 0;
+  dirty_ = true;
+}
+
+void Shard::StepRound(FragmentState& f, double share) {
+  auto step = [&](std::span<float> theta, std::span<float> m, std::span<const float> d,
+                  double* phase) {
+    if (opt_.step == RoundStep::kPartial) {
+      (void)kernels::PartialNesterovStep(opt_.outer, share, theta, m, d);
+    } else if (opt_.step == RoundStep::kComposed) {
+      (void)kernels::ComposedNesterovStep(opt_.outer, share, phase, theta, m, d);
+    } else {
+      kernels::NesterovStep(opt_.outer, theta, m, d);
+    }
+  };
+  if (f.theta_buf.use_count() == 1) {  // neither published nor being sent: step in place
+    step(f.theta(), f.momentum, f.acc(), &f.phase);
+    return;
+  }
+  // The accumulator becomes the new theta: chunk by chunk, its delta moves to a scratch buffer,
+  // the old theta's values take its place and the step runs there. The steps are elementwise
+  // (the phase is the same for every chunk), so the result is the in-place step's, bit for bit.
+  const std::span<const float> old = f.theta();
+  const std::span<float> out = f.acc();
+  const std::span<float> m = f.momentum;
+  constexpr size_t kChunk = size_t{1} << 18;  // 1 MiB of floats: large enough for ParallelFor
+  step_scratch_.resize(std::min(kChunk, out.size()));
+  double phase = f.phase;
+  for (size_t lo = 0; lo < out.size(); lo += kChunk) {
+    const size_t n = std::min(kChunk, out.size() - lo);
+    const std::span<float> d(step_scratch_.data(), n);
+    std::copy_n(out.begin() + lo, n, d.begin());
+    std::copy_n(old.begin() + lo, n, out.begin() + lo);
+    phase = f.phase;
+    step(out.subspan(lo, n), m.subspan(lo, n), d, &phase);
+  }
+  f.phase = phase;
+  // The old theta is reused once no send or snapshot holds it.
+  pool_.Give(std::exchange(f.theta_buf, std::move(f.acc_buf)), clock_->Now());
+}
+
+void Shard::MakeThetaWritable(FragmentState& f) {
+  if (f.theta_buf.use_count() == 1) return;  // neither published nor being sent
+  auto copy = pool_.Take(f.theta_buf->size());
+  std::memcpy(copy->data(), f.theta_buf->data(), copy->size());
+  // The old theta is reused once no send or snapshot holds it.
+  pool_.Give(std::exchange(f.theta_buf, std::move(copy)), clock_->Now());
+}
+
+void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
+  // No copy: the snapshot is the live theta, which the next round copies before changing it.
+  f.snapshot = f.theta_buf;
+  f.snapshot_sums = SnapshotChecksums(*f.snapshot);
+  f.published = f.version;
+  for (const auto& c : f.unacked) {
+    Outgoing o{c.rid, Reply(MsgType::FragmentUpdate), {}};
+    FillUpdate(f, c.worker, c.base, &o);
+    o.header.worker_id = c.worker;
+    o.header.generation = c.generation;
+    o.header.seq = c.seq;
+    o.header.ack = AckStatus::Applied;
+    out->push_back(std::move(o));
+  }
+  f.unacked.clear();
+  TrimDownloads(f);
+}
+
+uint64_t Shard::DownloadBytes() const {
+  uint64_t bytes = 0;  // residuals and kept updates
+  for (uint32_t id : owned_)
+    if (const auto& d = fragments_.at(id)->downloads) bytes += d->bytes();
+  return bytes;
+}
+
+void Shard::BudgetPool() {
+  const uint64_t downloads = DownloadBytes();
+  pool_.SetBudget(round_buffer_bytes_ > downloads ? round_buffer_bytes_ - downloads : 0);
+}
+
+void Shard::Tick(std::vector<Outgoing>* out) {
+  const absl::Time now = clock_->Now();
+  trains_.DropIdleSince(now - kTrainIdle);
+  BudgetPool();
+  pool_.Trim(now);
+  if (writer_) {
+    if (auto r = writer_->TakeResult()) {
+      FinishCheckpoint(*r);
+      PublishReady(out);  // before a round closes on the theta that was just made durable
+    }
+  }
+  const absl::Duration grace = Grace();
+  // Due rounds close in turn from where the last call stopped, within opt_.close_budget, so a
+  // pass of the event loop, and with it the answer to every heartbeat, stays short at real
+  // sizes. A round left due keeps NextDeadline() in the past: the loop comes straight back.
+  const size_t n = owned_.size();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t at = (close_cursor_ + k) % n;
+    FragmentState& f = *fragments_.at(owned_[at]);
+    f.round.live_workers_missing = workers_.LiveMissing(clock_->Now(), InRound(f));
+    if (f.writing) continue;  // its theta is being written: the round closes after the write
+    // Delayed Nesterov has no rounds: every arrival is applied on its own.
+    const bool due = f.dn ? f.round.pushes > 0 : ShouldClose(opt_.round, grace, f.round, now);
+    if (!due) continue;
+    CloseRound(f);
+    if (clock_->Now() - now >= opt_.close_budget) {
+      close_cursor_ = (at + 1) % n;
+      break;
+    }
+  }
+  MaybeStartCheckpoint(now);
+  PublishReady(out);
+}
+
+bool Shard::Publishable(const FragmentState& f) const {
+  if (f.published == f.version) return false;
+  if (!store_) return true;
+  if (f.published == 0) return f.durable >= 1;  // theta(0) durable in every mode
+  if (opt_.durability == Durability::kPerRound) return f.durable == f.version;
+  return true;
+}
+
+void Shard::PublishReady(std::vector<Outgoing>* out) {
+  for (uint32_t id : owned_) {
+    FragmentState& f = *fragments_.at(id);
+    if (!Publishable(f)) continue;
+    Publish(f, out);
+    for (auto& a : f.init_acks) {
+      a.header.version = f.published;
+      out->push_back(std::move(a));
+    }
+    f.init_acks.clear();
+  }
+}
+
+}  // namespace diloco::server

@@ -1,0 +1,82 @@
+// Shard, introspection (server/shard_internal.h): published versions and values, and the Stats
+// JSON (its counters from server/counter_table.h, beside the shard's own state).
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/event_log.h"
+#include "common/process_memory.h"
+#include "server/counter_table.h"
+#include "server/shard_internal.h"
+
+namespace diloco::server {
+
+uint64_t Shard::published_version(uint32_t fragment) const {
+  auto it = fragments_.find(fragment);
+  return it == fragments_.end() ? 0 : it->second->published;
+}
+
+std::shared_ptr<const std::vector<uint64_t>> Shard::published_checksums(uint32_t fragment) const {
+  auto it = fragments_.find(fragment);
+  return it == fragments_.end() ? nullptr : it->second->snapshot_sums;
+}
+
+std::vector<float> Shard::params(uint32_t fragment) const {
+  auto it = fragments_.find(fragment);
+  if (it == fragments_.end()) return {};
+  const auto t = it->second->theta();
+  return {t.begin(), t.end()};
+}
+
+std::string RefusalsText(const ShardCounters& c, absl::string_view before,
+                         absl::string_view between, absl::string_view separator) {
+  std::string t;
+  for (size_t i = 1; i < kErrorCodes; ++i) {
+    if (c.refused_by_reason[i] == 0) continue;
+    if (!t.empty()) absl::StrAppend(&t, separator);
+    absl::StrAppend(&t, before, wire::EnumNameErrorCode(static_cast<ErrorCode>(i)), between,
+                    c.refused_by_reason[i]);
+  }
+  return t;
+}
+
+std::string Shard::StatsJson() const {
+  const ProcessMemory mem = ReadProcessMemory().value_or(ProcessMemory{});
+  const auto& c = counters_;
+  nlohmann::ordered_json j;
+  j["shard"] = opt_.shard;
+  j["incarnation"] = incarnation_;
+  j.update(CounterJson(c));
+  nlohmann::ordered_json versions = nlohmann::ordered_json::object(),
+                         durable = nlohmann::ordered_json::object(),
+                         refused = nlohmann::ordered_json::object();
+  for (uint32_t id : owned_) {
+    versions[std::to_string(id)] = fragments_.at(id)->published;
+    durable[std::to_string(id)] = fragments_.at(id)->durable;
+  }
+  for (size_t i = 1; i < kErrorCodes; ++i)
+    if (c.refused_by_reason[i] > 0)
+      refused[wire::EnumNameErrorCode(static_cast<ErrorCode>(i))] = c.refused_by_reason[i];
+  j["versions"] = std::move(versions);
+  j["max_held_bytes"] = c.max_held_bytes;
+  j["trains_cut"] = trains_.trains_cut();
+  j["partial_trains"] = trains_.partial_trains();
+  j["store_rollback"] = store_ && !store_->rollback().empty();
+  j["round_share"] = c.round_share;
+  j["checkpoint_error"] = c.checkpoint_error;
+  j["checkpoint_ms"] = c.checkpoint_ms_total;
+  j["durable"] = std::move(durable);
+  j["params"] = owned_params_;
+  j["resident_bytes"] = mem.resident_bytes;
+  j["peak_resident_bytes"] = mem.peak_resident_bytes;
+  j["pool_fresh_buffers"] = pool_.fresh_allocations();
+  j["pool_kept_bytes"] = pool_.kept_bytes();
+  j["pool_budget_bytes"] = pool_.budget();
+  j["download_bytes"] = DownloadBytes();  // quantized downloads' residuals and updates
+  j["download_codec"] = kernels::CodecName(opt_.download);
+  j["workers"] = workers_.size();
+  j["refused_by_reason"] = std::move(refused);
+  return JsonDump(j);
+}
+
+}  // namespace diloco::server

@@ -1,0 +1,60 @@
+// diloco-worker's command line: its flags (worker_flags.cc; the plan flags are common's) and
+// the options they make for the trainer, the learning-rate schedule and the sync client,
+// checked before training starts. --device and --adopt parse into enums: a bad value fails at
+// parse time naming the choices, and --help lists them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "kernels/codec.h"
+#include "worker/model/lr_schedule.h"
+#include "worker/model/trainer_options.h"
+#include "worker/sync_client.h"
+
+namespace diloco::worker {
+
+// Where the learner computes: the CPU, this node's CUDA GPUs, or nowhere (a synthetic learner
+// that only waits and perturbs its parameters: worker/model/synthetic_trainer.h).
+enum class Device { kCpu, kCuda, kSynthetic };
+
+struct WorkerOptions {
+  uint32_t worker_id = 0;
+  Device device = Device::kCpu;
+  model::TrainerOptions trainer;  // model, batch, AdamW, seeds, data, evaluation, threads, GPUs
+  model::LrSchedule lr_schedule;
+  kernels::Codec codec;                // the push codec
+  uint32_t inner_steps = 50;           // H
+  absl::Duration synthetic_step_time;  // --device=synthetic
+  std::optional<SyncOptions> sync;     // empty --servers: train without sync
+  int64_t steps = 0;                   // 0: until --duration or a signal
+  absl::Duration duration;
+  int64_t eval_every = 0;
+  absl::Duration step_delay;
+  double step_slowdown = 1;
+  absl::Duration progress_interval;
+  std::string metrics_jsonl, init_from, save_model;
+  absl::Duration join_timeout, drain_timeout;
+  bool train_unjoined = true;
+  bool log_sync_events = false;
+
+  // The synthetic learner has no model to evaluate: no held-out figures at all.
+  bool evaluates() const { return device != Device::kSynthetic; }
+};
+
+// The flags as options; an error names the flag and the cause.
+absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags();
+
+// Parses diloco-worker's command line (usage errors exit 2; common/plan_flags.h).
+void ParseWorkerFlags(int argc, char** argv);
+
+bool AbslParseFlag(absl::string_view text, Device* v, std::string* error);
+std::string AbslUnparseFlag(Device v);
+bool AbslParseFlag(absl::string_view text, SyncOptions::Adopt* v, std::string* error);
+std::string AbslUnparseFlag(SyncOptions::Adopt v);
+
+}  // namespace diloco::worker
