@@ -84,6 +84,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
       f->dn = std::make_unique<kernels::DelayedNesterov>(o.outer, o.dn_period, f->spec->numel);
     if (o.download.kind != kernels::CodecKind::kFp32)
       f->downloads = std::make_unique<DownloadChain>(o.download, f->spec->numel);
+    f->merge = MakeRoundMerge(o.merge, f->spec->numel);
     s->fragments_[id] = std::move(f);
   }
   s->last_checkpoint_time_ = clock->Now();
@@ -424,30 +425,21 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   const float rel = static_cast<float>(wgt / f.weight_ref);
   const bool drop = opt_.test_drop_pushes > 0 &&
                     std::uniform_real_distribution<double>(0, 1)(drop_rng_) < opt_.test_drop_pushes;
-  // Weighted mean: accumulate in place, in the pooled buffer the round holds while open.
-  if (!f.acc_buf && opt_.merge != MergeRule::kRda && !drop)
-    f.acc_buf = pool_.Take(f.spec->numel * sizeof(float));
-  float* target = f.acc_buf ? f.acc().data() : nullptr;
-  if (opt_.merge == MergeRule::kRda && !drop) {  // RDA: keep this push's delta whole
-    f.rda_deltas.emplace_back(f.spec->numel, 0.0f);
-    f.rda_weights.push_back(rel);
-    target = f.rda_deltas.back().data();
-  }
-  const float scale = opt_.merge == MergeRule::kRda ? 1.0f : rel;
-  // The round's first merged push overwrites: no zeroing pass needed.
-  const bool overwrite = opt_.merge == MergeRule::kRda || f.merged == 0;
-  // Decode and merge on the fragment's apply thread; the payload frames move there, uncopied.
+  // Decode and merge on the fragment's apply thread, where the round's merge rule says; the
+  // payload frames move there, uncopied.
   auto msg = std::make_shared<wire::Message>(std::move(m));
   FragmentState* fs = &f;
   if (drop) {
     ++counters_.pushes_dropped;
   } else {
-    apply_->Submit(f.spec->id, [msg, fs, target, codec, scale, overwrite] {
+    const RoundMerge::Target t = f.merge->Admit(rel, f.merged == 0, f.acc_buf, pool_);
+    apply_->Submit(f.spec->id, [msg, fs, t, codec] {
       const absl::Time t0 = absl::Now();
       for (const wire::PayloadChunk& c : wire::PayloadLayout(codec, fs->spec->numel)) {
-        std::span<float> dst(target + c.offset, c.count);
-        auto st = overwrite ? kernels::Decode(codec, msg->payload(c.index), dst)
-                            : kernels::DecodeAccumulate(codec, msg->payload(c.index), scale, dst);
+        std::span<float> dst(t.values + c.offset, c.count);
+        auto st = t.overwrite
+                      ? kernels::Decode(codec, msg->payload(c.index), dst)
+                      : kernels::DecodeAccumulate(codec, msg->payload(c.index), t.scale, dst);
         if (!st.ok()) fs->apply_errors.fetch_add(1);  // unreachable after CheckEncodedPayload
       }
       fs->last_apply_ns.store(absl::ToInt64Nanoseconds(absl::Now() - t0));

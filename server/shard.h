@@ -32,6 +32,7 @@
 #include "server/buffer_pool.h"
 #include "server/checkpoint_writer.h"
 #include "server/clock.h"
+#include "server/round_merge.h"
 #include "server/round_policy.h"
 #include "server/worker_table.h"
 #include "storage/checkpoint_store.h"
@@ -45,9 +46,7 @@ enum class Durability { kPeriodic, kPerRound };
 //   kDelayedNesterov: per arrival, a plain SGD step of g/N, momentum updated every N arrivals
 //   (kernels/outer.h); every push is its own version.
 enum class OuterMode { kRounds, kDelayedNesterov };
-// How a round's pushes are merged: weighted mean (default) or RDA (mean norm along the mean
-// unit direction; keeps each push's dense delta until the round closes).
-enum class MergeRule { kWeightedMean, kRda };
+// How a round's pushes are merged (MergeRule): server/round_merge.h.
 // What a round's weighted sum of deltas is divided by:
 //   kExpected: the round's weight plus the expected weight of every live worker that did not
 //     push into it (its moving-average push weight for the fragment, scaled by its push rate

@@ -76,8 +76,7 @@ struct Shard::FragmentState {
   std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
   std::shared_ptr<const std::vector<uint64_t>> snapshot_sums;  // per chunk, hashed once
   std::unique_ptr<kernels::DelayedNesterov> dn;                // kDelayedNesterov only
-  std::vector<std::vector<float>> rda_deltas;  // kRda only: one dense delta per push
-  std::vector<float> rda_weights;
+  std::unique_ptr<RoundMerge> merge;         // how the round's pushes become its delta (into acc)
   std::unique_ptr<DownloadChain> downloads;  // quantized downloads only
   // Written by the fragment's apply thread, read after ApplyPool::Wait.
   std::atomic<int64_t> last_apply_ns{0};

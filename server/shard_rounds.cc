@@ -96,18 +96,7 @@ void Shard::CloseRound(FragmentState& f) {
     total += workers_.ExpectedMissingWeight(clock_->Now(), f.spec->id, InRound(f)) / f.weight_ref;
   const double share = f.merged > 0 ? f.weight_sum / total : 0;
   counters_.round_share = counters_.rounds == 0 ? share : Ema(counters_.round_share, share, 0.05);
-  if (opt_.merge == MergeRule::kRda) {
-    if (!f.acc_buf) f.acc_buf = pool_.Take(f.spec->numel * sizeof(float));  // RdaMerge's output
-    std::vector<std::span<const float>> deltas(f.rda_deltas.begin(), f.rda_deltas.end());
-    auto s = kernels::RdaMerge(deltas, f.rda_weights, f.acc());
-    if (!s.ok()) std::fill(f.acc().begin(), f.acc().end(), 0.0f);  // all-zero weights: no move
-    f.rda_deltas.clear();
-    f.rda_weights.clear();
-    if (share != 1.0)
-      for (float& a : f.acc()) a *= static_cast<float>(share);
-  } else if (const double inv = f.merged > 0 ? share / f.weight_sum : 1.0; inv != 1.0) {
-    for (float& a : f.acc()) a *= static_cast<float>(inv);
-  }
+  f.merge->Close(share, f.weight_sum, f.merged, f.acc_buf, pool_);
   // Quantized downloads: the published values P_{v-1} stay as they are (holding them makes the
   // step write a new theta) until the update to the new version is taken from them.
   std::shared_ptr<wire::Bytes> previous;

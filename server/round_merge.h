@@ -1,0 +1,48 @@
+// How a round's pushes become the one delta its outer step takes (ShardOptions::merge):
+//   kWeightedMean  a running weighted sum in the round's accumulator: each push is decoded and
+//                  added there as it arrives (the first overwrites: no zeroing pass), and at close
+//                  the sum is divided by the merged weight and scaled to the round's share;
+//   kRda           each push's delta is kept whole until the round closes, where
+//                  kernels::RdaMerge combines them (DES-LOC's robust direction) into the
+//                  accumulator, scaled to the round's share.
+// The shard decodes each push where Admit says, on the fragment's apply thread, and calls Close
+// once every push of the round is merged (ApplyPool::Wait); the accumulator comes from the
+// shard's buffer pool and goes back to it with the round.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "schema/transport.h"
+#include "server/buffer_pool.h"
+
+namespace diloco::server {
+
+enum class MergeRule { kWeightedMean, kRda };
+
+class RoundMerge {
+ public:
+  // Where one push's decoded values go: `values` (numel floats), added with weight `scale`, or
+  // written over when `overwrite`.
+  struct Target {
+    float* values = nullptr;
+    float scale = 1;
+    bool overwrite = false;
+  };
+
+  virtual ~RoundMerge() = default;
+  // A push of weight `rel` (relative to the round's first push) joins the round; `first`: no
+  // push of the round was merged yet. `acc` is the round's accumulator (null until taken).
+  virtual Target Admit(float rel, bool first, std::shared_ptr<wire::Bytes>& acc,
+                       BufferPool& pool) = 0;
+  // The round closes: `merged` pushes of total weight `weight_sum` went in; afterwards `acc` holds
+  // the merged delta scaled to `share` of a full round (nothing merged: left as it is).
+  virtual void Close(double share, double weight_sum, uint32_t merged,
+                     std::shared_ptr<wire::Bytes>& acc, BufferPool& pool) = 0;
+};
+
+// The rule's merge for a fragment of `numel` values.
+std::unique_ptr<RoundMerge> MakeRoundMerge(MergeRule rule, uint64_t numel);
+
+}  // namespace diloco::server
