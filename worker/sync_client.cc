@@ -19,6 +19,7 @@
 #include "schema/train.h"
 #include "schema/transport.h"
 #include "worker/fragment_update.h"
+#include "worker/link_pace.h"
 #include "worker/push_codec.h"
 
 namespace diloco::worker {
@@ -106,6 +107,9 @@ struct ShardLink {
   uint64_t credit_bytes = 0;        // from Welcome: push bytes in flight at once; 0 = no limit
   absl::Time last_heard, last_hello = absl::InfinitePast(), last_heartbeat = absl::InfinitePast();
   absl::Time last_data = absl::InfinitePast();  // anything, a chunk too, on the data connection
+  // The data connection's measured rates (worker/link_pace.h): down from what arrives while
+  // answers are awaited, up from how fast pushes are taken (their Queued answers).
+  LinkPace down, up;
   absl::Time last_control_hello = absl::InfinitePast();
   absl::Duration backoff = absl::Milliseconds(100);
   // At most one per fragment of this shard (the outstanding rule), so bounded by construction.
@@ -200,6 +204,13 @@ struct SyncClient::Impl {
   void SendPull(ShardLink& l, uint32_t fragment);
   void SendInit(ShardLink& l, uint32_t fragment, std::shared_ptr<const wire::Bytes> values);
   void AskJoin(ShardLink& l, uint32_t fragment);
+  // Bytes that may arrive on l's data connection before an answer now asked for: the whole
+  // fragments its unjoined fragments' asks bring.
+  uint64_t JoinBytesAhead(const ShardLink& l) const;
+  // Push bytes on l's data connection the shard has not taken yet (in flight, not Queued).
+  static uint64_t PushBytesAhead(const ShardLink& l);
+  // Whether answers are expected on l's data connection (joins or pushes outstanding).
+  bool Awaiting(const ShardLink& l) const { return !l.unacked.empty() || JoinBytesAhead(l) > 0; }
   void EncodePush(PushJob& job);
   void UndoErrorFeedback(const PushJob& job);
   // Removes a kept push after its final answer; `applied` false undoes its error feedback.
@@ -262,6 +273,7 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
     impl->links[s].index = s;
     impl->links[s].endpoint = o.servers[s];
     impl->links[s].fragments = impl->plan.FragmentsOfShard(s);
+    impl->links[s].down = impl->links[s].up = LinkPace(o.link_rate_floor);
   }
   return std::unique_ptr<SyncClient>(new SyncClient(std::move(impl)));
 }
@@ -659,8 +671,28 @@ void SyncClient::Impl::SendInit(ShardLink& l, uint32_t fragment,
 
 // An unjoined fragment: the shard's values if it has some, else ask the training thread for
 // ours to upload (compare-and-set on version 0 at the shard: the first upload wins).
+uint64_t SyncClient::Impl::JoinBytesAhead(const ShardLink& l) const {
+  uint64_t bytes = 0;
+  for (uint32_t id : l.fragments)
+    if (!joined_io[id] && join_asked[id] != absl::InfinitePast())
+      bytes += plan.fragment(id).numel * sizeof(float);
+  return bytes;
+}
+
+uint64_t SyncClient::Impl::PushBytesAhead(const ShardLink& l) {
+  uint64_t bytes = 0;
+  for (const auto& [_, job] : l.unacked)
+    if (job.in_flight && !job.queued && job.push.bytes) bytes += job.push.bytes->size();
+  return bytes;
+}
+
 void SyncClient::Impl::AskJoin(ShardLink& l, uint32_t fragment) {
+  if (JoinBytesAhead(l) == 0) l.down.Idle(absl::Now());  // the link starts answering now
   join_asked[fragment] = absl::Now();
+  {
+    MutexLock g(&mu);
+    ++stats.join_asks;
+  }
   auto it = l.shard_version.find(fragment);
   if (it != l.shard_version.end() && it->second == 0) {
     Deliver({Arrival::kNeedInit, fragment, 0, false, std::nullopt});
@@ -697,6 +729,7 @@ void SyncClient::Impl::Finish(ShardLink& l,
 
 void SyncClient::Impl::SendPush(ShardLink& l, PushJob& job) {
   const Fragment& f = plan.fragment(job.fragment);
+  if (PushBytesAhead(l) == 0) l.up.Idle(absl::Now());  // the upload starts now
   auto h = Header(MsgType::Push);
   h.fragment_id = job.fragment;
   h.seq = job.seq;
@@ -816,6 +849,8 @@ void SyncClient::Impl::OnPushAck(ShardLink& l, const wire::Header& h) {
   switch (h.ack()) {
     case AckStatus::Queued:  // keep it until Applied: a crash before then means resend
       if (auto it = l.unacked.find(key); it != l.unacked.end()) {
+        if (!it->second.queued && it->second.push.bytes)
+          l.up.Arrived(it->second.push.bytes->size(), absl::Now(), /*awaiting=*/true);
         it->second.sent = absl::Now();
         it->second.queued = true;
       }
@@ -1000,10 +1035,22 @@ void SyncClient::Impl::IoLoop() {
         wire::TrainAssembler& trains = via_control ? l.control_trains : l.trains;
         for (int budget = 0; s && budget < 64; ++budget) {
           const uint64_t partial = trains.partial_bytes();
+          const bool awaiting = !via_control && Awaiting(l);
           auto m = wire::TryRecvMessage(*s, trains);
           // Chunks of a fragment still arriving are progress too (a join is being answered).
-          if (!via_control && (!m.ok() || m->has_value() || trains.partial_bytes() != partial))
-            l.last_data = absl::Now();
+          if (!via_control && (!m.ok() || m->has_value() || trains.partial_bytes() != partial)) {
+            const absl::Time now = absl::Now();
+            l.last_data = now;
+            // What crossed the link: a chunk kept for its train, or a message (less its chunks
+            // that arrived before).
+            const uint64_t after = trains.partial_bytes();
+            uint64_t bytes = after > partial ? after - partial : 0;
+            if (m.ok() && m->has_value()) {
+              const uint64_t absorbed = partial > after ? partial - after : 0;
+              bytes = (*m)->payload_bytes() > absorbed ? (*m)->payload_bytes() - absorbed : 0;
+            }
+            l.down.Arrived(bytes, now, awaiting);
+          }
           if (!m.ok()) {
             MutexLock g(&mu);
             ++stats.errors;
@@ -1068,9 +1115,11 @@ void SyncClient::Impl::IoLoop() {
           // there costs a whole push for a Duplicate. A Queued push waits for its round (and,
           // per-round durability, its checkpoint). retry_max bounds either wait.
           const bool quiet = now - l.last_data > opt.resend_after;
-          const bool due = job.queued ? now - job.sent > opt.retry_max
-                                      : now - job.sent > job.resend_interval &&
-                                            (quiet || now - job.sent > opt.retry_max);
+          const absl::Duration wait =
+              l.up.Wait(PushBytesAhead(l), job.resend_interval, opt.retry_max);
+          const bool due = job.queued
+                               ? now - job.sent > opt.retry_max
+                               : now - job.sent > wait && (quiet || now - job.sent > opt.retry_max);
           if (job.in_flight && due) {
             SendPush(l, job);
             job.resend_interval = std::min(job.resend_interval * 2, opt.retry_max);
@@ -1082,7 +1131,9 @@ void SyncClient::Impl::IoLoop() {
         // connection: at real sizes and on slow links, the answers to the first asks take
         // longer than join_retry to arrive, and each re-ask costs a whole fragment.
         for (uint32_t id : l.fragments) {
-          if (!joined_io[id] && now - std::max(join_asked[id], l.last_data) > join_interval[id]) {
+          if (!joined_io[id] &&
+              now - std::max(join_asked[id], l.last_data) >
+                  l.down.Wait(JoinBytesAhead(l), join_interval[id], opt.retry_max)) {
             AskJoin(l, id);
             join_interval[id] = std::min(join_interval[id] * 2, opt.retry_max);
           }

@@ -74,6 +74,11 @@ struct SyncOptions {
   std::string curve_server_key, curve_public_key, curve_secret_key;
   absl::Duration join_retry = absl::Seconds(1);  // re-ask for an unjoined fragment
   absl::Duration retry_max = absl::Seconds(60);
+  // Neither comes before the bytes ahead of its answer could have crossed the link at its
+  // measured rate (worker/link_pace.h); before a first measurement the link is assumed this
+  // slow (bytes/s; 1 Mbit/s, below any link the system is meant for), so a slow link is not
+  // filled with copies of what is still crossing it.
+  double link_rate_floor = 125e3;
   // DyLU needs the fleet's step time, which the shards send in Welcome (and, once they do, in
   // Heartbeat replies); with dylu on, a Hello is repeated this often to refresh it.
   absl::Duration fleet_refresh = absl::Seconds(1);
@@ -88,6 +93,7 @@ struct SyncStats {
   uint64_t refused = 0, errors = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t reconnects = 0, shard_restarts = 0;
+  uint64_t join_asks = 0;     // fragments asked for while joining (the first asks and any re-asks)
   uint32_t joined = 0;        // fragments joined (pulled once)
   uint32_t unacked = 0;       // pushes waiting for their answer
   double mean_staleness = 0;  // EMA of rounds merged between a push's base and its round

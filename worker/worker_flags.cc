@@ -120,6 +120,10 @@ ABSL_FLAG(absl::Duration, shard_timeout, absl::Seconds(3),
 ABSL_FLAG(bool, control_channel, true,
           "heartbeats on a second connection per shard, never behind a payload (off only to "
           "diagnose: on a slow link a long transfer then reads as a dead shard)");
+ABSL_FLAG(double, link_floor_mbit, 1.0,
+          "the data link's rate assumed until one is measured, in Mbit/s: a join or push is asked "
+          "for again only after the bytes ahead of its answer could have crossed at the link's "
+          "rate (set it to your slowest link's rate if it is below this)");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
           "on a clean stop, wait for in-flight pushes to be answered until this long passes with "
           "no answer");
@@ -173,6 +177,9 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
   so.heartbeat = absl::GetFlag(FLAGS_heartbeat);
   so.shard_timeout = absl::GetFlag(FLAGS_shard_timeout);
   so.control_channel = absl::GetFlag(FLAGS_control_channel);
+  so.link_rate_floor = absl::GetFlag(FLAGS_link_floor_mbit) * 1e6 / 8;
+  if (!(so.link_rate_floor > 0))
+    return absl::InvalidArgumentError("--link_floor_mbit must be a positive rate");
   if (so.heartbeat <= absl::ZeroDuration() || so.shard_timeout <= so.heartbeat)
     return absl::InvalidArgumentError(
         "--heartbeat must be positive and shorter than --shard_timeout");

@@ -363,6 +363,7 @@ int main(int argc, char** argv) {
     const auto st = sync->stats();
     done.Add("pushes", st.pushes).Add("applied", st.applied).Add("stale", st.stale);
     done.Add("resends", st.resends).Add("joined", uint64_t{st.joined});
+    done.Add("join_asks", st.join_asks);
     done.Add("reconnects", st.reconnects).Add("errors", st.errors).Add("refused", st.refused);
     done.Add("after_step_us", st.after_step_us).Add("step_time_us", st.step_time_us);
     AddSyncFigures(done, st);

@@ -69,6 +69,9 @@ TEST_F(SlowLinkTest, ControlConnectionKeepsHeartbeatsFlowingBesideAFragment) {
   const Event done = RunWorker(true, "40s", "10s");
   EXPECT_TRUE(joined_);
   EXPECT_EQ(done.at("reconnects"), 0);
+  // The fragment takes ~2 s to cross, twice the first re-ask interval (join_retry, 1 s): it is
+  // asked for once, not again while it is still on its way (worker/link_pace.h).
+  EXPECT_EQ(done.at("join_asks"), 1);
   EXPECT_GE(done.at("applied"), 1);  // a push answered by a ~2 s FragmentUpdate
   EXPECT_EQ(done.at("refused"), 0);
   EXPECT_GE(shards_.Stat(0, "versions.0"), 2);  // theta(0) uploaded, then a round closed
