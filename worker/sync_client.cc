@@ -669,8 +669,6 @@ void SyncClient::Impl::SendInit(ShardLink& l, uint32_t fragment,
   (void)wire::Send(*l.socket, h, wire::PayloadFrames(values, wire::kFragmentCodec, f.numel));
 }
 
-// An unjoined fragment: the shard's values if it has some, else ask the training thread for
-// ours to upload (compare-and-set on version 0 at the shard: the first upload wins).
 uint64_t SyncClient::Impl::JoinBytesAhead(const ShardLink& l) const {
   uint64_t bytes = 0;
   for (uint32_t id : l.fragments)
@@ -686,6 +684,8 @@ uint64_t SyncClient::Impl::PushBytesAhead(const ShardLink& l) {
   return bytes;
 }
 
+// An unjoined fragment: the shard's values if it has some, else ask the training thread for
+// ours to upload (compare-and-set on version 0 at the shard: the first upload wins).
 void SyncClient::Impl::AskJoin(ShardLink& l, uint32_t fragment) {
   if (JoinBytesAhead(l) == 0) l.down.Idle(absl::Now());  // the link starts answering now
   join_asked[fragment] = absl::Now();

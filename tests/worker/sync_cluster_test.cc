@@ -86,24 +86,10 @@ struct Fleet : LocalShards {
   }
 };
 
-// Inner steps per second between the first progress event after `from_s` and the last one.
-double StepRate(const std::vector<Typed>& events, double from_s) {
-  auto p = Named(events, "progress");
-  const Typed* a = nullptr;
-  for (const auto& e : p)
-    if (e.num.at("elapsed_s") >= from_s) {
-      a = &e;
-      break;
-    }
-  if (!a || p.empty()) return 0;
-  const double dt = p.back().num.at("elapsed_s") - a->num.at("elapsed_s");
-  return dt > 0 ? (p.back().num.at("step") - a->num.at("step")) / dt : 0;
-}
-
-// The share of the training loop's wall time spent inside steps from `from_s` on (the progress
-// events' cumulative busy_s over wall_s): a loop blocked outside its steps (on sync) scores low,
-// while a loop the scheduler merely slows (a busy box) does not, since its steps slow with it.
-double StepShare(const std::vector<Typed>& events, double from_s) {
+// How much progress field `key` grew per unit of field `per`, from the first progress event at
+// or after `from_s` seconds to the last; 0 without two such events.
+double ProgressSlope(const std::vector<Typed>& events, double from_s, const char* key,
+                     const char* per) {
   auto p = Named(events, "progress");
   const Typed* a = nullptr;
   for (const auto& e : p)
@@ -112,8 +98,20 @@ double StepShare(const std::vector<Typed>& events, double from_s) {
       break;
     }
   if (!a || a == &p.back()) return 0;
-  const double wall = p.back().num.at("wall_s") - a->num.at("wall_s");
-  return wall > 0 ? (p.back().num.at("busy_s") - a->num.at("busy_s")) / wall : 0;
+  const double d = p.back().num.at(per) - a->num.at(per);
+  return d > 0 ? (p.back().num.at(key) - a->num.at(key)) / d : 0;
+}
+
+// Steps per second from `from_s` on.
+double StepRate(const std::vector<Typed>& events, double from_s) {
+  return ProgressSlope(events, from_s, "step", "elapsed_s");
+}
+
+// The share of the training loop's wall time spent inside steps from `from_s` on (the progress
+// events' cumulative busy_s over wall_s): a loop blocked outside its steps (on sync) scores low,
+// while a loop the scheduler merely slows (a busy box) does not, since its steps slow with it.
+double StepShare(const std::vector<Typed>& events, double from_s) {
+  return ProgressSlope(events, from_s, "busy_s", "wall_s");
 }
 
 // Pushes per second over the last `window_s` seconds of progress events.
