@@ -80,11 +80,10 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     f->theta_buf = s->pool_.Take(f->spec->numel * sizeof(float));  // fresh: zeroed
     f->momentum.assign(f->spec->numel, 0.0f);
     s->owned_params_ += f->spec->numel;
-    if (o.outer_mode == OuterMode::kDelayedNesterov)
-      f->dn = std::make_unique<kernels::DelayedNesterov>(o.outer, o.dn_period, f->spec->numel);
     if (o.download.kind != kernels::CodecKind::kFp32)
       f->downloads = std::make_unique<DownloadChain>(o.download, f->spec->numel);
     f->merge = MakeRoundMerge(o.merge, f->spec->numel);
+    f->outer = MakeOuterStep(o.outer_mode, o.step, o.outer, o.dn_period, f->spec->numel);
     s->fragments_[id] = std::move(f);
   }
   s->last_checkpoint_time_ = clock->Now();
@@ -415,10 +414,10 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   // What this worker brings to a round of this fragment, undiscounted: a round it misses
   // counts it as a zero delta of this weight (RoundNorm::kExpected).
   PushRate& rate = w.push_rate[f.spec->id];
-  rate.weight = Ema(rate.weight, PushWeight(opt_.weights, h.tokens(), h.steps(), 0, 0));
+  rate.weight = Ema(rate.weight, PushWeight(opt_.weights, h.tokens(), h.steps(), 0, 0), kEmaWeight);
   if (const absl::Time now = clock_->Now(); now > rate.last) {
     if (rate.last != absl::InfinitePast())
-      rate.interval_s = Ema(rate.interval_s, absl::ToDoubleSeconds(now - rate.last));
+      rate.interval_s = Ema(rate.interval_s, absl::ToDoubleSeconds(now - rate.last), kEmaWeight);
     rate.last = now;
   }
   if (f.weight_ref == 0) f.weight_ref = wgt;
@@ -453,12 +452,12 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   if (f.round.pushes == opt_.round.quorum) {
     f.round.quorum_reached = now;
     timings_.time_to_quorum_s =
-        Ema(timings_.time_to_quorum_s, absl::ToDoubleSeconds(now - f.round.opened));
+        Ema(timings_.time_to_quorum_s, absl::ToDoubleSeconds(now - f.round.opened), kEmaWeight);
   }
   const uint64_t bytes = msg->payload_bytes();
   f.contributors.push_back({rid, w.id, w.generation, h.seq(), bytes, h.base_version()});
   counters_.max_held_bytes = std::max(counters_.max_held_bytes, held + bytes);
-  timings_.inner_steps = Ema(timings_.inner_steps, h.steps());
+  timings_.inner_steps = Ema(timings_.inner_steps, h.steps(), kEmaWeight);
   if (h.step_time_us() > 0) w.step_time_us = h.step_time_us();  // the worker's own average
   ++counters_.pushes_queued;
   ++counters_.staleness_hist[StalenessBucket(staleness)];
@@ -468,7 +467,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   out->push_back(std::move(ack));
   // Per-arrival mode: Tick publishes (after the checkpoint if due); a fragment whose theta is
   // being written takes this push in the round Tick closes after the write.
-  if (f.dn && !f.writing) CloseRound(f);
+  if (f.outer->PerArrival() && !f.writing) CloseRound(f);
 }
 
 void Shard::OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {

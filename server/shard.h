@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
 #include "kernels/codec.h"
@@ -31,7 +32,7 @@
 #include "server/apply_pool.h"
 #include "server/buffer_pool.h"
 #include "server/checkpoint_writer.h"
-#include "server/clock.h"
+#include "server/outer_step.h"
 #include "server/round_merge.h"
 #include "server/round_policy.h"
 #include "server/worker_table.h"
@@ -41,11 +42,7 @@ namespace diloco::server {
 
 enum class Durability { kPeriodic, kPerRound };
 
-// How a fragment's outer step is taken:
-//   kRounds: merge every push of a round, then exactly one Nesterov step (default);
-//   kDelayedNesterov: per arrival, a plain SGD step of g/N, momentum updated every N arrivals
-//   (kernels/outer.h); every push is its own version.
-enum class OuterMode { kRounds, kDelayedNesterov };
+// How a fragment's outer step is taken (OuterMode, RoundStep): server/outer_step.h.
 // How a round's pushes are merged (MergeRule): server/round_merge.h.
 // What a round's weighted sum of deltas is divided by:
 //   kExpected: the round's weight plus the expected weight of every live worker that did not
@@ -56,14 +53,6 @@ enum class OuterMode { kRounds, kDelayedNesterov };
 //   kArrived: the round's own weight (the weighted mean of what arrived): one lone push then
 //     carries a whole step, and rounds of single pushes degenerate into per-push Nesterov.
 enum class RoundNorm { kExpected, kArrived };
-// How far a round's Nesterov step goes (kernels/outer.h, PartialNesterovStep):
-//   kPartial: a round holding a share s of a full round's work (RoundNorm) advances the
-//     momentum by s of a step too: decay and look-ahead scaled by s (default);
-//   kComposed: the same, composing exactly (kernels::ComposedNesterovStep): rounds whose
-//     shares add up to one full round take exactly one Nesterov step on their summed delta;
-//   kFull: every round is a whole Nesterov step on its normalised delta; a round holding one
-//     worker's push still takes a whole momentum step.
-enum class RoundStep { kPartial, kComposed, kFull };
 
 struct ShardOptions {
   uint32_t shard = 0;

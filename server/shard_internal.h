@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/outer.h"
+#include "common/ema.h"
 #include "server/download_chain.h"
+#include "server/outer_step.h"
 #include "server/shard.h"
 
 namespace diloco::server {
@@ -26,9 +27,9 @@ using wire::HeaderFields;
 using wire::MsgType;
 using wire::WireError;
 
-inline double Ema(double old, double x, double a = 0.2) {
-  return old == 0 ? x : (1 - a) * old + a * x;
-}
+// The shard's running figures (push weights and intervals, time to quorum, inner steps) take
+// each new sample with this weight (common/ema.h).
+inline constexpr double kEmaWeight = 0.2;
 
 // The checksum of each fp32 chunk frame of a snapshot, as FillUpdate will cut it.
 std::shared_ptr<const std::vector<uint64_t>> SnapshotChecksums(const wire::Bytes& b);
@@ -56,7 +57,6 @@ struct Shard::FragmentState {
   // zero-copy), and the next round that changes it writes a new buffer (StepRound).
   std::shared_ptr<wire::Bytes> theta_buf;
   std::vector<float> momentum;
-  double phase = 0;  // RoundStep::kComposed: the share of the full round stepped on so far
   // The round's accumulator, from the shard's pool while the round is open (null otherwise).
   std::shared_ptr<wire::Bytes> acc_buf;
   std::span<float> theta() const { return Floats(*theta_buf); }
@@ -75,8 +75,8 @@ struct Shard::FragmentState {
   std::vector<Contribution> unacked;            // applied, Applied ack held until published
   std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
   std::shared_ptr<const std::vector<uint64_t>> snapshot_sums;  // per chunk, hashed once
-  std::unique_ptr<kernels::DelayedNesterov> dn;                // kDelayedNesterov only
   std::unique_ptr<RoundMerge> merge;         // how the round's pushes become its delta (into acc)
+  std::unique_ptr<OuterStep> outer;          // how that delta moves theta and the momentum
   std::unique_ptr<DownloadChain> downloads;  // quantized downloads only
   // Written by the fragment's apply thread, read after ApplyPool::Wait.
   std::atomic<int64_t> last_apply_ns{0};

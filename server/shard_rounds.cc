@@ -92,7 +92,7 @@ void Shard::CloseRound(FragmentState& f) {
   // from the round counts as a zero delta. A dropped push (test flag) counts as neither: the
   // round is the mean of the pushes that survived, as in DiLoCo's dropped-gradient study.
   double total = f.weight_sum;
-  if (!f.dn && opt_.norm == RoundNorm::kExpected && f.weight_ref > 0)
+  if (!f.outer->PerArrival() && opt_.norm == RoundNorm::kExpected && f.weight_ref > 0)
     total += workers_.ExpectedMissingWeight(clock_->Now(), f.spec->id, InRound(f)) / f.weight_ref;
   const double share = f.merged > 0 ? f.weight_sum / total : 0;
   counters_.round_share = counters_.rounds == 0 ? share : Ema(counters_.round_share, share, 0.05);
@@ -105,9 +105,6 @@ void Shard::CloseRound(FragmentState& f) {
     // Every push of the round was dropped: nothing to step on; the version still moves so that
     // the contributors' pushes are answered (with quantized downloads: the residual's update).
     if (f.downloads) MakeThetaWritable(f);
-  } else if (f.dn) {
-    MakeThetaWritable(f);
-    (void)f.dn->Arrive(f.theta(), f.momentum, f.acc());  // sizes match by construction
   } else {
     StepRound(f, share);
   }
@@ -133,38 +130,31 @@ void Shard::CloseRound(FragmentState& f) {
 }
 
 void Shard::StepRound(FragmentState& f, double share) {
-  auto step = [&](std::span<float> theta, std::span<float> m, std::span<const float> d,
-                  double* phase) {
-    if (opt_.step == RoundStep::kPartial) {
-      (void)kernels::PartialNesterovStep(opt_.outer, share, theta, m, d);
-    } else if (opt_.step == RoundStep::kComposed) {
-      (void)kernels::ComposedNesterovStep(opt_.outer, share, phase, theta, m, d);
-    } else {
-      kernels::NesterovStep(opt_.outer, theta, m, d);
-    }
-  };
-  if (f.theta_buf.use_count() == 1) {  // neither published nor being sent: step in place
-    step(f.theta(), f.momentum, f.acc(), &f.phase);
+  OuterStep& outer = *f.outer;
+  if (f.theta_buf.use_count() == 1 || !outer.Splits()) {
+    // Neither published nor being sent: step in place. A step taken whole only (Delayed
+    // Nesterov) on a theta still sent steps in a copy of it.
+    MakeThetaWritable(f);
+    outer.Step(share, f.theta(), f.momentum, f.acc());
     return;
   }
   // The accumulator becomes the new theta: chunk by chunk, its delta moves to a scratch buffer,
   // the old theta's values take its place and the step runs there. The steps are elementwise
-  // (the phase is the same for every chunk), so the result is the in-place step's, bit for bit.
+  // (every chunk steps from the state the round found, OuterStep::StepPart; Commit advances it
+  // once), so the result is the in-place step's, bit for bit.
   const std::span<const float> old = f.theta();
   const std::span<float> out = f.acc();
   const std::span<float> m = f.momentum;
   constexpr size_t kChunk = size_t{1} << 18;  // 1 MiB of floats: large enough for ParallelFor
   step_scratch_.resize(std::min(kChunk, out.size()));
-  double phase = f.phase;
   for (size_t lo = 0; lo < out.size(); lo += kChunk) {
     const size_t n = std::min(kChunk, out.size() - lo);
     const std::span<float> d(step_scratch_.data(), n);
     std::copy_n(out.begin() + lo, n, d.begin());
     std::copy_n(old.begin() + lo, n, out.begin() + lo);
-    phase = f.phase;
-    step(out.subspan(lo, n), m.subspan(lo, n), d, &phase);
+    outer.StepPart(share, out.subspan(lo, n), m.subspan(lo, n), d);
   }
-  f.phase = phase;
+  outer.Commit();
   // The old theta is reused once no send or snapshot holds it.
   pool_.Give(std::exchange(f.theta_buf, std::move(f.acc_buf)), clock_->Now());
 }
@@ -229,7 +219,8 @@ void Shard::Tick(std::vector<Outgoing>* out) {
     f.round.live_workers_missing = workers_.LiveMissing(clock_->Now(), InRound(f));
     if (f.writing) continue;  // its theta is being written: the round closes after the write
     // Delayed Nesterov has no rounds: every arrival is applied on its own.
-    const bool due = f.dn ? f.round.pushes > 0 : ShouldClose(opt_.round, grace, f.round, now);
+    const bool due =
+        f.outer->PerArrival() ? f.round.pushes > 0 : ShouldClose(opt_.round, grace, f.round, now);
     if (!due) continue;
     CloseRound(f);
     if (clock_->Now() - now >= opt_.close_budget) {

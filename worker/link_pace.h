@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
+#include "common/ema.h"
 
 namespace diloco::worker {
 
@@ -33,7 +34,7 @@ class LinkPace {
   void Arrived(uint64_t bytes, absl::Time now, bool awaiting) {
     if (awaiting && bytes >= kMinSampleBytes && last_ != absl::InfinitePast() && now > last_) {
       const double sample = bytes / absl::ToDoubleSeconds(now - last_);
-      rate_ = rate_ == 0 ? sample : 0.7 * rate_ + 0.3 * sample;
+      rate_ = Ema(rate_, sample, 0.3);
     }
     last_ = now;
   }

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
+#include "common/ema.h"
 #include "common/event_log.h"
 #include "common/model_spec.h"
 #include "common/process_memory.h"
@@ -281,7 +282,7 @@ int main(int argc, char** argv) {
     if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
     const absl::Duration dt = absl::Now() - t0;
     tokens += tr.tokens_per_step();
-    loss_ema = loss_ema == 0 ? loss : 0.9 * loss_ema + 0.1 * loss;
+    loss_ema = Ema(loss_ema, loss, 0.1);
     if (sync) {
       // Parameters reached piece by piece, only where AfterStep reads or writes them (a GPU
       // trainer copies just those pieces to the host and back).

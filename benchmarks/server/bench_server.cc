@@ -127,7 +127,7 @@ void InProcess(const Setup& s, double memcpy_gbps) {
       o.model = *ParseGptConfig(s.model);
       o.num_fragments = s.fragments;
       o.round.quorum = workers;
-      server::SystemClock clock;
+      SystemClock clock;
       auto shard = std::move(*server::Shard::Create(o, &clock));
       const auto& plan = shard->plan();
       auto manifest = GptManifest(o.model);

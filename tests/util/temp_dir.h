@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -18,8 +19,10 @@
 namespace diloco::testing {
 
 // A new empty directory named `prefix` plus a unique suffix; empty (and a test failure) when
-// it cannot be made.
-inline std::filesystem::path MakeTempDir(const std::string& prefix = "diloco_test_") {
+// it cannot be made. A '/' in the prefix (a parameterized test's name) becomes '_': the
+// directory is made in the temp directory itself, never below a path that does not exist.
+inline std::filesystem::path MakeTempDir(std::string prefix = "diloco_test_") {
+  std::replace(prefix.begin(), prefix.end(), '/', '_');
   const char* base = std::getenv("TEST_TMPDIR");
   std::string name =
       ((base && *base ? std::filesystem::path(base) : std::filesystem::temp_directory_path()) /

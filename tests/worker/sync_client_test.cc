@@ -14,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "common/model_spec.h"
+#include "kernels/codec.h"
 #include "common/plan.h"
 #include "tests/integration/cluster.h"
 

@@ -1,10 +1,11 @@
-// Time source for round logic, so tests can drive grace windows and liveness with a fake clock.
+// Time source for logic that waits (grace windows, liveness, retries), so tests drive it with a
+// fake clock: the shard's rounds and the worker's per-shard sessions both take one.
 #pragma once
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-namespace diloco::server {
+namespace diloco {
 
 class Clock {
  public:
@@ -30,4 +31,4 @@ class FakeClock final : public Clock {
   absl::Duration step_ = absl::ZeroDuration();
 };
 
-}  // namespace diloco::server
+}  // namespace diloco

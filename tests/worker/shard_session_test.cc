@@ -1,0 +1,509 @@
+// The worker's per-shard session alone: no sockets, no threads, a fake clock. A recording
+// transport stands in for ZeroMQ and hand-built messages for the shard, so every timer (Hello
+// backoff, liveness, resends, join re-asks, credit) is driven step by step.
+#include "worker/shard_session.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/model_spec.h"
+#include "worker/sync_shared.h"
+
+namespace diloco::worker {
+namespace {
+
+using wire::AckStatus;
+using wire::ErrorCode;
+using wire::MsgType;
+
+struct Sent {
+  bool control = false;
+  wire::HeaderFields h;
+  std::shared_ptr<const wire::Bytes> payload;
+};
+
+class RecordingTransport final : public SessionTransport {
+ public:
+  void Reconnect(bool control) override {
+    ++reconnects;
+    reconnected_control = control;
+  }
+  bool Send(bool control, const wire::HeaderFields& h, std::shared_ptr<const wire::Bytes> payload,
+            kernels::Codec, uint64_t, std::span<const uint64_t>) override {
+    sent.push_back({control, h, std::move(payload)});
+    return true;
+  }
+  std::vector<std::string> TakeRefusals() override { return std::exchange(refusals, {}); }
+
+  // The messages of `type` sent since the last call for it.
+  std::vector<Sent> Take(MsgType type) {
+    std::vector<Sent> out, rest;
+    for (auto& s : sent) (s.h.type == type ? out : rest).push_back(std::move(s));
+    sent = std::move(rest);
+    return out;
+  }
+
+  std::vector<Sent> sent;
+  std::vector<std::string> refusals;
+  int reconnects = 0;
+  bool reconnected_control = false;
+};
+
+class ShardSessionTest : public ::testing::Test {
+ protected:
+  ShardSessionTest()
+      : manifest_(*GptManifest(GptConfig{16, 4, 1, 1, 4})),
+        plan_(*Plan::Create(manifest_, /*num_fragments=*/2, /*num_shards=*/1)),
+        shared_(2, 1, 64) {
+    opt_.servers = {"tcp://127.0.0.1:9"};
+    opt_.num_fragments = 2;
+    opt_.codec = {kernels::CodecKind::kInt8, 64};
+    // The timers under test run for minutes of fake time; the shard is silent throughout, so
+    // liveness is set apart (the liveness test sets it back).
+    opt_.shard_timeout = absl::Hours(1);
+    for (uint32_t f = 0; f < 2; ++f) {
+      deltas_[f].assign(plan_.fragment(f).numel, 0.0f);
+      // Values an int8 grid cannot hold exactly: every push leaves an error behind.
+      for (size_t i = 0; i < deltas_[f].size(); ++i)
+        deltas_[f][i] = 1e-3f * static_cast<float>((i * 7919 + f) % 113) / 37.0f;
+    }
+  }
+
+  void Start() {
+    who_ = {plan_.fingerprint(), manifest_.fingerprint(), 5, 99};
+    session_ = std::make_unique<ShardSession>(
+        0, opt_.servers[0], opt_, plan_, who_,
+        std::vector<std::span<const float>>{deltas_[0], deltas_[1]}, clock_, transport_, shared_);
+    session_->Connect();
+  }
+
+  wire::HeaderFields FromShard(MsgType t) const {
+    wire::HeaderFields h;
+    h.type = t;
+    h.plan_fingerprint = plan_.fingerprint();
+    h.model_fingerprint = manifest_.fingerprint();
+    h.worker_id = who_.worker_id;
+    h.generation = who_.generation;
+    return h;
+  }
+
+  static wire::Message Parse(const wire::HeaderFields& h,
+                             std::shared_ptr<const wire::Bytes> payload = nullptr) {
+    std::vector<zmq::message_t> frames;
+    if (payload) frames = wire::PayloadFrames(payload, wire::kFragmentCodec, h.num_elements);
+    std::vector<zmq::message_t> all;
+    all.push_back(wire::BuildHeader(h, frames));
+    for (auto& f : frames) all.push_back(std::move(f));
+    auto m = wire::ParseMessage(std::move(all));
+    EXPECT_TRUE(m.ok()) << m.status();
+    return std::move(*m);
+  }
+
+  void Welcome(uint64_t incarnation, std::vector<uint64_t> versions, uint64_t credit = 0,
+               uint32_t shard = 0) {
+    auto h = FromShard(MsgType::Welcome);
+    h.shard = shard;
+    h.incarnation = incarnation;
+    h.credit_bytes = credit;
+    for (uint32_t f = 0; f < versions.size(); ++f) h.versions.emplace_back(f, versions[f]);
+    session_->OnMessage(Parse(h), /*via_control=*/false);
+  }
+
+  // Fragment `f` whole at `version`; with `seq`, the Applied answer to this worker's push.
+  void Update(uint32_t f, uint64_t version, uint64_t seq = 0) {
+    auto h = FromShard(MsgType::FragmentUpdate);
+    h.fragment_id = f;
+    h.version = version;
+    if (seq > 0) {
+      h.seq = seq;
+      h.ack = AckStatus::Applied;
+    }
+    const uint64_t numel = plan_.fragment(f).numel;
+    wire::SetPayloadLayout(h, wire::kFragmentCodec, numel);
+    session_->OnMessage(Parse(h, std::make_shared<wire::Bytes>(numel * 4, 0)), false);
+  }
+
+  void Ack(uint32_t f, uint64_t seq, AckStatus status, uint64_t version = 0) {
+    auto h = FromShard(MsgType::PushAck);
+    h.fragment_id = f;
+    h.seq = seq;
+    h.ack = status;
+    h.version = version;
+    session_->OnMessage(Parse(h), false);
+  }
+
+  void Refuse(uint32_t f, uint64_t seq, ErrorCode code, MsgType refused = MsgType::Push) {
+    auto h = FromShard(MsgType::Error);
+    h.fragment_id = f;
+    h.seq = seq;
+    h.error_code = code;
+    h.refused_type = refused;
+    h.message = "refused by the test";
+    session_->OnMessage(Parse(h), false);
+  }
+
+  void Push(uint32_t f, uint64_t seq, uint64_t base = 1) {
+    PushJob job;
+    job.fragment = f;
+    job.seq = seq;
+    job.base_version = base;
+    job.tokens = 10;
+    job.steps = 1;
+    session_->AddPush(std::move(job));
+  }
+
+  // Welcomed and joined at version 1 of both fragments, nothing left to send.
+  void Joined() {
+    Start();
+    session_->Tick(false);
+    Welcome(7, {1, 1});
+    Update(0, 1);
+    Update(1, 1);
+    transport_.sent.clear();
+    (void)shared_.TakeArrivals();
+  }
+
+  std::vector<Arrival::Kind> Arrivals() {
+    std::vector<Arrival::Kind> kinds;
+    for (const Arrival& a : shared_.TakeArrivals()) kinds.push_back(a.kind);
+    return kinds;
+  }
+
+  Manifest manifest_;
+  Plan plan_;
+  SyncOptions opt_;
+  SyncShared shared_;
+  FakeClock clock_;
+  RecordingTransport transport_;
+  std::vector<float> deltas_[2];
+  WorkerIdentity who_;
+  std::unique_ptr<ShardSession> session_;
+};
+
+TEST_F(ShardSessionTest, HelloIsRepeatedAfterItsBackoffUntilAWelcomeThenEveryFragmentIsPulled) {
+  Start();
+  EXPECT_EQ(transport_.reconnects, 1);
+  EXPECT_TRUE(transport_.reconnected_control);
+  session_->Tick(false);
+  EXPECT_EQ(transport_.Take(MsgType::Hello).size(), 1u);
+  clock_.Advance(absl::Milliseconds(50));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Hello).empty()) << "again before the backoff";
+  clock_.Advance(absl::Milliseconds(60));
+  session_->Tick(false);
+  EXPECT_EQ(transport_.Take(MsgType::Hello).size(), 1u);
+
+  Welcome(7, {3, 3});
+  EXPECT_TRUE(session_->welcomed());
+  const auto pulls = transport_.Take(MsgType::Pull);
+  ASSERT_EQ(pulls.size(), 2u);
+  EXPECT_EQ(pulls[0].h.fragment_id, 0u);
+  EXPECT_EQ(pulls[1].h.fragment_id, 1u);
+  EXPECT_EQ(shared_.stats().join_asks, 2u);
+  // The control connection is bound after the data one's Welcome, and carries no data.
+  session_->Tick(false);
+  const auto hellos = transport_.Take(MsgType::Hello);
+  ASSERT_EQ(hellos.size(), 1u);
+  EXPECT_TRUE(hellos[0].control);
+  EXPECT_EQ(hellos[0].h.channel, wire::Channel::Control);
+
+  Update(0, 3);
+  Update(1, 3);
+  EXPECT_TRUE(session_->joined(0));
+  EXPECT_TRUE(session_->joined(1));
+  EXPECT_EQ(Arrivals(), (std::vector<Arrival::Kind>{Arrival::kUpdate, Arrival::kUpdate}));
+}
+
+TEST_F(ShardSessionTest, AFragmentTheShardHasNoValuesForIsUploadedFromTheTrainingThread) {
+  Start();
+  session_->Tick(false);
+  Welcome(7, {0, 3});
+  EXPECT_EQ(Arrivals(), std::vector<Arrival::Kind>{Arrival::kNeedInit});
+  const auto pulls = transport_.Take(MsgType::Pull);
+  ASSERT_EQ(pulls.size(), 1u);
+  EXPECT_EQ(pulls[0].h.fragment_id, 1u);
+
+  const uint64_t numel = plan_.fragment(0).numel;
+  session_->Init(0, std::make_shared<wire::Bytes>(numel * 4, 0));
+  const auto inits = transport_.Take(MsgType::InitFragment);
+  ASSERT_EQ(inits.size(), 1u);
+  EXPECT_EQ(inits[0].payload->size(), numel * 4);
+  EXPECT_EQ(inits[0].h.num_elements, numel);
+
+  Ack(0, 0, AckStatus::AlreadyInitialized, 1);  // another worker's upload won: take its values
+  ASSERT_EQ(transport_.Take(MsgType::Pull).size(), 1u);
+}
+
+TEST_F(ShardSessionTest, ASilentShardGetsNewConnectionsAndAFreshHello) {
+  opt_.shard_timeout = absl::Seconds(3);
+  Joined();
+  clock_.Advance(absl::Seconds(2));
+  session_->Tick(false);
+  EXPECT_EQ(transport_.reconnects, 1) << "reconnected before the timeout";
+  transport_.sent.clear();
+  clock_.Advance(absl::Seconds(1) + absl::Milliseconds(1));
+  session_->Tick(false);
+  EXPECT_EQ(transport_.reconnects, 2);
+  EXPECT_EQ(shared_.stats().reconnects, 1u);
+  EXPECT_EQ(transport_.Take(MsgType::Hello).size(), 1u);
+  EXPECT_FALSE(session_->welcomed());
+  // The new connections get the timeout plus the doubled backoff (200 ms) before the next
+  // judgement, and Hellos follow at that backoff.
+  clock_.Advance(absl::Seconds(3));
+  session_->Tick(false);
+  EXPECT_EQ(transport_.reconnects, 2);
+  EXPECT_EQ(transport_.Take(MsgType::Hello).size(), 1u);
+  clock_.Advance(absl::Milliseconds(250));
+  session_->Tick(false);
+  EXPECT_EQ(transport_.reconnects, 3);
+}
+
+TEST_F(ShardSessionTest, HeartbeatsMoveToTheControlConnectionOnceItIsBound) {
+  Joined();
+  clock_.Advance(opt_.heartbeat + absl::Milliseconds(1));
+  session_->Tick(false);
+  auto beats = transport_.Take(MsgType::Heartbeat);
+  ASSERT_EQ(beats.size(), 1u);
+  EXPECT_FALSE(beats[0].control);
+
+  auto h = FromShard(MsgType::Welcome);
+  h.channel = wire::Channel::Control;
+  h.incarnation = 7;
+  session_->OnMessage(Parse(h), /*via_control=*/true);
+  EXPECT_TRUE(session_->control_welcomed());
+  clock_.Advance(opt_.heartbeat + absl::Milliseconds(1));
+  session_->Tick(false);
+  beats = transport_.Take(MsgType::Heartbeat);
+  ASSERT_EQ(beats.size(), 1u);
+  EXPECT_TRUE(beats[0].control);
+}
+
+TEST_F(ShardSessionTest, PushesBeyondTheCreditWaitForAnAnswer) {
+  Start();
+  session_->Tick(false);
+  Welcome(7, {1, 1}, /*credit=*/1);  // one push at a time
+  Update(0, 1);
+  Update(1, 1);
+  Push(0, 1);
+  Push(1, 1);
+  session_->Tick(false);
+  auto sent = transport_.Take(MsgType::Push);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].h.fragment_id, 0u);
+  EXPECT_EQ(sent[0].h.seq, 1u);
+  EXPECT_EQ(sent[0].h.base_version, 1u);
+
+  (void)shared_.TakeArrivals();
+  Update(0, 2, /*seq=*/1);  // applied: its credit is free
+  const auto arrivals = shared_.TakeArrivals();
+  ASSERT_EQ(arrivals.size(), 1u);
+  EXPECT_TRUE(arrivals[0].answers_push);
+  EXPECT_EQ(session_->unacked(), 1u);
+  session_->Tick(false);
+  sent = transport_.Take(MsgType::Push);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].h.fragment_id, 1u);
+  const SyncStats s = shared_.stats();
+  EXPECT_EQ(s.pushes, 2u);
+  EXPECT_EQ(s.applied, 1u);
+  EXPECT_EQ(s.max_staleness, 0u);  // version 2 is the round right after base 1
+}
+
+TEST_F(ShardSessionTest, AnUnansweredPushIsResentAtDoublingIntervalsAndAQueuedOneWaitsLonger) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  clock_.Advance(opt_.resend_after - absl::Milliseconds(1));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "resent before its interval";
+  clock_.Advance(absl::Milliseconds(2));
+  session_->Tick(false);
+  auto again = transport_.Take(MsgType::Push);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].h.seq, 1u) << "a resend keeps its sequence number";
+  EXPECT_EQ(shared_.stats().resends, 1u);
+  // The next interval is twice the first.
+  clock_.Advance(opt_.resend_after + absl::Milliseconds(1));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+  clock_.Advance(opt_.resend_after);
+  session_->Tick(false);
+  EXPECT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+
+  // Queued: the shard holds it; only retry_max passing sends it again.
+  Ack(0, 1, AckStatus::Queued);
+  clock_.Advance(opt_.retry_max - absl::Seconds(1));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+  clock_.Advance(absl::Seconds(2));
+  session_->Tick(false);
+  EXPECT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+}
+
+TEST_F(ShardSessionTest, AStalePushLeavesTheErrorFeedbackAsItWasAndAnAppliedOneCarriesIt) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  const auto first = transport_.Take(MsgType::Push);
+  ASSERT_EQ(first.size(), 1u);
+  Ack(0, 1, AckStatus::Stale, 4);
+  EXPECT_EQ(Arrivals(), std::vector<Arrival::Kind>{Arrival::kDone});
+  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 1u) << "a stale worker pulls the new values";
+  EXPECT_EQ(shared_.stats().stale, 1u);
+
+  Push(0, 2);  // the same delta again: the residual was undone, so the same bytes
+  session_->Tick(false);
+  const auto second = transport_.Take(MsgType::Push);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(*second[0].payload, *first[0].payload);
+
+  Update(0, 5, /*seq=*/2);  // applied: its residual stays and goes into the next push
+  Push(0, 3);
+  session_->Tick(false);
+  const auto third = transport_.Take(MsgType::Push);
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_NE(*third[0].payload, *first[0].payload);
+}
+
+TEST_F(ShardSessionTest, ARestartedShardGetsEveryUnansweredPushAgainAndIsPulledFrom) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  (void)shared_.TakeEvents();
+
+  Welcome(8, {4, 4});  // a new incarnation
+  const auto again = transport_.Take(MsgType::Push);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].h.seq, 1u);
+  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 2u);
+  EXPECT_EQ(Arrivals(), (std::vector<Arrival::Kind>{Arrival::kReset, Arrival::kReset}));
+  const SyncStats s = shared_.stats();
+  EXPECT_EQ(s.shard_restarts, 1u);
+  EXPECT_EQ(s.resends, 1u);
+  const auto events = shared_.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, SyncEvent::kShardRestart);
+
+  // The same incarnation again (DyLU's periodic Hello) changes nothing.
+  transport_.sent.clear();
+  Welcome(8, {4, 4});
+  EXPECT_TRUE(transport_.sent.empty());
+  EXPECT_TRUE(shared_.TakeArrivals().empty());
+}
+
+TEST_F(ShardSessionTest, AShardThatLostAFragmentEndsItsPushAndAsksForOurValues) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Welcome(8, {0, 1});  // restarted without fragment 0
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+  EXPECT_EQ(session_->unacked(), 0u);
+  const auto kinds = Arrivals();
+  EXPECT_EQ(kinds, (std::vector<Arrival::Kind>{Arrival::kDone, Arrival::kReset, Arrival::kNeedInit,
+                                               Arrival::kReset}));
+}
+
+TEST_F(ShardSessionTest, ADamagedPushIsSentOnceMoreThenGivenUp) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Refuse(0, 1, ErrorCode::BadChecksum);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Refuse(0, 1, ErrorCode::BadChecksum);
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+  EXPECT_EQ(session_->unacked(), 0u);
+  EXPECT_EQ(Arrivals(), std::vector<Arrival::Kind>{Arrival::kDone});
+  const SyncStats s = shared_.stats();
+  EXPECT_EQ(s.refused, 1u);
+  EXPECT_EQ(s.resends, 1u);
+  EXPECT_TRUE(shared_.fatal().empty()) << "a refused push is not a refused worker";
+}
+
+TEST_F(ShardSessionTest, APushRefusedForCreditGoesAgainAfterItsPause) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Refuse(0, 1, ErrorCode::NoCredit);
+  clock_.Advance(absl::Milliseconds(150));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+  clock_.Advance(absl::Milliseconds(60));
+  session_->Tick(false);
+  EXPECT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  EXPECT_EQ(session_->unacked(), 1u);
+}
+
+TEST_F(ShardSessionTest, ARefusedPlanOrShardOrderIsFatal) {
+  Start();
+  session_->Tick(false);
+  Welcome(7, {1, 1}, 0, /*shard=*/1);
+  EXPECT_NE(shared_.fatal().find("list the shards' endpoints in shard order"), std::string::npos)
+      << shared_.fatal();
+  EXPECT_FALSE(session_->welcomed());
+}
+
+TEST_F(ShardSessionTest, ARefusedCurveKeyIsFatalAndNamesTheKey) {
+  opt_.curve_public_key = "the-public-key";
+  Start();
+  transport_.refusals.push_back("ZAP status 400");
+  session_->Tick(false);
+  EXPECT_NE(shared_.fatal().find("ZAP status 400"), std::string::npos);
+  EXPECT_NE(shared_.fatal().find("the-public-key"), std::string::npos);
+}
+
+TEST_F(ShardSessionTest, JoinsAreAskedAgainOnlyAfterAQuietInterval) {
+  Start();
+  session_->Tick(false);
+  Welcome(7, {3, 3});
+  ASSERT_EQ(transport_.Take(MsgType::Pull).size(), 2u);
+  clock_.Advance(absl::Milliseconds(600));
+  session_->DataArrived(100);  // the answers are coming: not lost
+  clock_.Advance(absl::Milliseconds(600));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty());
+  clock_.Advance(absl::Milliseconds(500));  // 1.1 s of silence
+  session_->Tick(false);
+  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 2u);
+  EXPECT_EQ(shared_.stats().join_asks, 4u);
+}
+
+TEST_F(ShardSessionTest, OnASlowLinkAJoinIsNotAskedAgainWhileItsAnswerCanStillBeCrossing) {
+  opt_.link_rate_floor = 100;  // bytes/s: the two fragments take many seconds to arrive
+  Start();
+  session_->Tick(false);
+  Welcome(7, {3, 3});
+  ASSERT_EQ(transport_.Take(MsgType::Pull).size(), 2u);
+  const uint64_t bytes = (plan_.fragment(0).numel + plan_.fragment(1).numel) * 4;
+  const absl::Duration crossing = absl::Seconds(bytes / 100.0);
+  ASSERT_GT(crossing, opt_.join_retry * 4);
+  ASSERT_LT(crossing, opt_.retry_max - absl::Seconds(2));
+  clock_.Advance(crossing - absl::Seconds(1));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty());
+  clock_.Advance(absl::Seconds(2));
+  session_->Tick(false);
+  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 2u);
+}
+
+TEST_F(ShardSessionTest, NothingIsSentOrResentOnceDrained) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(/*drained=*/true);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+  clock_.Advance(opt_.retry_max * 2);
+  session_->Tick(true);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+}
+
+}  // namespace
+}  // namespace diloco::worker

@@ -1,0 +1,486 @@
+#include "worker/shard_session.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "common/ema.h"
+#include "worker/fragment_update.h"
+#include "worker/push_codec.h"
+
+namespace diloco::worker {
+
+using wire::AckStatus;
+using wire::ErrorCode;
+using wire::MsgType;
+
+ShardSession::ShardSession(uint32_t index, std::string endpoint, const SyncOptions& opt,
+                           const Plan& plan, WorkerIdentity who,
+                           std::vector<std::span<const float>> deltas, const Clock& clock,
+                           SessionTransport& transport, SyncShared& shared)
+    : index_(index),
+      endpoint_(std::move(endpoint)),
+      opt_(opt),
+      plan_(plan),
+      who_(who),
+      deltas_(std::move(deltas)),
+      clock_(clock),
+      transport_(transport),
+      shared_(shared),
+      down_(opt.link_rate_floor),
+      up_(opt.link_rate_floor),
+      fragments_(plan.FragmentsOfShard(index)),
+      corrupt_sends_left_(opt.test_corrupt_push_sends) {
+  for (uint32_t id : fragments_) {
+    FragmentIo& f = frags_[id];
+    f.interval = opt.join_retry;
+    f.error.assign(plan.fragment(id).numel, 0.0f);
+  }
+  last_heard_ = clock_.Now();
+}
+
+std::string ShardSession::Who() const {
+  return absl::StrCat("shard ", index_, " (", endpoint_, ")");
+}
+
+wire::HeaderFields ShardSession::Header(MsgType t) const {
+  wire::HeaderFields h;
+  h.type = t;
+  h.plan_fingerprint = who_.plan_fingerprint;
+  h.model_fingerprint = who_.model_fingerprint;
+  h.worker_id = who_.worker_id;
+  h.generation = who_.generation;
+  h.step_time_us = shared_.step_time_us();
+  return h;
+}
+
+// Two connections per shard, each its own TCP stream: a heartbeat on the control one is not
+// held behind a fragment that takes longer than the liveness timeout to cross a slow link.
+void ShardSession::Connect() {
+  transport_.Reconnect(opt_.control_channel);
+  welcomed_ = control_welcomed_ = false;
+  last_heard_ = clock_.Now();
+  last_hello_ = last_control_hello_ = absl::InfinitePast();
+}
+
+// A shard whose ZAP handler does not list this worker's key refuses every handshake; libzmq
+// would retry forever in silence. That is a refusal like a wrong plan: no retry changes it.
+void ShardSession::CheckHandshakes() {
+  for (const std::string& refusal : transport_.TakeRefusals()) {
+    shared_.Add(&SyncStats::errors);
+    shared_.Fatal(absl::StrCat(Who(), " refuses this worker: ", refusal,
+                               "; is this worker's public key ", opt_.curve_public_key,
+                               " listed for worker ", who_.worker_id,
+                               " in the shard's --curve_authorized_keys?"));
+  }
+}
+
+void ShardSession::SendHello() {
+  (void)transport_.Send(false, Header(MsgType::Hello));
+  last_hello_ = clock_.Now();
+}
+
+// After the data connection's Welcome: the shard binds a control connection only to a worker
+// it already knows in this generation.
+void ShardSession::SendControlHello() {
+  auto h = Header(MsgType::Hello);
+  h.channel = wire::Channel::Control;
+  (void)transport_.Send(true, h);
+  last_control_hello_ = clock_.Now();
+}
+
+void ShardSession::SendHeartbeat() {
+  (void)transport_.Send(control_welcomed_, Header(MsgType::Heartbeat));
+  last_heartbeat_ = clock_.Now();
+}
+
+void ShardSession::SendPull(uint32_t fragment) {
+  auto h = Header(MsgType::Pull);
+  h.fragment_id = fragment;
+  (void)transport_.Send(false, h);
+}
+
+void ShardSession::Pull(uint32_t fragment, bool answers_push) {
+  if (answers_push) frags_.at(fragment).answer_by_pull = true;
+  SendPull(fragment);
+}
+
+void ShardSession::Init(uint32_t fragment, std::shared_ptr<const wire::Bytes> values) {
+  if (!welcomed_) return;  // asked for again after the Welcome
+  const Fragment& f = plan_.fragment(fragment);
+  auto h = Header(MsgType::InitFragment);
+  h.fragment_id = fragment;
+  wire::SetPayloadLayout(h, wire::kFragmentCodec, f.numel);
+  (void)transport_.Send(false, h, std::move(values), wire::kFragmentCodec, f.numel);
+}
+
+uint64_t ShardSession::JoinBytesAhead() const {
+  uint64_t bytes = 0;
+  for (const auto& [id, f] : frags_)
+    if (!f.joined && f.asked != absl::InfinitePast())
+      bytes += plan_.fragment(id).numel * sizeof(float);
+  return bytes;
+}
+
+uint64_t ShardSession::PushBytesAhead() const {
+  uint64_t bytes = 0;
+  for (const auto& [_, job] : unacked_)
+    if (job.in_flight && !job.queued && job.push.bytes) bytes += job.push.bytes->size();
+  return bytes;
+}
+
+// An unjoined fragment: the shard's values if it has some, else ask the training thread for
+// ours to upload (compare-and-set on version 0 at the shard: the first upload wins).
+void ShardSession::AskJoin(uint32_t fragment) {
+  const absl::Time now = clock_.Now();
+  if (JoinBytesAhead() == 0) down_.Idle(now);  // the link starts answering now
+  frags_.at(fragment).asked = now;
+  shared_.Add(&SyncStats::join_asks);
+  auto it = versions_.find(fragment);
+  if (it != versions_.end() && it->second == 0) {
+    shared_.Deliver({Arrival::kNeedInit, fragment, 0, false, std::nullopt});
+  } else {
+    SendPull(fragment);
+  }
+}
+
+void ShardSession::AddPush(PushJob job) {
+  FragmentIo& f = frags_.at(job.fragment);
+  if (!opt_.error_feedback) std::fill(f.error.begin(), f.error.end(), 0.0f);  // e = delta only
+  job.push = EncodePush(opt_.codec, deltas_[job.fragment], f.error);
+  if (job.push.poisoned) shared_.Add(&SyncStats::errors, job.push.poisoned_chunks);
+  job.resend_interval = opt_.resend_after;
+  const auto key = std::make_pair(job.fragment, job.seq);
+  const PushJob& kept = unacked_[key] = std::move(job);
+  shared_.Add(&SyncStats::pushes);
+  shared_.Event({SyncEvent::kPush, index_, kept.fragment, kept.seq, kept.base_version, 0, ""});
+}
+
+void ShardSession::Finish(Kept::iterator it, bool applied) {
+  const PushJob& job = it->second;
+  // e was e0 + delta - deQ(q); back to e0, as if the push had never been taken.
+  if (!applied)
+    UndoErrorFeedback(opt_.codec, deltas_[job.fragment], frags_.at(job.fragment).error, job.push);
+  unacked_.erase(it);
+  shared_.PushEnded();
+}
+
+void ShardSession::SendPush(PushJob& job) {
+  const Fragment& f = plan_.fragment(job.fragment);
+  if (PushBytesAhead() == 0) up_.Idle(clock_.Now());  // the upload starts now
+  auto h = Header(MsgType::Push);
+  h.fragment_id = job.fragment;
+  h.seq = job.seq;
+  h.base_version = job.base_version;
+  h.tokens = job.tokens;
+  h.steps = job.steps;
+  wire::SetPayloadLayout(h, opt_.codec, f.numel);
+  std::shared_ptr<const wire::Bytes> bytes = job.push.bytes;
+  if (job.fragment == 0 && job.seq == 1 && corrupt_sends_left_ > 0 && !bytes->empty()) {
+    --corrupt_sends_left_;  // test only (SyncOptions::test_corrupt_push_sends): a damaged copy
+    auto damaged = std::make_shared<wire::Bytes>(*bytes);
+    damaged->back() ^= 0x01;
+    bytes = std::move(damaged);
+  }
+  if (transport_.Send(false, h, std::move(bytes), opt_.codec, f.numel, job.push.checksums))
+    shared_.Add(&SyncStats::bytes_sent, job.push.bytes->size());
+  job.sent = clock_.Now();
+}
+
+void ShardSession::PumpPushes() {
+  uint64_t in_flight = 0;
+  for (const auto& [_, job] : unacked_)
+    if (job.in_flight) in_flight += job.push.bytes->size();
+  const absl::Time now = clock_.Now();
+  for (auto& [_, job] : unacked_) {
+    if (job.in_flight || now < job.not_before) continue;
+    const uint64_t bytes = job.push.bytes->size();
+    // One push is always allowed, so a fragment larger than the credit still goes.
+    if (credit_bytes_ > 0 && in_flight > 0 && in_flight + bytes > credit_bytes_) return;
+    SendPush(job);
+    job.in_flight = true;
+    in_flight += bytes;
+  }
+}
+
+void ShardSession::ReadVersions(const wire::Header& h) {
+  if (h.versions())
+    for (const auto* fv : *h.versions())
+      if (frags_.contains(fv->id())) versions_[fv->id()] = fv->version();
+  if (h.fleet_step_time_us() > 0) shared_.SetFleetStepTime(index_, h.fleet_step_time_us());
+}
+
+void ShardSession::OnWelcome(const wire::Header& h) {
+  if (h.shard() != index_) {  // same plan, another shard: --servers is out of shard order
+    shared_.Add(&SyncStats::errors);
+    shared_.Fatal(absl::StrCat("the shard at ", endpoint_, " is shard ", h.shard(),
+                               ", but --servers lists it as shard ", index_,
+                               ": list the shards' endpoints in shard order (shard 0 first)"));
+    return;
+  }
+  const bool restarted = incarnation_ != 0 && incarnation_ != h.incarnation();
+  // A Welcome on a connection already welcomed by the same incarnation only refreshes the
+  // versions and the fleet's step time (DyLU's periodic Hello).
+  const bool fresh = !welcomed_ || restarted;
+  incarnation_ = h.incarnation();
+  welcomed_ = true;
+  credit_bytes_ = h.credit_bytes();
+  backoff_ = absl::Milliseconds(100);
+  ReadVersions(h);
+  if (!fresh) return;
+  if (restarted) {
+    control_welcomed_ = false;  // the new process has no binding for it
+    shared_.Add(&SyncStats::shard_restarts);
+    shared_.Event({SyncEvent::kShardRestart, index_, 0, 0, 0, 0, ""});
+  }
+  // Everything not yet answered goes again with its sequence number: the shard's dedup table
+  // keeps it exactly-once. A fragment the shard has no values for cannot take it.
+  for (auto it = unacked_.begin(); it != unacked_.end();) {
+    auto next = std::next(it);
+    if (versions_[it->first.first] == 0) {
+      const uint32_t fragment = it->first.first;
+      Finish(it, /*applied=*/false);
+      shared_.Deliver({Arrival::kDone, fragment, 0, true, std::nullopt});
+    } else if (it->second.in_flight) {
+      it->second.in_flight = false;  // counted afresh against the (new) credit
+      it->second.queued = false;
+      it->second.resend_interval = opt_.resend_after;
+      shared_.Add(&SyncStats::resends);
+    }
+    it = next;
+  }
+  PumpPushes();
+  for (uint32_t id : fragments_) {
+    FragmentIo& f = frags_.at(id);
+    if (!f.joined) {
+      f.interval = opt_.join_retry;
+      AskJoin(id);
+    } else if (restarted) {
+      // The shard may have gone back to an older checkpoint (periodic durability), or lost
+      // everything: take its versions as they are, or give it the fleet's last values.
+      shared_.Deliver({Arrival::kReset, id, 0, false, std::nullopt});
+      if (versions_[id] == 0) {
+        shared_.Deliver({Arrival::kNeedInit, id, 0, false, std::nullopt});
+      } else {
+        SendPull(id);
+      }
+    }
+  }
+}
+
+void ShardSession::OnPushAck(const wire::Header& h) {
+  const auto key = std::make_pair(h.fragment_id(), h.seq());
+  switch (h.ack()) {
+    case AckStatus::Queued:  // keep it until Applied: a crash before then means resend
+      if (auto it = unacked_.find(key); it != unacked_.end()) {
+        if (!it->second.queued && it->second.push.bytes)
+          up_.Arrived(it->second.push.bytes->size(), clock_.Now(), /*awaiting=*/true);
+        it->second.sent = clock_.Now();
+        it->second.queued = true;
+      }
+      return;
+    case AckStatus::Initialized:
+    case AckStatus::AlreadyInitialized:
+      if (!frags_.contains(h.fragment_id())) return;
+      versions_[h.fragment_id()] = std::max<uint64_t>(h.version(), 1);
+      SendPull(h.fragment_id());
+      frags_.at(h.fragment_id()).asked = clock_.Now();
+      return;
+    case AckStatus::Duplicate:
+    case AckStatus::Stale: {
+      auto it = unacked_.find(key);
+      if (it == unacked_.end()) return;
+      const bool stale = h.ack() == AckStatus::Stale;
+      const PushJob& job = it->second;
+      shared_.Add(stale ? &SyncStats::stale : &SyncStats::duplicates);
+      shared_.Event({stale ? SyncEvent::kStale : SyncEvent::kDuplicate, index_, job.fragment,
+                     job.seq, job.base_version, h.version(), ""});
+      Finish(it, /*applied=*/!stale);  // a duplicate was applied before its ack got lost
+      if (stale) {
+        shared_.Deliver({Arrival::kDone, h.fragment_id(), 0, true, std::nullopt});
+      } else {
+        frags_.at(h.fragment_id()).answer_by_pull = true;  // outstanding until the pull's update
+      }
+      SendPull(h.fragment_id());
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void ShardSession::OnError(const wire::Header& h) {
+  const ErrorCode code = h.error_code();
+  const std::string what = h.message() ? h.message()->str() : "";
+  shared_.Add(&SyncStats::errors);
+  // A refused plan, model or protocol, or a refused data-connection Hello (the CURVE allow-list
+  // binds this key to another worker id, or a newer process of this worker id is bound): no
+  // retry can change it. (A refused control Hello comes on the control connection and is
+  // retried after the data Hello.)
+  if (code == ErrorCode::WrongPlan || code == ErrorCode::WrongModel ||
+      code == ErrorCode::BadProtocolVersion ||
+      (code == ErrorCode::BadIdentity && h.refused_type() == MsgType::Hello))
+    shared_.Fatal(absl::StrCat(Who(), " refuses this worker: ", what));
+  if (code == ErrorCode::BadIdentity) {  // the shard does not know this connection: re-Hello
+    welcomed_ = false;
+    return;
+  }
+  if (code == ErrorCode::Unavailable) return;  // retried: resend timer, join retry
+  auto it = unacked_.find({h.fragment_id(), h.seq()});
+  if (code == ErrorCode::NoCredit) {  // back in line; sent again once an answer frees credit
+    if (it != unacked_.end()) {
+      it->second.in_flight = false;
+      it->second.not_before = clock_.Now() + absl::Milliseconds(200);
+    }
+    return;
+  }
+  if (code == ErrorCode::BadChecksum && it != unacked_.end() && !it->second.resent_corrupt) {
+    it->second.resent_corrupt = true;  // damaged on the way: send the same bytes once more
+    it->second.in_flight = false;      // PumpPushes sends it again
+    shared_.Add(&SyncStats::resends);
+    return;
+  }
+  if (code == ErrorCode::NotInitialized && frags_.contains(h.fragment_id()))
+    versions_[h.fragment_id()] = 0;
+  // Any other refusal of a push is final for that push: release the fragment, undo its error
+  // feedback, and pull (a shard that lost the fragment gets our values first).
+  if (h.seq() == 0 || it == unacked_.end()) return;
+  shared_.Add(&SyncStats::refused);
+  shared_.Event(
+      {SyncEvent::kRefused, index_, h.fragment_id(), h.seq(), it->second.base_version, 0, what});
+  Finish(it, /*applied=*/false);
+  shared_.Deliver({Arrival::kDone, h.fragment_id(), 0, true, std::nullopt});
+  if (code == ErrorCode::NotInitialized) {
+    shared_.Deliver({Arrival::kNeedInit, h.fragment_id(), 0, false, std::nullopt});
+  } else {
+    SendPull(h.fragment_id());
+  }
+}
+
+void ShardSession::OnUpdate(wire::Message m) {
+  const auto& h = m.header();
+  if (!frags_.contains(h.fragment_id()) ||
+      !CheckFragmentUpdate(m, plan_.fragment(h.fragment_id()).numel).ok()) {
+    shared_.Add(&SyncStats::errors);
+    return;
+  }
+  FragmentIo& f = frags_.at(h.fragment_id());
+  f.joined = true;
+  versions_[h.fragment_id()] = h.version();
+  bool answers = std::exchange(f.answer_by_pull, false);
+  absl::Time pushed = absl::InfinitePast();
+  if (h.ack() == AckStatus::Applied && h.worker_id() == who_.worker_id &&
+      h.generation() == who_.generation) {
+    if (auto it = unacked_.find({h.fragment_id(), h.seq()}); it != unacked_.end()) {
+      answers = true;
+      pushed = it->second.made;
+      const uint64_t base = it->second.base_version;
+      // Rounds other workers closed between this push's base and its own round.
+      const uint64_t staleness = wire::Staleness(base, h.version());
+      shared_.Update([&](SyncStats& s) {
+        ++s.applied;
+        s.mean_staleness = Ema(s.mean_staleness, static_cast<double>(staleness), 0.1);
+        s.max_staleness = std::max(s.max_staleness, staleness);
+      });
+      shared_.Event({SyncEvent::kApplied, index_, h.fragment_id(), h.seq(), base, h.version(), ""});
+      Finish(it, /*applied=*/true);
+    }
+  }
+  const uint32_t fragment = h.fragment_id();
+  const uint64_t version = h.version();
+  shared_.Deliver({Arrival::kUpdate, fragment, version, answers, std::move(m), pushed});
+}
+
+void ShardSession::DataArrived(uint64_t bytes) {
+  const absl::Time now = clock_.Now();
+  down_.Arrived(bytes, now, Awaiting());
+  last_data_ = now;
+}
+
+void ShardSession::OnMessage(wire::Message m, bool via_control) {
+  const auto& h = m.header();
+  last_heard_ = clock_.Now();
+  shared_.Add(&SyncStats::bytes_received, m.payload_bytes());
+  if (via_control) {  // Welcome, Heartbeat or a refusal of either; nothing else is expected
+    if (h.type() == MsgType::Error && h.error_code() == ErrorCode::BadIdentity)
+      control_welcomed_ = false;  // e.g. the shard restarted: Hello again after the data Hello
+    if (h.plan_fingerprint() != who_.plan_fingerprint) return;
+    if (h.type() == MsgType::Welcome && h.channel() == wire::Channel::Control &&
+        h.incarnation() == incarnation_)
+      control_welcomed_ = true;
+    if (h.type() == MsgType::Welcome || h.type() == MsgType::Heartbeat) ReadVersions(h);
+    return;
+  }
+  if (h.type() == MsgType::Error) return OnError(h);  // may name the shard's own plan
+  if (h.plan_fingerprint() != who_.plan_fingerprint) {
+    shared_.Add(&SyncStats::errors);
+    return;
+  }
+  switch (h.type()) {
+    case MsgType::Welcome:
+      return OnWelcome(h);
+    case MsgType::PushAck:
+      return OnPushAck(h);
+    case MsgType::FragmentUpdate:
+      return OnUpdate(std::move(m));
+    case MsgType::Heartbeat:
+      return ReadVersions(h);
+    default:
+      return;
+  }
+}
+
+void ShardSession::Tick(bool drained) {
+  const absl::Time now = clock_.Now();
+  const bool control = opt_.control_channel;
+  if (!welcomed_ || (control && !control_welcomed_)) CheckHandshakes();
+  if (now - last_heard_ > opt_.shard_timeout) {
+    // Silent shard: new connections, back off exponentially. Training goes on meanwhile.
+    Connect();
+    backoff_ = std::min(backoff_ * 2, opt_.backoff_max);
+    last_heard_ = now + backoff_;  // give the reconnect time before judging again
+    shared_.Add(&SyncStats::reconnects);
+  }
+  if (!welcomed_ && now - last_hello_ > backoff_) SendHello();
+  if (welcomed_ && opt_.dylu && now - last_hello_ > opt_.fleet_refresh) SendHello();
+  if (welcomed_ && control && !control_welcomed_ && now - last_control_hello_ > backoff_)
+    SendControlHello();
+  if (welcomed_ && now - last_heartbeat_ > opt_.heartbeat) SendHeartbeat();
+  if (welcomed_ && !drained) {
+    PumpPushes();
+    Retry(now);
+  }
+}
+
+void ShardSession::Resend(PushJob& job, absl::Time now) {
+  // A push the shard has not taken (no Queued yet) goes again once its interval has passed
+  // with the data connection quiet: a shard answering other pushes meanwhile is working
+  // through pushes sent together (at real sizes, seconds), and a resend there costs a whole
+  // push for a Duplicate. A Queued push waits for its round (and, per-round durability, its
+  // checkpoint). retry_max bounds either wait.
+  const bool quiet = now - last_data_ > opt_.resend_after;
+  const absl::Duration wait = up_.Wait(PushBytesAhead(), job.resend_interval, opt_.retry_max);
+  const bool due = job.queued ? now - job.sent > opt_.retry_max
+                              : now - job.sent > wait && (quiet || now - job.sent > opt_.retry_max);
+  if (!job.in_flight || !due) return;
+  SendPush(job);
+  job.resend_interval = std::min(job.resend_interval * 2, opt_.retry_max);
+  shared_.Add(&SyncStats::resends);
+}
+
+void ShardSession::Retry(absl::Time now) {
+  for (auto& [_, job] : unacked_) Resend(job, now);
+  // Ask again only after the interval passed with nothing arriving on the data connection: at
+  // real sizes and on slow links, the answers to the first asks take longer than join_retry to
+  // arrive, and each re-ask costs a whole fragment.
+  for (uint32_t id : fragments_) {
+    FragmentIo& f = frags_.at(id);
+    if (!f.joined && now - std::max(f.asked, last_data_) >
+                         down_.Wait(JoinBytesAhead(), f.interval, opt_.retry_max)) {
+      AskJoin(id);
+      f.interval = std::min(f.interval * 2, opt_.retry_max);
+    }
+  }
+}
+
+}  // namespace diloco::worker

@@ -1,0 +1,156 @@
+// One shard as the worker's I/O thread sees it: the connection's state machine (Hello, Welcome,
+// a restarted incarnation, liveness and reconnects), the fragments it serves being joined, and
+// the pushes to it kept until answered (sent within the shard's credit, resent with the same
+// sequence number when they may have been lost, their error feedback undone when they end
+// unapplied). Protocol: docs/protocol.md; the worker's side of it: docs/worker.md.
+//
+// Transport-free and clock-driven: it sends through a SessionTransport (ZeroMQ in
+// worker/zmq_shard_link.h, a recorder in tests), reads time only from a Clock, and hands what
+// the training thread must see to SyncShared. The I/O thread feeds it what arrives (DataArrived,
+// OnMessage), what the training thread queued (AddPush, Pull, Init) and a Tick per pass, so
+// tests drive every timer with a fake clock and hand-built messages.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/plan.h"
+#include "schema/transport.h"
+#include "worker/link_pace.h"
+#include "worker/sync_options.h"
+#include "worker/sync_shared.h"
+
+namespace diloco::worker {
+
+// A shard's two connections (data; control for heartbeats, so they never queue behind a
+// payload on a slow link) as the session uses them.
+class SessionTransport {
+ public:
+  virtual ~SessionTransport() = default;
+  // Fresh connections in place of the current ones (the control one only when `control`); a
+  // train half-received on an old connection is dropped.
+  virtual void Reconnect(bool control) = 0;
+  // Sends `h` on the control or the data connection, with `payload` (may be null) cut into the
+  // chunks of `codec`'s layout for `numel` values; `checksums`, when given, are the chunks'.
+  // False: the connection's queue is full and nothing was sent.
+  virtual bool Send(bool control, const wire::HeaderFields& h,
+                    std::shared_ptr<const wire::Bytes> payload = nullptr,
+                    kernels::Codec codec = wire::kFragmentCodec, uint64_t numel = 0,
+                    std::span<const uint64_t> checksums = {}) = 0;
+  // With CURVE: why the shard refused this worker's key, for each connection whose handshake
+  // it refused since the last call.
+  virtual std::vector<std::string> TakeRefusals() = 0;
+};
+
+// Who this worker is, as every header says it.
+struct WorkerIdentity {
+  uint64_t plan_fingerprint = 0, model_fingerprint = 0;
+  uint32_t worker_id = 0;
+  uint64_t generation = 0;
+};
+
+class ShardSession {
+ public:
+  // `deltas[f]`: fragment f's delta buffer on the training thread, read while a push of it is
+  // kept (PushJob). Everything passed must outlive the session.
+  ShardSession(uint32_t index, std::string endpoint, const SyncOptions& opt, const Plan& plan,
+               WorkerIdentity who, std::vector<std::span<const float>> deltas, const Clock& clock,
+               SessionTransport& transport, SyncShared& shared);
+
+  // Opens the connections (again: after a silent shard) and starts over with a Hello.
+  void Connect();
+  // `bytes` of a message or of a train's chunk crossed the data connection (before OnMessage).
+  void DataArrived(uint64_t bytes);
+  void OnMessage(wire::Message m, bool via_control);
+  // From the training thread: a due push (encoded here, with this fragment's error feedback),
+  // a fragment to pull whole, theta(0) or the fleet's values for a shard that has none.
+  void AddPush(PushJob job);
+  void Pull(uint32_t fragment, bool answers_push);
+  void Init(uint32_t fragment, std::shared_ptr<const wire::Bytes> values);
+  // Liveness, Hellos, heartbeats, sending within the credit, resends and join re-asks.
+  // `drained`: the client stopped; nothing more is sent or resent.
+  void Tick(bool drained);
+
+  uint32_t index() const { return index_; }
+  bool welcomed() const { return welcomed_; }
+  bool control_welcomed() const { return control_welcomed_; }
+  uint32_t unacked() const { return static_cast<uint32_t>(unacked_.size()); }
+  bool joined(uint32_t fragment) const { return frags_.at(fragment).joined; }
+  const LinkPace& down() const { return down_; }
+  const LinkPace& up() const { return up_; }
+
+ private:
+  using Kept = std::map<std::pair<uint32_t, uint64_t>, PushJob>;  // (fragment, seq)
+  struct FragmentIo {                                             // one of the shard's fragments
+    bool joined = false;  // a FragmentUpdate for it has arrived
+    // A Duplicate answer: the push was applied before its Applied update got lost, so the
+    // update the pull brings is that push's answer (it holds the push's delta).
+    bool answer_by_pull = false;
+    absl::Time asked = absl::InfinitePast();
+    absl::Duration interval;   // doubles with each re-ask (retry_max)
+    std::vector<float> error;  // the push error feedback residual
+  };
+
+  wire::HeaderFields Header(wire::MsgType t) const;
+  void SendHello();
+  void SendControlHello();
+  void SendHeartbeat();
+  void SendPull(uint32_t fragment);
+  void SendPush(PushJob& job);
+  void PumpPushes();
+  void AskJoin(uint32_t fragment);
+  void CheckHandshakes();
+  void OnWelcome(const wire::Header& h);
+  void OnPushAck(const wire::Header& h);
+  void OnError(const wire::Header& h);
+  void OnUpdate(wire::Message m);
+  void ReadVersions(const wire::Header& h);
+  // Removes a kept push after its final answer; `applied` false undoes its error feedback.
+  void Finish(Kept::iterator it, bool applied);
+  void Resend(PushJob& job, absl::Time now);
+  void Retry(absl::Time now);
+  // Bytes that may arrive on the data connection before an answer asked for now: the whole
+  // fragments the asks of unjoined fragments bring.
+  uint64_t JoinBytesAhead() const;
+  // Push bytes on the data connection the shard has not taken yet (in flight, not Queued).
+  uint64_t PushBytesAhead() const;
+  // Whether answers are expected on the data connection (joins or pushes outstanding).
+  bool Awaiting() const { return !unacked_.empty() || JoinBytesAhead() > 0; }
+  std::string Who() const;
+
+  const uint32_t index_;
+  const std::string endpoint_;
+  const SyncOptions& opt_;
+  const Plan& plan_;
+  const WorkerIdentity who_;
+  const std::vector<std::span<const float>> deltas_;
+  const Clock& clock_;
+  SessionTransport& transport_;
+  SyncShared& shared_;
+
+  bool welcomed_ = false, control_welcomed_ = false;
+  uint64_t incarnation_ = 0;
+  uint64_t credit_bytes_ = 0;  // from Welcome: push bytes in flight at once; 0 = no limit
+  absl::Time last_heard_, last_hello_ = absl::InfinitePast();
+  absl::Time last_heartbeat_ = absl::InfinitePast(), last_control_hello_ = absl::InfinitePast();
+  absl::Time last_data_ = absl::InfinitePast();  // anything, a chunk too, on the data connection
+  absl::Duration backoff_ = absl::Milliseconds(100);
+  // The data connection's measured rates (worker/link_pace.h): down from what arrives while
+  // answers are awaited, up from how fast pushes are taken (their Queued answers).
+  LinkPace down_, up_;
+  // At most one per fragment of this shard (the training thread's outstanding rule).
+  Kept unacked_;
+  std::vector<uint32_t> fragments_;        // the shard's, in id order
+  std::map<uint32_t, FragmentIo> frags_;   // by fragment id, this shard's only
+  std::map<uint32_t, uint64_t> versions_;  // last published version the shard told us
+  uint32_t corrupt_sends_left_ = 0;        // SyncOptions::test_corrupt_push_sends
+};
+
+}  // namespace diloco::worker

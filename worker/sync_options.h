@@ -1,0 +1,110 @@
+// What the sync client is told (SyncOptions), what it counts (SyncStats) and the events it
+// reports one by one (SyncEvent): the vocabulary shared by the client (worker/sync_client.h), its
+// per-shard sessions (worker/shard_session.h) and the state their threads share
+// (worker/sync_shared.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "kernels/codec_kind.h"
+
+namespace diloco::worker {
+
+struct SyncOptions {
+  std::vector<std::string> servers;  // endpoint of shard i at index i
+  uint32_t worker_id = 0;
+  uint64_t generation = 0;  // 0: derived from the clock at start
+  uint32_t num_fragments = 4;
+  kernels::Codec codec;
+  uint32_t inner_steps = 50;  // H
+  // Adoption of a fragment's new global values (the join always takes them as they are):
+  //   kKeep: local = global + (local - local_at_push), the inner steps taken since the push
+  //          survive (default; with replace a fast worker beside a slow one loses ~45% of its
+  //          steps, docs/worker.md);
+  //   kLerp: local = global + adopt_alpha * (local - global); alpha 0 replaces.
+  enum class Adopt { kKeep, kLerp };
+  Adopt adopt = Adopt::kKeep;
+  float adopt_alpha = 0.0f;
+  // Deterministic mode: AfterStep returns only once the pushes it queued are answered and their
+  // results adopted (or lockstep_timeout passed), so a run is a fixed sequence of steps and
+  // rounds whatever the timing (tests; with quorum = all workers, synchronous DiLoCo).
+  bool lockstep = false;
+  // Error feedback: a push's quantisation error goes into the next push. Off only to measure
+  // what it is worth (the convergence study).
+  bool error_feedback = true;
+  absl::Duration lockstep_timeout = absl::Seconds(60);
+  bool dylu = false;   // Dynamic Local Updates: H_w = H * v_w / v_fleet_max
+  bool stream = true;  // stagger fragments' pushes over the H steps
+  absl::Duration heartbeat = absl::Milliseconds(500);
+  // Heartbeats on a second connection per shard, so that on a slow link they never wait
+  // behind a fragment (which would read as a dead shard and restart the transfer). Off only to
+  // show that failure (tests/worker).
+  bool control_channel = true;
+  absl::Duration shard_timeout = absl::Seconds(3);  // silence before reconnecting
+  // Retries on a live connection are a safety net only (a reconnect re-sends everything at
+  // once): each unanswered push or join is re-sent after resend_after / join_retry, then at
+  // doubling intervals up to retry_max, so that on a slow link where a fragment takes longer
+  // than the first interval to cross, retries do not pile copies of it onto the link.
+  absl::Duration resend_after = absl::Seconds(5);  // no ack: send the push again
+  absl::Duration backoff_max = absl::Seconds(4);
+  // CURVE, all three or none (Z85 text, see schema/curve.h): the shards' public key and this
+  // worker's key pair, whose public half the shards list for this worker_id.
+  std::string curve_server_key, curve_public_key, curve_secret_key;
+  absl::Duration join_retry = absl::Seconds(1);  // re-ask for an unjoined fragment
+  absl::Duration retry_max = absl::Seconds(60);
+  // Neither comes before the bytes ahead of its answer could have crossed the link at its
+  // measured rate (worker/link_pace.h); before a first measurement the link is assumed this
+  // slow (bytes/s; 1 Mbit/s, below any link the system is meant for), so a slow link is not
+  // filled with copies of what is still crossing it.
+  double link_rate_floor = 125e3;
+  // DyLU needs the fleet's step time, which the shards send in Welcome (and, once they do, in
+  // Heartbeat replies); with dylu on, a Hello is repeated this often to refresh it.
+  absl::Duration fleet_refresh = absl::Seconds(1);
+  size_t max_events = 4096;  // TakeEvents() backlog; older events are dropped beyond it
+  // Test only: the first N sends of fragment 0's first push (seq 1) carry one flipped payload
+  // byte under the true checksums, as if damaged on the way (the shard answers BadChecksum).
+  uint32_t test_corrupt_push_sends = 0;
+};
+
+struct SyncStats {
+  uint64_t pushes = 0, applied = 0, resends = 0, adoptions = 0, stale = 0, duplicates = 0;
+  uint64_t refused = 0, errors = 0;
+  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t reconnects = 0, shard_restarts = 0;
+  uint64_t join_asks = 0;     // fragments asked for while joining (the first asks and any re-asks)
+  uint32_t joined = 0;        // fragments joined (pulled once)
+  uint32_t unacked = 0;       // pushes waiting for their answer
+  double mean_staleness = 0;  // EMA of rounds merged between a push's base and its round
+  uint64_t max_staleness = 0;
+  uint32_t inner_steps_now = 0;   // current H_w
+  double step_time_us = 0;        // this worker's EMA inner step time
+  double fleet_step_time_us = 0;  // fastest worker's, as the shards last said (0: unknown)
+  double after_step_us = 0;       // EMA cost of AfterStep on the training thread
+  double after_step_max_us = 0;
+  std::vector<uint64_t> versions;  // adopted version per fragment
+  // Downloads adopted: whole fp32 fragments, and quantized update chains reconstructed on the
+  // last adopted values (docs/protocol.md, "Quantized downloads"). A reconstruction whose
+  // checksum differs from the shard's (never expected) is counted and the fragment pulled whole.
+  uint64_t updates_full = 0, updates_delta = 0, download_mismatches = 0;
+  // From a push's send to the adoption of the values that answer it, on the training thread:
+  // the moving average, the most, and the latest (up to kRecentLatencies, oldest first).
+  double push_to_adopt_ms = 0, push_to_adopt_max_ms = 0;
+  std::vector<double> recent_push_to_adopt_ms;
+  static constexpr size_t kRecentLatencies = 256;
+};
+
+// Things machines want to follow one by one (worker_main writes them as JSON lines).
+struct SyncEvent {
+  enum Kind { kPush, kApplied, kDuplicate, kStale, kRefused, kShardRestart };
+  Kind kind = kPush;
+  uint32_t shard = 0, fragment = 0;
+  uint64_t seq = 0, base_version = 0, version = 0;
+  std::string detail;  // kRefused: the shard's message
+};
+const char* SyncEventName(SyncEvent::Kind k);
+
+}  // namespace diloco::worker

@@ -1,0 +1,129 @@
+#include "worker/sync_shared.h"
+
+#include <algorithm>
+#include <iterator>
+
+namespace diloco::worker {
+
+SyncShared::SyncShared(uint32_t num_fragments, uint32_t num_shards, size_t max_events)
+    : max_events_(max_events) {
+  MutexLock g(&mu_);  // no other thread yet; the lock satisfies the analysis
+  stats_.versions.assign(num_fragments, 0);
+  shard_fleet_us_.assign(num_shards, 0);
+}
+
+void SyncShared::QueuePushes(std::vector<PushJob> jobs) {
+  MutexLock g(&mu_);
+  pending_pushes_ += jobs.size();
+  for (auto& j : jobs) pushes_.push_back(std::move(j));
+}
+
+void SyncShared::QueueInit(uint32_t fragment, std::shared_ptr<const wire::Bytes> values) {
+  MutexLock g(&mu_);
+  inits_.emplace_back(fragment, std::move(values));
+}
+
+void SyncShared::QueuePull(uint32_t fragment, bool answers_push) {
+  MutexLock g(&mu_);
+  pulls_.emplace_back(fragment, answers_push);
+}
+
+SyncShared::Outbox SyncShared::TakeOutbox() {
+  Outbox out;
+  MutexLock g(&mu_);
+  out.pushes.swap(pushes_);
+  out.inits.swap(inits_);
+  out.pulls.swap(pulls_);
+  return out;
+}
+
+void SyncShared::Deliver(Arrival a) {
+  MutexLock g(&mu_);
+  arrivals_.push_back(std::move(a));
+  cv_.SignalAll();
+}
+
+void SyncShared::PushEnded() {
+  MutexLock g(&mu_);
+  if (pending_pushes_ > 0) --pending_pushes_;
+  cv_.SignalAll();
+}
+
+void SyncShared::Fatal(std::string why) {
+  MutexLock g(&mu_);
+  if (fatal_.empty()) fatal_ = std::move(why);
+  cv_.SignalAll();
+}
+
+std::deque<Arrival> SyncShared::TakeArrivals(absl::Duration wait) {
+  std::deque<Arrival> out;
+  MutexLock g(&mu_);
+  if (arrivals_.empty() && wait > absl::ZeroDuration()) cv_.WaitWithTimeout(&mu_, wait);
+  out.swap(arrivals_);
+  return out;
+}
+
+std::string SyncShared::fatal() const {
+  MutexLock g(&mu_);
+  return fatal_;
+}
+
+bool SyncShared::draining() const {
+  MutexLock g(&mu_);
+  return draining_;
+}
+
+SyncShared::Drained SyncShared::AwaitDrain(absl::Duration wait) {
+  Drained d;
+  MutexLock g(&mu_);
+  draining_ = true;
+  d.pending_before = pending_pushes_;
+  if (pending_pushes_ > 0 && wait > absl::ZeroDuration()) cv_.WaitWithTimeout(&mu_, wait);
+  d.pending = pending_pushes_;
+  d.arrivals.swap(arrivals_);
+  return d;
+}
+
+void SyncShared::Add(uint64_t SyncStats::*counter, uint64_t n) {
+  MutexLock g(&mu_);
+  stats_.*counter += n;
+}
+
+void SyncShared::Update(absl::FunctionRef<void(SyncStats&)> change) {
+  MutexLock g(&mu_);
+  change(stats_);
+}
+
+void SyncShared::Event(SyncEvent e) {
+  MutexLock g(&mu_);
+  if (events_.size() >= max_events_) events_.pop_front();
+  events_.push_back(std::move(e));
+}
+
+std::vector<SyncEvent> SyncShared::TakeEvents() {
+  MutexLock g(&mu_);
+  std::vector<SyncEvent> out(std::make_move_iterator(events_.begin()),
+                             std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+SyncStats SyncShared::stats() const {
+  MutexLock g(&mu_);
+  SyncStats s = stats_;
+  s.step_time_us = static_cast<double>(step_time_us_.load());
+  s.fleet_step_time_us = static_cast<double>(fleet_step_time_us_.load());
+  return s;
+}
+
+void SyncShared::SetFleetStepTime(uint32_t shard, uint64_t us) {
+  MutexLock g(&mu_);
+  if (shard >= shard_fleet_us_.size()) return;
+  shard_fleet_us_[shard] = us;
+  uint64_t fleet = 0;
+  for (uint64_t v : shard_fleet_us_)
+    if (v > 0 && (fleet == 0 || v < fleet)) fleet = v;
+  fleet_step_time_us_ = fleet;
+}
+
+}  // namespace diloco::worker
