@@ -76,7 +76,7 @@ void ShardSession::CheckHandshakes() {
 }
 
 void ShardSession::SendHello() {
-  (void)transport_.Send(false, Header(MsgType::Hello));
+  (void)transport_.SendHeader(false, Header(MsgType::Hello));
   last_hello_ = clock_.Now();
 }
 
@@ -85,19 +85,19 @@ void ShardSession::SendHello() {
 void ShardSession::SendControlHello() {
   auto h = Header(MsgType::Hello);
   h.channel = wire::Channel::Control;
-  (void)transport_.Send(true, h);
+  (void)transport_.SendHeader(true, h);
   last_control_hello_ = clock_.Now();
 }
 
 void ShardSession::SendHeartbeat() {
-  (void)transport_.Send(control_welcomed_, Header(MsgType::Heartbeat));
+  (void)transport_.SendHeader(control_welcomed_, Header(MsgType::Heartbeat));
   last_heartbeat_ = clock_.Now();
 }
 
 void ShardSession::SendPull(uint32_t fragment) {
   auto h = Header(MsgType::Pull);
   h.fragment_id = fragment;
-  (void)transport_.Send(false, h);
+  (void)transport_.SendHeader(false, h);
 }
 
 void ShardSession::Pull(uint32_t fragment, bool answers_push) {
@@ -111,7 +111,7 @@ void ShardSession::Init(uint32_t fragment, std::shared_ptr<const wire::Bytes> va
   auto h = Header(MsgType::InitFragment);
   h.fragment_id = fragment;
   wire::SetPayloadLayout(h, wire::kFragmentCodec, f.numel);
-  (void)transport_.Send(false, h, std::move(values), wire::kFragmentCodec, f.numel);
+  (void)transport_.Send(false, h, std::move(values), wire::kFragmentCodec, f.numel, {});
 }
 
 uint64_t ShardSession::JoinBytesAhead() const {

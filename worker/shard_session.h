@@ -38,12 +38,15 @@ class SessionTransport {
   // train half-received on an old connection is dropped.
   virtual void Reconnect(bool control) = 0;
   // Sends `h` on the control or the data connection, with `payload` (may be null) cut into the
-  // chunks of `codec`'s layout for `numel` values; `checksums`, when given, are the chunks'.
+  // chunks of `codec`'s layout for `numel` values; `checksums`, when not empty, are the chunks'.
   // False: the connection's queue is full and nothing was sent.
   virtual bool Send(bool control, const wire::HeaderFields& h,
-                    std::shared_ptr<const wire::Bytes> payload = nullptr,
-                    kernels::Codec codec = wire::kFragmentCodec, uint64_t numel = 0,
-                    std::span<const uint64_t> checksums = {}) = 0;
+                    std::shared_ptr<const wire::Bytes> payload, kernels::Codec codec,
+                    uint64_t numel, std::span<const uint64_t> checksums) = 0;
+  // A message without a payload.
+  bool SendHeader(bool control, const wire::HeaderFields& h) {
+    return Send(control, h, nullptr, wire::kFragmentCodec, 0, {});
+  }
   // With CURVE: why the shard refused this worker's key, for each connection whose handshake
   // it refused since the last call.
   virtual std::vector<std::string> TakeRefusals() = 0;
