@@ -167,10 +167,7 @@ void ShardSession::Finish(Kept::iterator it, bool applied) {
 
 void ShardSession::SendPush(PushJob& job) {
   const Fragment& f = plan_.fragment(job.fragment);
-  const uint64_t ahead = PushBytesAhead();
-  if (ahead == 0) up_.Idle(clock_.Now());  // the upload starts now
-  // A resend of a push still in flight is among the bytes ahead already.
-  job.bytes_ahead = ahead + (job.in_flight && !job.queued ? 0 : job.push.bytes->size());
+  if (PushBytesAhead() == 0) up_.Idle(clock_.Now());  // the upload starts now
   auto h = Header(MsgType::Push);
   h.fragment_id = job.fragment;
   h.seq = job.seq;
@@ -456,14 +453,13 @@ void ShardSession::Tick(bool drained) {
 }
 
 void ShardSession::Resend(PushJob& job, absl::Time now) {
-  // A push the shard has not taken (no Queued yet) goes again once the bytes that were ahead
-  // of it when it was sent could have crossed at the uplink's rate, and at least its interval
-  // has passed, with the data connection quiet: a shard answering other pushes meanwhile is
-  // working through pushes sent together (at real sizes, seconds), and a resend there costs a
-  // whole push for a Duplicate. A Queued push waits for its round (and, per-round durability,
-  // its checkpoint). retry_max bounds either wait.
+  // A push the shard has not taken (no Queued yet) goes again once its interval has passed
+  // with the data connection quiet: a shard answering other pushes meanwhile is working
+  // through pushes sent together (at real sizes, seconds), and a resend there costs a whole
+  // push for a Duplicate. A Queued push waits for its round (and, per-round durability, its
+  // checkpoint). retry_max bounds either wait.
   const bool quiet = now - last_data_ > opt_.resend_after;
-  const absl::Duration wait = up_.Wait(job.bytes_ahead, job.resend_interval, opt_.retry_max);
+  const absl::Duration wait = up_.Wait(PushBytesAhead(), job.resend_interval, opt_.retry_max);
   const bool due = job.queued ? now - job.sent > opt_.retry_max
                               : now - job.sent > wait && (quiet || now - job.sent > opt_.retry_max);
   if (!job.in_flight || !due) return;

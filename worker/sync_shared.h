@@ -41,9 +41,6 @@ struct PushJob {
   // resend remains.
   bool queued = false;
   absl::Time sent = absl::InfinitePast();
-  // Push bytes the connection had to carry, this push's own included, when it was last sent:
-  // the shard cannot have it before they crossed (the connection is first in, first out).
-  uint64_t bytes_ahead = 0;
   absl::Time made = absl::InfinitePast();        // when the training thread took the delta
   absl::Time not_before = absl::InfinitePast();  // after a NoCredit refusal
   absl::Duration resend_interval;                // doubles with each resend (retry_max)

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "common/model_spec.h"
-#include "kernels/codec.h"
 #include "worker/sync_shared.h"
 
 namespace diloco::worker {
@@ -343,31 +342,6 @@ TEST_F(ShardSessionTest, AnUnansweredPushIsResentAtDoublingIntervalsAndAQueuedOn
   clock_.Advance(absl::Seconds(2));
   session_->Tick(false);
   EXPECT_EQ(transport_.Take(MsgType::Push).size(), 1u);
-}
-
-TEST_F(ShardSessionTest, APushIsNotResentWhileThePushesSentBeforeItCanStillBeCrossing) {
-  // An uplink (unmeasured: the floor) on which the two pushes, sent together, take 7 s and the
-  // second alone about half that. Once the shard has taken the first, the second's answer is
-  // due only when both could have crossed, not when its own bytes could have.
-  const uint64_t a = kernels::EncodedSize(opt_.codec, plan_.fragment(0).numel);
-  const uint64_t b = kernels::EncodedSize(opt_.codec, plan_.fragment(1).numel);
-  ASSERT_LT(b * 7, opt_.resend_after / absl::Seconds(1) * (a + b)) << "b alone must take < 5 s";
-  opt_.link_rate_floor = (a + b) / 7.0;
-  Joined();
-  Push(0, 1);
-  Push(1, 1);
-  session_->Tick(false);
-  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 2u);
-  clock_.Advance(absl::Seconds(3));
-  Ack(0, 1, AckStatus::Queued);
-  clock_.Advance(absl::Seconds(2) + absl::Milliseconds(100));  // 5.1 s after the send
-  session_->Tick(false);
-  EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "resent while still crossing";
-  clock_.Advance(absl::Seconds(2));  // 7.1 s
-  session_->Tick(false);
-  const auto again = transport_.Take(MsgType::Push);
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].h.fragment_id, 1u);
 }
 
 TEST_F(ShardSessionTest, AStalePushLeavesTheErrorFeedbackAsItWasAndAnAppliedOneCarriesIt) {
