@@ -57,6 +57,7 @@ struct FragmentSync {  // training-thread view of one fragment
   // kKeep: an adoption while the push was outstanding already took `delta` out of the local
   // progress (it assumed the push applied), so the push's own answer must not take it again.
   bool delta_taken = false;
+  uint64_t pushed_base = 0;  // the base version of the last push
   // Written here when a push is due; read by the fragment's shard session while the push is
   // outstanding (PushJob, worker/sync_shared.h).
   std::vector<float> delta;
@@ -235,8 +236,14 @@ void SyncClient::Impl::Adopt(SyncClient::ParamsFn params, Arrival& a) {
     if (!f.outstanding) f.delta_taken = false;
     return;
   }
-  const bool keep = f.joined && opt.adopt == SyncOptions::Adopt::kKeep;
-  const float alpha = f.joined ? opt.adopt_alpha : 0.0f;
+  // The answer to a push that stayed unanswered for many versions (its Applied update lost to a
+  // shard fault, found by a pull much later): the local steps since the push were taken on a
+  // global model that has long moved on, and kept they would go out in the next push as one
+  // delta weighted by all their tokens. They are dropped instead: the fragment takes the global
+  // values as they are and counts afresh.
+  const bool too_late = a.answers_push && a.version > f.pushed_base + opt.keep_max_gap;
+  const bool keep = f.joined && opt.adopt == SyncOptions::Adopt::kKeep && !too_late;
+  const float alpha = f.joined && !too_late ? opt.adopt_alpha : 0.0f;
   // The global values hold our push when they answer it, and are assumed to when a push is
   // still outstanding (its answer will not take the delta out a second time).
   const bool take_delta = keep && was_outstanding && !f.delta_taken;
@@ -363,7 +370,7 @@ void SyncClient::AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step
     job.made = absl::Now();
     job.fragment = f.spec->id;
     job.seq = f.next_seq++;
-    job.base_version = f.version;
+    job.base_version = f.pushed_base = f.version;
     job.tokens = std::max<uint64_t>(f.tokens, 1);
     job.steps = static_cast<uint32_t>(std::max<int64_t>(f.steps, 1));
     due.push_back(std::move(job));

@@ -29,6 +29,10 @@ struct SyncOptions {
   enum class Adopt { kKeep, kLerp };
   Adopt adopt = Adopt::kKeep;
   float adopt_alpha = 0.0f;
+  // An answer more than this many versions past its push's base (a lost answer found late,
+  // after shard faults) is adopted by replacing: the local steps since the push were taken on a
+  // model that long moved on (kKeep would push them as one delta weighted by all their tokens).
+  uint64_t keep_max_gap = 16;
   // Deterministic mode: AfterStep returns only once the pushes it queued are answered and their
   // results adopted (or lockstep_timeout passed), so a run is a fixed sequence of steps and
   // rounds whatever the timing (tests; with quorum = all workers, synchronous DiLoCo).
