@@ -81,13 +81,10 @@ class ShardSession {
   // `drained`: the client stopped; nothing more is sent or resent.
   void Tick(bool drained);
 
-  uint32_t index() const { return index_; }
   bool welcomed() const { return welcomed_; }
   bool control_welcomed() const { return control_welcomed_; }
   uint32_t unacked() const { return static_cast<uint32_t>(unacked_.size()); }
   bool joined(uint32_t fragment) const { return frags_.at(fragment).joined; }
-  const LinkPace& down() const { return down_; }
-  const LinkPace& up() const { return up_; }
 
  private:
   using Kept = std::map<std::pair<uint32_t, uint64_t>, PushJob>;  // (fragment, seq)
