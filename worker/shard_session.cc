@@ -30,7 +30,8 @@ ShardSession::ShardSession(uint32_t index, std::string endpoint, const SyncOptio
       down_(opt.link_rate_floor),
       up_(opt.link_rate_floor),
       fragments_(plan.FragmentsOfShard(index)),
-      corrupt_sends_left_(opt.test_corrupt_push_sends) {
+      corrupt_sends_left_(opt.test_corrupt_push_sends),
+      lose_sends_left_(opt.test_lose_push_sends) {
   for (uint32_t id : fragments_) {
     FragmentIo& f = frags_[id];
     f.interval = opt.join_retry;
@@ -122,6 +123,14 @@ uint64_t ShardSession::JoinBytesAhead() const {
   return bytes;
 }
 
+uint64_t ShardSession::AnswerBytesAhead(uint32_t fragment) const {
+  uint64_t bytes = JoinBytesAhead();
+  for (const auto& [key, job] : unacked_)
+    if (key.first != fragment && job.in_flight)
+      bytes += plan_.fragment(key.first).numel * sizeof(float);
+  return bytes;
+}
+
 uint64_t ShardSession::PushBytesAhead() const {
   uint64_t bytes = 0;
   for (const auto& [_, job] : unacked_)
@@ -153,7 +162,8 @@ void ShardSession::AddPush(PushJob job) {
   const auto key = std::make_pair(job.fragment, job.seq);
   const PushJob& kept = unacked_[key] = std::move(job);
   shared_.Add(&SyncStats::pushes);
-  shared_.Event({SyncEvent::kPush, index_, kept.fragment, kept.seq, kept.base_version, 0, ""});
+  shared_.Event({SyncEvent::kPush, index_, kept.fragment, kept.seq, kept.base_version, 0, "",
+                 kept.steps, kept.tokens});
 }
 
 void ShardSession::Finish(Kept::iterator it, bool applied) {
@@ -167,7 +177,11 @@ void ShardSession::Finish(Kept::iterator it, bool applied) {
 
 void ShardSession::SendPush(PushJob& job) {
   const Fragment& f = plan_.fragment(job.fragment);
-  if (PushBytesAhead() == 0) up_.Idle(clock_.Now());  // the upload starts now
+  const uint64_t ahead = PushBytesAhead();
+  if (ahead == 0) up_.Idle(clock_.Now());  // the upload starts now
+  // A resend of a push still in flight is among the bytes ahead already.
+  job.bytes_ahead = ahead + (job.in_flight && !job.queued ? 0 : job.push.bytes->size());
+  job.sent = clock_.Now();
   auto h = Header(MsgType::Push);
   h.fragment_id = job.fragment;
   h.seq = job.seq;
@@ -176,6 +190,10 @@ void ShardSession::SendPush(PushJob& job) {
   h.steps = job.steps;
   wire::SetPayloadLayout(h, opt_.codec, f.numel);
   std::shared_ptr<const wire::Bytes> bytes = job.push.bytes;
+  if (job.fragment == 0 && job.seq == 1 && lose_sends_left_ > 0) {
+    --lose_sends_left_;  // test only (SyncOptions::test_lose_push_sends): lost on the way
+    return;
+  }
   if (job.fragment == 0 && job.seq == 1 && corrupt_sends_left_ > 0 && !bytes->empty()) {
     --corrupt_sends_left_;  // test only (SyncOptions::test_corrupt_push_sends): a damaged copy
     auto damaged = std::make_shared<wire::Bytes>(*bytes);
@@ -184,7 +202,6 @@ void ShardSession::SendPush(PushJob& job) {
   }
   if (transport_.Send(false, h, std::move(bytes), opt_.codec, f.numel, job.push.checksums))
     shared_.Add(&SyncStats::bytes_sent, job.push.bytes->size());
-  job.sent = clock_.Now();
 }
 
 void ShardSession::PumpPushes() {
@@ -453,18 +470,24 @@ void ShardSession::Tick(bool drained) {
 }
 
 void ShardSession::Resend(PushJob& job, absl::Time now) {
-  // A push the shard has not taken (no Queued yet) goes again once its interval has passed
-  // with the data connection quiet: a shard answering other pushes meanwhile is working
-  // through pushes sent together (at real sizes, seconds), and a resend there costs a whole
-  // push for a Duplicate. A Queued push waits for its round (and, per-round durability, its
-  // checkpoint). retry_max bounds either wait.
-  const bool quiet = now - last_data_ > opt_.resend_after;
-  const absl::Duration wait = up_.Wait(PushBytesAhead(), job.resend_interval, opt_.retry_max);
-  const bool due = job.queued ? now - job.sent > opt_.retry_max
-                              : now - job.sent > wait && (quiet || now - job.sent > opt_.retry_max);
-  if (!job.in_flight || !due) return;
+  // A push the shard has not taken (no Queued yet) is taken as lost, and sent again, once the
+  // push bytes that were ahead of it when it was sent could have gone up at the uplink's
+  // measured rate and its Queued answer come down behind the other fragments' answers at the
+  // downlink's: busy or not, the connection's own pace bounds the wait (a lost push was once
+  // kept unsent while other fragments' traffic never let the connection go quiet, and its
+  // fragment trained alone for a minute). The wait is at least the push's resend interval,
+  // which doubles with each resend, and at most retry_max. A Queued push waits for its round
+  // (and, per-round durability, its checkpoint) up to retry_max.
+  if (!job.in_flight) return;
+  const absl::Duration wait =
+      job.queued ? opt_.retry_max
+                 : std::min(up_.Wait(job.bytes_ahead, job.resend_interval, opt_.retry_max) +
+                                down_.Wait(AnswerBytesAhead(job.fragment), absl::ZeroDuration(),
+                                           opt_.retry_max),
+                            opt_.retry_max);
+  if (now - job.sent <= wait) return;
   SendPush(job);
-  job.resend_interval = std::min(job.resend_interval * 2, opt_.retry_max);
+  if (!job.queued) job.resend_interval = std::min(job.resend_interval * 2, opt_.retry_max);
   shared_.Add(&SyncStats::resends);
 }
 

@@ -121,6 +121,9 @@ class ShardSession {
   uint64_t JoinBytesAhead() const;
   // Push bytes on the data connection the shard has not taken yet (in flight, not Queued).
   uint64_t PushBytesAhead() const;
+  // Bytes that may come down the data connection before an answer about `fragment`: the
+  // other fragments' answers (whole, as an upper bound) and joins awaited.
+  uint64_t AnswerBytesAhead(uint32_t fragment) const;
   // Whether answers are expected on the data connection (joins or pushes outstanding).
   bool Awaiting() const { return !unacked_.empty() || JoinBytesAhead() > 0; }
   std::string Who() const;
@@ -151,6 +154,7 @@ class ShardSession {
   std::map<uint32_t, FragmentIo> frags_;   // by fragment id, this shard's only
   std::map<uint32_t, uint64_t> versions_;  // last published version the shard told us
   uint32_t corrupt_sends_left_ = 0;        // SyncOptions::test_corrupt_push_sends
+  uint32_t lose_sends_left_ = 0;           // SyncOptions::test_lose_push_sends
 };
 
 }  // namespace diloco::worker

@@ -1,7 +1,6 @@
 #include "worker/sync_client.h"
 
 #include <algorithm>
-#include <cstring>
 #include <thread>
 #include <zmq.hpp>
 
@@ -10,10 +9,9 @@
 #include "common/clock.h"
 #include "common/ema.h"
 #include "kernels/codec.h"
-#include "kernels/optim.h"
-#include "worker/fragment_update.h"
 #include "worker/shard_session.h"
 #include "worker/sync_shared.h"
+#include "worker/training_sync.h"
 #include "worker/zmq_shard_link.h"
 
 namespace diloco::worker {
@@ -41,27 +39,11 @@ const char* SyncEventName(SyncEvent::Kind k) {
       return "refused";
     case SyncEvent::kShardRestart:
       return "shard_restart";
+    case SyncEvent::kReanchor:
+      return "reanchor";
   }
   return "unknown";
 }
-
-struct FragmentSync {  // training-thread view of one fragment
-  const Fragment* spec = nullptr;
-  bool joined = false;   // pulled at least once: local started from the global values
-  uint64_t version = 0;  // adopted global version (0 after a shard restart: take any)
-  int64_t steps = 0;     // inner steps since the last push (kKeep) or adoption (kLerp)
-  int64_t offset = 0;    // extra steps before the first push (streaming stagger)
-  uint64_t tokens = 0;
-  uint64_t next_seq = 1;
-  bool outstanding = false;
-  // kKeep: an adoption while the push was outstanding already took `delta` out of the local
-  // progress (it assumed the push applied), so the push's own answer must not take it again.
-  bool delta_taken = false;
-  uint64_t pushed_base = 0;  // the base version of the last push
-  // Written here when a push is due; read by the fragment's shard session while the push is
-  // outstanding (PushJob, worker/sync_shared.h).
-  std::vector<float> delta;
-};
 
 struct SyncClient::Impl {
   SyncOptions opt;
@@ -70,13 +52,9 @@ struct SyncClient::Impl {
   SyncShared shared;
 
   // Training thread.
-  std::vector<float> anchor;  // flat: global values adopted last
-  std::vector<FragmentSync> frags;
-  uint32_t joined_count = 0;
+  TrainingSync train;
   std::atomic<bool> all_joined{false};
-  std::vector<float> update_scratch;  // a chunk of a fragment rebuilt from quantized updates
   void Process(SyncClient::ParamsFn params, Arrival& a);
-  void Adopt(SyncClient::ParamsFn params, Arrival& a);
   // Lockstep: processes arrivals until none of `fragments` has a push outstanding.
   void AwaitAnswers(SyncClient::ParamsFn params, const std::vector<uint32_t>& fragments);
 
@@ -96,7 +74,8 @@ struct SyncClient::Impl {
       : opt(o),
         plan(std::move(p)),
         model_fp(model_fingerprint),
-        shared(o.num_fragments, static_cast<uint32_t>(o.servers.size()), o.max_events) {}
+        shared(o.num_fragments, static_cast<uint32_t>(o.servers.size()), o.max_events),
+        train(opt, plan, shared) {}
 };
 
 SyncClient::SyncClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -110,6 +89,9 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
                                                                const Manifest& manifest) {
   if (o.servers.empty()) return absl::InvalidArgumentError("sync: no servers given");
   if (o.inner_steps == 0) return absl::InvalidArgumentError("sync: inner steps must be positive");
+  if (o.carry_max == 0)
+    return absl::InvalidArgumentError(
+        "sync: carry_max (local steps a push may carry, in H) must be positive");
   if (!(o.adopt_alpha >= 0.0f && o.adopt_alpha <= 1.0f))
     return absl::InvalidArgumentError("sync: adopt_alpha must be in [0, 1]");
   if (auto s = kernels::ValidateCodec(o.codec); !s.ok()) return s;
@@ -118,15 +100,7 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
   auto impl = std::make_unique<Impl>(o, std::move(*plan), manifest.fingerprint());
   if (impl->opt.generation == 0)
     impl->opt.generation = static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
-  impl->anchor.assign(manifest.total_elements(), 0.0f);
-  impl->frags.resize(o.num_fragments);
-  std::vector<std::span<const float>> deltas;
-  for (uint32_t i = 0; i < o.num_fragments; ++i) {
-    auto& f = impl->frags[i];
-    f.spec = &impl->plan.fragment(i);
-    f.delta.assign(f.spec->numel, 0.0f);
-    deltas.emplace_back(f.delta);
-  }
+  const std::vector<std::span<const float>> deltas = impl->train.delta_buffers();
   const WorkerIdentity who{impl->plan.fingerprint(), impl->model_fp, impl->opt.worker_id,
                            impl->opt.generation};
   for (uint32_t s = 0; s < o.servers.size(); ++s) {
@@ -139,7 +113,7 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
 }
 
 uint64_t SyncClient::plan_fingerprint() const { return impl_->plan.fingerprint(); }
-std::span<const float> SyncClient::global_params() const { return impl_->anchor; }
+std::span<const float> SyncClient::global_params() const { return impl_->train.anchor(); }
 bool SyncClient::joined() const { return impl_->all_joined.load(); }
 
 SyncStats SyncClient::stats() const { return impl_->shared.stats(); }
@@ -151,12 +125,12 @@ absl::Status SyncClient::Join(std::span<float> params, absl::Duration deadline) 
     return absl::InvalidArgumentError("sync: parameter buffer does not match the manifest");
   if (!im.io.joinable()) im.io = std::thread([&im] { im.IoLoop(); });
   const absl::Time end = absl::Now() + deadline;
-  while (im.joined_count < im.frags.size()) {
+  while (!im.train.all_joined()) {
     if (std::string fatal = im.shared.fatal(); !fatal.empty())
       return absl::FailedPreconditionError(fatal);
     if (absl::Now() >= end) {
       return absl::DeadlineExceededError(
-          absl::StrCat("sync: joined ", im.joined_count, " of ", im.frags.size(),
+          absl::StrCat("sync: joined ", im.train.joined_count(), " of ", im.plan.fragments().size(),
                        " fragments before the deadline; are all shards up (",
                        absl::StrJoin(im.opt.servers, ","), ")? Still trying in the background"));
     }
@@ -185,139 +159,8 @@ absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) 
 // ---- Training thread --------------------------------------------------------------------
 
 void SyncClient::Impl::Process(SyncClient::ParamsFn params, Arrival& a) {
-  FragmentSync& f = frags[a.fragment];
-  switch (a.kind) {
-    case Arrival::kUpdate:
-      Adopt(params, a);
-      return;
-    case Arrival::kDone:
-      f.outstanding = f.delta_taken = false;
-      return;
-    case Arrival::kReset:
-      f.version = 0;  // the shard may have gone back: adopt whatever it sends next
-      return;
-    case Arrival::kNeedInit: {
-      // An unjoined fragment offers the local values (theta(0) during Join); a joined one the
-      // last global values, so a shard that lost its state resumes from the fleet's model.
-      auto bytes = std::make_shared<wire::Bytes>(f.spec->numel * sizeof(float));
-      if (f.joined) {
-        plan.Gather(*f.spec, anchor.data(), reinterpret_cast<float*>(bytes->data()));
-      } else {
-        float* out = reinterpret_cast<float*>(bytes->data());
-        for (const Piece& p : f.spec->pieces) {
-          const std::span<const float> local = params(p.flat_offset, p.length);
-          out = std::copy(local.begin(), local.end(), out);
-        }
-      }
-      shared.QueueInit(a.fragment, std::move(bytes));
-      return;
-    }
-  }
-}
-
-// Takes the arrived global fragment and sets anchor = global. kKeep: local = global + the local
-// progress the global values do not hold (local - anchor, plus the outstanding delta when they
-// hold this worker's push); kLerp: local = lerp(global, local, alpha). The first adoption (the
-// join) always takes the global values, so theta(0) is the same everywhere. A chain of quantized
-// updates is rebuilt on the anchor chunk by chunk (worker/fragment_update.h); one this worker
-// cannot rebuild (it holds an older version) is asked for whole instead.
-void SyncClient::Impl::Adopt(SyncClient::ParamsFn params, Arrival& a) {
-  FragmentSync& f = frags[a.fragment];
-  const wire::Message& m = *a.message;
-  const bool chain = IsUpdateChain(m.header());
-  const bool newer = !f.joined || a.version > f.version;
-  if (chain && newer && (!f.joined || f.version < m.header().base_version())) {
-    shared.QueuePull(a.fragment, a.answers_push);
-    return;
-  }
-  const bool was_outstanding = f.outstanding;
-  if (a.answers_push) f.outstanding = false;
-  if (!newer) {  // nothing newer than what we have
-    if (!f.outstanding) f.delta_taken = false;
-    return;
-  }
-  // The answer to a push that stayed unanswered for many versions (its Applied update lost to a
-  // shard fault, found by a pull much later): the local steps since the push were taken on a
-  // global model that has long moved on, and kept they would go out in the next push as one
-  // delta weighted by all their tokens. They are dropped instead: the fragment takes the global
-  // values as they are and counts afresh.
-  const bool too_late = a.answers_push && a.version > f.pushed_base + opt.keep_max_gap;
-  const bool keep = f.joined && opt.adopt == SyncOptions::Adopt::kKeep && !too_late;
-  const float alpha = f.joined && !too_late ? opt.adopt_alpha : 0.0f;
-  // The global values hold our push when they answer it, and are assumed to when a push is
-  // still outstanding (its answer will not take the delta out a second time).
-  const bool take_delta = keep && was_outstanding && !f.delta_taken;
-  // Positions of the fragment's own (delta) order map onto its pieces of the flat model.
-  auto for_pieces = [&](uint64_t pos, uint64_t n, auto&& fn) {
-    uint64_t start = 0;
-    for (const Piece& pc : f.spec->pieces) {
-      if (n == 0) break;
-      if (pos < start + pc.length) {
-        const uint64_t in_piece = pos - start, take = std::min(n, pc.length - in_piece);
-        fn(pc.flat_offset + in_piece, take, pos);
-        pos += take;
-        n -= take;
-      }
-      start += pc.length;
-    }
-  };
-  auto gather = [&](uint64_t pos, std::span<float> out) {
-    for_pieces(pos, out.size(), [&](uint64_t flat, uint64_t take, uint64_t at) {
-      std::memcpy(out.data() + (at - pos), anchor.data() + flat, take * sizeof(float));
-    });
-  };
-  auto consume = [&](uint64_t pos, std::span<const float> values) {
-    for_pieces(pos, values.size(), [&](uint64_t flat, uint64_t take, uint64_t at) {
-      const std::span<const float> global = values.subspan(at - pos, take);
-      const std::span<float> anc(anchor.data() + flat, take);
-      const std::span<float> local = params(flat, take);
-      if (keep) {
-        kernels::RebaseAdopt(global, anc, local,
-                             take_delta ? std::span<const float>(f.delta.data() + at, take)
-                                        : std::span<const float>());
-      } else {
-        std::memcpy(anc.data(), global.data(), take * sizeof(float));
-        kernels::LerpAdopt(anc, local, alpha);
-      }
-    });
-  };
-  auto read = ReadFragmentUpdate(m, f.version, update_scratch, gather, consume);
-  const bool mismatch = chain && (!read.ok() || *read != m.header().values_checksum());
-  f.delta_taken = f.outstanding && (f.delta_taken || take_delta);
-  if (!f.joined) {
-    f.joined = true;
-    // Streaming: fragment i first pushes after (1 + i/P) * H steps, so pushes spread evenly.
-    if (opt.stream)
-      f.offset = static_cast<int64_t>(f.spec->id) * opt.inner_steps / opt.num_fragments;
-    if (++joined_count == frags.size()) all_joined = true;
-    f.steps = 0;
-    f.tokens = 0;
-  } else if (!keep) {  // the local steps since the push are gone: count afresh
-    f.steps = 0;
-    f.tokens = 0;
-  }
-  // A rebuilt fragment that differs from the shard's (never expected) is taken as version 0: no
-  // push leaves it, and the whole fragment, asked for now, replaces it. Adoption moved local
-  // and anchor together, so the whole one's adoption keeps this worker's progress.
-  f.version = mismatch ? 0 : a.version;
-  if (mismatch) shared.QueuePull(a.fragment, false);
-  const double ms = a.answers_push && a.pushed != absl::InfinitePast()
-                        ? absl::ToDoubleMilliseconds(absl::Now() - a.pushed)
-                        : -1;
-  shared.Update([&](SyncStats& s) {
-    if (mismatch) ++s.download_mismatches;
-    ++(chain ? s.updates_delta : s.updates_full);
-    if (ms >= 0) {
-      s.push_to_adopt_ms = Ema(s.push_to_adopt_ms, ms, 0.1);
-      s.push_to_adopt_max_ms = std::max(s.push_to_adopt_max_ms, ms);
-      auto& recent = s.recent_push_to_adopt_ms;
-      if (recent.size() == SyncStats::kRecentLatencies) recent.erase(recent.begin());
-      recent.push_back(ms);
-    }
-    s.versions[a.fragment] = f.version;
-    s.joined = joined_count;
-    ++s.adoptions;
-  });
+  train.Process(params, a);
+  if (train.all_joined()) all_joined = true;
 }
 
 void SyncClient::Impl::AwaitAnswers(SyncClient::ParamsFn params,
@@ -325,7 +168,7 @@ void SyncClient::Impl::AwaitAnswers(SyncClient::ParamsFn params,
   const absl::Time end = absl::Now() + opt.lockstep_timeout;
   auto pending = [&] {
     for (uint32_t id : fragments)
-      if (frags[id].outstanding) return true;
+      if (train.outstanding(id)) return true;
     return false;
   };
   while (pending() && absl::Now() < end && !stop)
@@ -350,35 +193,7 @@ void SyncClient::AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step
   if (im.opt.dylu && fleet > 0 && step_us > 0)
     h = std::max<uint32_t>(
         1, static_cast<uint32_t>(im.opt.inner_steps * std::min(1.0, fleet / step_us)));
-  std::vector<PushJob> due;
-  for (auto& f : im.frags) {
-    ++f.steps;
-    f.tokens += tokens;
-    if (draining || !f.joined || f.outstanding || f.version == 0 ||
-        f.steps < static_cast<int64_t>(h) + f.offset)
-      continue;
-    // delta = anchor - local, gathered into the fragment's own order.
-    float* d = f.delta.data();
-    for (const Piece& p : f.spec->pieces) {
-      kernels::Delta(std::span<const float>(im.anchor.data() + p.flat_offset, p.length),
-                     params(p.flat_offset, p.length), std::span<float>(d, p.length));
-      d += p.length;
-    }
-    f.outstanding = true;
-    f.offset = 0;
-    PushJob job;
-    job.made = absl::Now();
-    job.fragment = f.spec->id;
-    job.seq = f.next_seq++;
-    job.base_version = f.pushed_base = f.version;
-    job.tokens = std::max<uint64_t>(f.tokens, 1);
-    job.steps = static_cast<uint32_t>(std::max<int64_t>(f.steps, 1));
-    due.push_back(std::move(job));
-    if (im.opt.adopt == SyncOptions::Adopt::kKeep) {  // the next push counts from this one
-      f.steps = 0;
-      f.tokens = 0;
-    }
-  }
+  std::vector<PushJob> due = im.train.Step(params, tokens, h, draining);
   const double cost_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
   im.shared.Update([&](SyncStats& s) {
     s.inner_steps_now = h;

@@ -29,10 +29,12 @@ struct SyncOptions {
   enum class Adopt { kKeep, kLerp };
   Adopt adopt = Adopt::kKeep;
   float adopt_alpha = 0.0f;
-  // An answer more than this many versions past its push's base (a lost answer found late,
-  // after shard faults) is adopted by replacing: the local steps since the push were taken on a
-  // model that long moved on (kKeep would push them as one delta weighted by all their tokens).
-  uint64_t keep_max_gap = 16;
+  // The most local steps a fragment carries into a push, as a multiple of inner_steps (H): a
+  // push answered late leaves every step taken since in the local model, and one push holding
+  // them all would outweigh the fleet's round with a drift taken on a long-gone model. Past
+  // the bound the fragment re-anchors on the last global values it adopted (worker/
+  // training_sync.h; SyncStats::reanchors).
+  uint32_t carry_max = 4;
   // Deterministic mode: AfterStep returns only once the pushes it queued are answered and their
   // results adopted (or lockstep_timeout passed), so a run is a fixed sequence of steps and
   // rounds whatever the timing (tests; with quorum = all workers, synchronous DiLoCo).
@@ -72,6 +74,9 @@ struct SyncOptions {
   // Test only: the first N sends of fragment 0's first push (seq 1) carry one flipped payload
   // byte under the true checksums, as if damaged on the way (the shard answers BadChecksum).
   uint32_t test_corrupt_push_sends = 0;
+  // Test only: the first N sends of fragment 0's first push (seq 1) are dropped unsent, as if
+  // lost on the way (no answer comes; the resend timer must notice).
+  uint32_t test_lose_push_sends = 0;
 };
 
 struct SyncStats {
@@ -79,6 +84,9 @@ struct SyncStats {
   uint64_t refused = 0, errors = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t reconnects = 0, shard_restarts = 0;
+  // Fragments whose local work passed carry_max x H and was dropped for the global values,
+  // and the steps so dropped.
+  uint64_t reanchors = 0, reanchored_steps = 0;
   uint64_t join_asks = 0;     // fragments asked for while joining (the first asks and any re-asks)
   uint32_t joined = 0;        // fragments joined (pulled once)
   uint32_t unacked = 0;       // pushes waiting for their answer
@@ -103,11 +111,13 @@ struct SyncStats {
 
 // Things machines want to follow one by one (worker_main writes them as JSON lines).
 struct SyncEvent {
-  enum Kind { kPush, kApplied, kDuplicate, kStale, kRefused, kShardRestart };
+  enum Kind { kPush, kApplied, kDuplicate, kStale, kRefused, kShardRestart, kReanchor };
   Kind kind = kPush;
   uint32_t shard = 0, fragment = 0;
   uint64_t seq = 0, base_version = 0, version = 0;
   std::string detail;  // kRefused: the shard's message
+  // kPush: the steps and tokens the push claims; kReanchor: those dropped.
+  uint64_t steps = 0, tokens = 0;
 };
 const char* SyncEventName(SyncEvent::Kind k);
 

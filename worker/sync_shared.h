@@ -41,6 +41,9 @@ struct PushJob {
   // resend remains.
   bool queued = false;
   absl::Time sent = absl::InfinitePast();
+  // Push bytes ahead of this one on the data connection when it was last sent, its own
+  // included: the upload its Queued answer waits behind.
+  uint64_t bytes_ahead = 0;
   absl::Time made = absl::InfinitePast();        // when the training thread took the delta
   absl::Time not_before = absl::InfinitePast();  // after a NoCredit refusal
   absl::Duration resend_interval;                // doubles with each resend (retry_max)

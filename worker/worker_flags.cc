@@ -47,6 +47,10 @@ ABSL_FLAG(SyncOptions::Adopt, adopt, SyncOptions::Adopt::kKeep,
           "adoption of new global values: keep (local = global + the steps taken since the "
           "push) or lerp (local = global + adopt_alpha*(local - global); alpha 0 replaces)");
 ABSL_FLAG(double, adopt_alpha, 0.0, "--adopt=lerp: local = global + alpha*(local - global)");
+ABSL_FLAG(uint32_t, carry_max, 4,
+          "the most local steps a fragment carries into a push, in units of --inner_steps: a "
+          "fragment whose push was answered so late that more steps piled up re-anchors on the "
+          "last global values (its local work since is dropped)");
 ABSL_FLAG(bool, lockstep, false,
           "deterministic mode: after a push, wait for its answer and adopt it before the next "
           "step (a fixed sequence of steps and rounds; with the shards' --quorum = workers, "
@@ -172,6 +176,8 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
   so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
   if (so.adopt == SyncOptions::Adopt::kKeep && so.adopt_alpha != 0.0f)
     return absl::InvalidArgumentError("--adopt_alpha applies to --adopt=lerp only");
+  so.carry_max = absl::GetFlag(FLAGS_carry_max);
+  if (so.carry_max == 0) return absl::InvalidArgumentError("--carry_max must be at least 1");
   so.lockstep = absl::GetFlag(FLAGS_lockstep);
   so.error_feedback = absl::GetFlag(FLAGS_error_feedback);
   so.heartbeat = absl::GetFlag(FLAGS_heartbeat);

@@ -62,6 +62,9 @@ void WriteSyncEvents(diloco::worker::SyncClient& sync, uint32_t wid, bool write,
       ev.Add("fragment", uint64_t{e.fragment}).Add("seq", e.seq);
       ev.Add("base_version", e.base_version).Add("version", e.version);
     }
+    if (e.kind == diloco::worker::SyncEvent::kPush ||
+        e.kind == diloco::worker::SyncEvent::kReanchor)
+      ev.Add("steps", e.steps).Add("tokens", e.tokens);
     if (!e.detail.empty()) ev.Add("detail", e.detail);
     log.Write(ev);
   }
@@ -324,7 +327,7 @@ int main(int argc, char** argv) {
         extra = absl::StrCat(" | joined ", st.joined, "/", st.versions.size(), " H ",
                              st.inner_steps_now, " pushes ", st.pushes, " applied ", st.applied,
                              " adopted ", st.adoptions, " stale ", st.stale, " resent ", st.resends,
-                             " staleness ",
+                             " reanchored ", st.reanchors, " staleness ",
                              absl::StrFormat("%.2f (max %d)", st.mean_staleness, st.max_staleness),
                              " sent ", st.bytes_sent >> 10, "KiB recv ", st.bytes_received >> 10,
                              "KiB sync/step ", absl::StrFormat("%.0fus", st.after_step_us),
@@ -335,6 +338,7 @@ int main(int argc, char** argv) {
         ev.Add("staleness", st.mean_staleness).Add("max_staleness", st.max_staleness);
         AddSyncFigures(ev, st);
         ev.Add("resends", st.resends).Add("reconnects", st.reconnects);
+        ev.Add("reanchors", st.reanchors).Add("reanchored_steps", st.reanchored_steps);
         ev.Add("shard_restarts", st.shard_restarts).Add("unacked", uint64_t{st.unacked});
         ev.Add("joined", uint64_t{st.joined}).Add("inner_steps", uint64_t{st.inner_steps_now});
         ev.Add("step_time_us", st.step_time_us).Add("fleet_step_time_us", st.fleet_step_time_us);
@@ -365,6 +369,7 @@ int main(int argc, char** argv) {
     done.Add("pushes", st.pushes).Add("applied", st.applied).Add("stale", st.stale);
     done.Add("resends", st.resends).Add("joined", uint64_t{st.joined});
     done.Add("join_asks", st.join_asks);
+    done.Add("reanchors", st.reanchors).Add("reanchored_steps", st.reanchored_steps);
     done.Add("reconnects", st.reconnects).Add("errors", st.errors).Add("refused", st.refused);
     done.Add("after_step_us", st.after_step_us).Add("step_time_us", st.step_time_us);
     AddSyncFigures(done, st);

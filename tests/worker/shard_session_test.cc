@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/model_spec.h"
+#include "tests/worker/recording_transport.h"
 #include "worker/sync_shared.h"
 
 namespace diloco::worker {
@@ -18,39 +19,6 @@ namespace {
 using wire::AckStatus;
 using wire::ErrorCode;
 using wire::MsgType;
-
-struct Sent {
-  bool control = false;
-  wire::HeaderFields h;
-  std::shared_ptr<const wire::Bytes> payload;
-};
-
-class RecordingTransport final : public SessionTransport {
- public:
-  void Reconnect(bool control) override {
-    ++reconnects;
-    reconnected_control = control;
-  }
-  bool Send(bool control, const wire::HeaderFields& h, std::shared_ptr<const wire::Bytes> payload,
-            kernels::Codec, uint64_t, std::span<const uint64_t>) override {
-    sent.push_back({control, h, std::move(payload)});
-    return true;
-  }
-  std::vector<std::string> TakeRefusals() override { return std::exchange(refusals, {}); }
-
-  // The messages of `type` sent since the last call for it.
-  std::vector<Sent> Take(MsgType type) {
-    std::vector<Sent> out, rest;
-    for (auto& s : sent) (s.h.type == type ? out : rest).push_back(std::move(s));
-    sent = std::move(rest);
-    return out;
-  }
-
-  std::vector<Sent> sent;
-  std::vector<std::string> refusals;
-  int reconnects = 0;
-  bool reconnected_control = false;
-};
 
 class ShardSessionTest : public ::testing::Test {
  protected:
@@ -92,12 +60,7 @@ class ShardSessionTest : public ::testing::Test {
 
   static wire::Message Parse(const wire::HeaderFields& h,
                              std::shared_ptr<const wire::Bytes> payload = nullptr) {
-    std::vector<zmq::message_t> frames;
-    if (payload) frames = wire::PayloadFrames(payload, wire::kFragmentCodec, h.num_elements);
-    std::vector<zmq::message_t> all;
-    all.push_back(wire::BuildHeader(h, frames));
-    for (auto& f : frames) all.push_back(std::move(f));
-    auto m = wire::ParseMessage(std::move(all));
+    auto m = BuildMessage(h, std::move(payload));
     EXPECT_TRUE(m.ok()) << m.status();
     return std::move(*m);
   }

@@ -14,8 +14,8 @@
 
 #include "absl/time/clock.h"
 #include "common/model_spec.h"
-#include "kernels/codec.h"
 #include "common/plan.h"
+#include "kernels/codec.h"
 #include "tests/integration/cluster.h"
 
 namespace diloco::testing {
@@ -179,6 +179,144 @@ TEST(SyncClientTest, APushWhoseAppliedAnswerWasLostIsAdoptedOnce) {
   // Every push applied once: the global values are the local ones (the run ends on a push).
   const std::span<const float> global = (*client)->global_params();
   EXPECT_NEAR(global[0], params[0], 2e-5f);
+}
+
+// The most an element of `fragment` moved between two views of the global model.
+float MaxMove(const Plan& plan, uint32_t fragment, std::span<const float> before,
+              std::span<const float> after) {
+  float most = 0;
+  for (const Piece& p : plan.fragment(fragment).pieces)
+    for (uint64_t i = p.flat_offset; i < p.flat_offset + p.length; ++i)
+      most = std::max(most, std::fabs(after[i] - before[i]));
+  return most;
+}
+
+// A late answer must not let a push carry a pile of local steps (docs/worker.md, "Adoption"):
+// worker A's first push of fragment 0 is lost on the way; it is noticed and resent about
+// resend_after later, by which time worker B's pushes have moved the fragment past the shard's
+// max_staleness, so it is answered Stale. A trained on meanwhile (a step every few ms: far more
+// than carry_max x H steps in that time, however loaded the machine); its next pushes carry at
+// most the bound, and the global fragment (outer lr 1, no momentum; B's deltas are zero) moves
+// by at most that much per push: the bound x the step's move.
+TEST(SyncClientTest, ALostPushAnsweredStaleLateCarriesAtMostTheBound) {
+  LocalShards shards;
+  worker::SyncOptions a = OneShardOptions(
+      shards, 5, {"--outer_lr=1", "--outer_momentum=0", "--max_staleness=2", "--grace_cap=100ms"});
+  a.codec = *kernels::ParseCodec("fp32");
+  a.carry_max = 4;
+  a.test_lose_push_sends = 1;
+  a.resend_after = absl::Seconds(2);
+  worker::SyncOptions b = a;
+  b.worker_id = 1;
+  b.inner_steps = 1;
+  b.test_lose_push_sends = 0;
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  auto plan = Plan::Create(*manifest, a.num_fragments, 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<float> pa(manifest->total_elements(), 0.01f), pb = pa;
+  auto ca = worker::SyncClient::Create(a, *manifest);
+  auto cb = worker::SyncClient::Create(b, *manifest);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  ASSERT_TRUE((*ca)->Join(pa, absl::Seconds(20)).ok());
+  ASSERT_TRUE((*cb)->Join(pb, absl::Seconds(20)).ok());
+  constexpr float kMove = 1e-4f;
+  const int64_t bound = int64_t{a.carry_max} * a.inner_steps;
+  std::vector<float> seen((*ca)->global_params().begin(), (*ca)->global_params().end());
+  float most = 0;
+  std::vector<worker::SyncEvent> events;
+  // Until well after the resend's answer (bounded in steps: a loaded box only slows this).
+  for (int s = 0;
+       s < 3000 && (s < 100 || (*ca)->stats().reanchors == 0 || (*ca)->stats().applied < 12); ++s) {
+    for (float& p : pa) p -= kMove;
+    (*ca)->AfterStep(pa, 64, absl::Milliseconds(5));
+    (*cb)->AfterStep(pb, 64, absl::Milliseconds(5));
+    for (auto& e : (*ca)->TakeEvents()) events.push_back(std::move(e));
+    const std::span<const float> now = (*ca)->global_params();
+    most = std::max(most, MaxMove(*plan, 0, seen, now));
+    seen.assign(now.begin(), now.end());
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE((*ca)->Drain(pa, absl::Seconds(20)).ok());
+  ASSERT_TRUE((*cb)->Drain(pb, absl::Seconds(20)).ok());
+  for (auto& e : (*ca)->TakeEvents()) events.push_back(std::move(e));
+  const worker::SyncStats st = (*ca)->stats();
+  ASSERT_GE(st.stale, 1u) << "the resent push was not answered Stale: the case is not exercised";
+  EXPECT_GE(st.resends, 1u);
+  EXPECT_GE(st.reanchors, 1u);
+  EXPECT_GT(st.reanchored_steps, static_cast<uint64_t>(bound));
+  int pushes = 0;
+  for (const worker::SyncEvent& e : events)
+    if (e.kind == worker::SyncEvent::kPush) {
+      ++pushes;
+      EXPECT_LE(e.steps, static_cast<uint64_t>(bound))
+          << "fragment " << e.fragment << " seq " << e.seq;
+      EXPECT_EQ(e.tokens, e.steps * 64);
+    }
+  EXPECT_GE(pushes, 12);
+  EXPECT_LE(most, bound * kMove * 1.01f)
+      << "one adoption moved fragment 0 by " << most / kMove << " steps' worth";
+}
+
+// The same through a lost Applied answer: the shard kills itself with the answers to the
+// second push step durable but unsent, and comes back a second later while the worker trains
+// on. The resends are answered Duplicate, their answers pulled, and every fragment's local
+// steps since its push (far past the bound by then) are dropped, not pushed.
+TEST(SyncClientTest, APushAnsweredDuplicateAfterALateRestartCarriesAtMostTheBound) {
+  LocalShards shards;
+  const std::vector<std::string> flags = {"--durability=per-round", "--outer_lr=1",
+                                          "--outer_momentum=0"};
+  std::vector<std::string> first = flags;
+  first.push_back("--test_kill_after_applied=6");
+  worker::SyncOptions o = OneShardOptions(shards, 5, first);
+  o.codec = *kernels::ParseCodec("fp32");
+  o.carry_max = 4;
+  o.shard_timeout = absl::Milliseconds(500);
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  auto plan = Plan::Create(*manifest, o.num_fragments, 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::thread restarter([&] {
+    if (shards.shards[0]->Wait(absl::Seconds(60)).has_value()) {
+      absl::SleepFor(absl::Seconds(1));
+      shards.shards[0] = shards.StartShard(0, 1, shards.endpoints[0], flags);
+    }
+  });
+  std::vector<float> params(manifest->total_elements(), 1.0f);
+  auto client = worker::SyncClient::Create(o, *manifest);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
+  constexpr float kMove = 1e-4f;
+  const int64_t bound = int64_t{o.carry_max} * o.inner_steps;
+  std::vector<float> seen((*client)->global_params().begin(), (*client)->global_params().end());
+  float most = 0;
+  std::vector<worker::SyncEvent> events;
+  for (int s = 0;
+       s < 4000 && (s < 100 || (*client)->stats().reanchors < 4 || (*client)->stats().applied < 16);
+       ++s) {
+    for (float& p : params) p -= kMove;
+    (*client)->AfterStep(params, 64, absl::Milliseconds(5));
+    for (auto& e : (*client)->TakeEvents()) events.push_back(std::move(e));
+    const std::span<const float> now = (*client)->global_params();
+    for (uint32_t f = 0; f < o.num_fragments; ++f)
+      most = std::max(most, MaxMove(*plan, f, seen, now));
+    seen.assign(now.begin(), now.end());
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE((*client)->Drain(params, absl::Seconds(20)).ok());
+  restarter.join();
+  for (auto& e : (*client)->TakeEvents()) events.push_back(std::move(e));
+  const worker::SyncStats st = (*client)->stats();
+  EXPECT_EQ(st.shard_restarts, 1u);
+  ASSERT_GE(st.duplicates, 1u) << "no Applied answer was lost: the case is not exercised";
+  EXPECT_GE(st.reanchors, 4u);
+  for (const worker::SyncEvent& e : events)
+    if (e.kind == worker::SyncEvent::kPush) {
+      EXPECT_LE(e.steps, static_cast<uint64_t>(bound))
+          << "fragment " << e.fragment << " seq " << e.seq;
+    }
+  EXPECT_LE(most, bound * kMove * 1.01f)
+      << "one adoption moved a fragment by " << most / kMove << " steps' worth";
 }
 
 }  // namespace

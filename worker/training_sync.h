@@ -1,0 +1,100 @@
+// The sync client's training-thread half: per fragment, the global version adopted last (the
+// anchor), the local steps and tokens the model holds beyond it, and the push outstanding.
+// It adopts what the I/O thread delivers (keep or lerp, docs/worker.md "Adoption"), takes the
+// pushes that are due (delta = anchor - local), and bounds the local work a fragment carries
+// into a push.
+//
+// The bound: a fragment never carries more than carry_max x H local steps into a push. A push
+// answered late (lost on the way and resent, answered Stale, or a Duplicate found after a shard
+// restart) leaves every step taken since in the local model; kept, they went out as one push
+// claiming all their steps and tokens, which the shard weighted as dozens of normal pushes and
+// whose drift, taken on a global model that had long moved on, wrecked the fragment (the chaos
+// suite's seeded run ended worse than theta(0)). Past the bound the fragment re-anchors on the
+// fleet's model: local = the last adopted global values, steps and tokens from 0
+// (SyncStats::reanchors, a "reanchor" event).
+//
+// Steps and tokens reported with a push are those its delta holds: a push that ends unapplied
+// leaves its delta in the local model, so its steps and tokens count again towards the next.
+//
+// No sockets, no threads, no clock: the I/O side reaches it only through SyncShared, so tests
+// drive it with hand-built arrivals (tests/worker/training_sync_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/time/time.h"
+#include "common/plan.h"
+#include "worker/sync_options.h"
+#include "worker/sync_shared.h"
+
+namespace diloco::worker {
+
+class TrainingSync {
+ public:
+  // params(offset, n): elements [offset, offset + n) of the flat local model.
+  using ParamsFn = absl::FunctionRef<std::span<float>(uint64_t offset, uint64_t n)>;
+
+  // Everything passed must outlive this object.
+  TrainingSync(const SyncOptions& opt, const Plan& plan, SyncShared& shared);
+
+  // Fragment f's delta buffer, read by its shard session while a push of it is kept (PushJob).
+  std::vector<std::span<const float>> delta_buffers() const;
+
+  // One arrival from the I/O thread: adopts an update, ends a push, forgets a version, or
+  // queues theta(0) / the fleet's last values for a shard that has none.
+  void Process(ParamsFn params, Arrival& a);
+
+  // After one inner step of `tokens`: counts it towards every fragment and returns the pushes
+  // now due (none while `draining`), each fragment's H being `h`. A fragment past the bound is
+  // re-anchored instead of pushed.
+  std::vector<PushJob> Step(ParamsFn params, uint64_t tokens, uint32_t h, bool draining);
+
+  bool outstanding(uint32_t fragment) const { return frags_[fragment].outstanding; }
+  uint32_t joined_count() const { return joined_count_; }
+  bool all_joined() const { return joined_count_ == frags_.size(); }
+  // The last adopted global model, flat (fragments not yet adopted hold zeros).
+  std::span<const float> anchor() const { return anchor_; }
+  // The most local steps a push may carry: carry_max x H.
+  int64_t carry_bound() const;
+
+ private:
+  struct Fragment {
+    const diloco::Fragment* spec = nullptr;
+    bool joined = false;   // pulled at least once: local started from the global values
+    uint64_t version = 0;  // adopted global version (0 after a shard restart: take any)
+    // Local steps and tokens in (local - anchor) beyond the outstanding push's delta (kKeep;
+    // kLerp: since the last adoption).
+    int64_t steps = 0;
+    uint64_t tokens = 0;
+    int64_t offset = 0;  // extra steps before the first push (streaming stagger)
+    uint64_t next_seq = 1;
+    bool outstanding = false;
+    // kKeep: the outstanding push's delta is no longer in (local - anchor): an adoption while
+    // it was outstanding took it out (assuming it applied), or a re-anchor dropped it. Its
+    // own answer must not take it again, and if it ends unapplied its work is gone.
+    bool delta_taken = false;
+    int64_t pushed_steps = 0;  // what the outstanding push claimed
+    uint64_t pushed_tokens = 0;
+    // Written in Step when a push is due; read by the fragment's shard session while the push
+    // is outstanding (PushJob).
+    std::vector<float> delta;
+  };
+
+  void Adopt(ParamsFn params, Arrival& a);
+  // local = anchor over the fragment; counted afresh.
+  void Reanchor(ParamsFn params, Fragment& f);
+  void CountReanchor(const Fragment& f);
+
+  const SyncOptions& opt_;
+  const Plan& plan_;
+  SyncShared& shared_;
+  std::vector<float> anchor_;  // flat: global values adopted last
+  std::vector<Fragment> frags_;
+  uint32_t joined_count_ = 0;
+  std::vector<float> update_scratch_;  // a chunk of a fragment rebuilt from quantized updates
+};
+
+}  // namespace diloco::worker
