@@ -142,6 +142,8 @@ class Learner {
     d["bytes_received"] = st.bytes_received;
     d["reconnects"] = st.reconnects;
     d["shard_restarts"] = st.shard_restarts;
+    d["reanchors"] = st.reanchors;
+    d["reanchored_steps"] = st.reanchored_steps;
     d["joined"] = st.joined;
     d["unacked"] = st.unacked;
     d["mean_staleness"] = st.mean_staleness;

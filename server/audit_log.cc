@@ -49,6 +49,7 @@ size_t AuditLog::Answers(const Shard& shard, const std::vector<Outgoing>& out) {
     ev.Add("fragment", h.fragment_id).Add("version", h.version);
     ev.Add("digest", o.values_checksums ? Digest(*o.values_checksums) : uint64_t{0});
     ev.Add("worker", h.worker_id).Add("generation", h.generation).Add("seq", h.seq);
+    ev.Add("steps", o.push_steps).Add("tokens", o.push_tokens);
     log_.Write(ev);
   }
   return applied;

@@ -4,8 +4,10 @@
 //       fragment at each start (version 0: no theta(0) yet);
 //   {"event":"initialized","incarnation":"I","fragment":F,"worker":W}  theta(0) accepted;
 //   {"event":"applied","incarnation":"I","fragment":F,"version":V,"digest":D,"worker":W,
-//    "generation":G,"seq":S}  one per Applied answer, before it is sent: in per-round mode
-//       after its version is durable.
+//    "generation":G,"seq":S,"steps":N,"tokens":T}  one per Applied answer, before it is sent:
+//       in per-round mode after its version is durable. N and T are the local steps and tokens
+//       the push claimed (as sent, before the shard's push guard capped its weight), so a push
+//       carrying far more steps than the fleet's cadence can be traced to its worker.
 // I is the incarnation as a decimal string (64 random bits do not survive a JSON number); D is
 // 48 bits of a checksum over the fragment's published values (exact as a JSON number),
 // the same at publication and at recovery. The chaos suite (tests/chaos/) checks the design's

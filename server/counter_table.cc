@@ -24,6 +24,13 @@ constexpr CounterRow kCounters[] = {
      &ShardCounters::curve_refused, "CURVE handshakes refused {}", kRareGroup, kNonzero},
     {"unroutable", "diloco_unroutable_total", "Replies to workers that had gone.",
      &ShardCounters::unroutable, "unroutable {}", kMessagesGroup, kNonzero},
+    {"pushes_weight_capped", "diloco_pushes_weight_capped_total",
+     "Pushes weighed as holding fewer steps than they claimed (over --push_steps_cap x the "
+     "fragment's median).",
+     &ShardCounters::pushes_weight_capped, "weight capped {}", kMessagesGroup, kNonzero},
+    {"pushes_norm_clipped", "diloco_pushes_norm_clipped_total",
+     "Pushes whose delta was scaled down to --push_norm_cap x the fragment's median L2 norm.",
+     &ShardCounters::pushes_norm_clipped, "norm clipped {}", kMessagesGroup, kNonzero},
     {"bytes_in", "diloco_bytes_in_total", "Bytes received.", &ShardCounters::bytes_in, "in {}",
      kTrafficGroup, kAlways, kBytes},
     {"bytes_out", "diloco_bytes_out_total", "Payload bytes sent.", &ShardCounters::bytes_out,

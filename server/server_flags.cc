@@ -1,5 +1,8 @@
 #include "server/server_flags.h"
 
+#include <cmath>
+#include <utility>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
@@ -103,6 +106,16 @@ ABSL_FLAG(double, test_drop_pushes, 0,
 ABSL_FLAG(int, apply_threads, 2,
           "threads that decode and merge pushes, pinned by fragment (0: on the I/O thread)");
 ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
+ABSL_FLAG(double, push_steps_cap, 4,
+          "push guard: a push claiming more than this many times the median steps of the "
+          "fragment's last 32 accepted pushes (once 8 are known) is weighed as if it held that "
+          "many steps, its tokens scaled alike; counted (pushes_weight_capped) and logged; 0 = "
+          "off, else at least 1");
+ABSL_FLAG(double, push_norm_cap, 4,
+          "push guard: a push whose delta's L2 norm exceeds this many times the median norm of "
+          "the fragment's last 32 accepted pushes (once 8 are known) is scaled down to that norm "
+          "before it is merged; counted (pushes_norm_clipped) and logged; 0 = off, else at "
+          "least 1");
 ABSL_FLAG(uint64_t, worker_credit_mib, 1024,
           "flow control: push MiB one worker may have held in open rounds at once (one push is "
           "always allowed); 0 = no byte limit beyond one push per fragment");
@@ -125,7 +138,8 @@ ABSL_FLAG(std::string, curve_authorized_keys, "",
 ABSL_FLAG(std::string, metrics_jsonl, "", "append JSON-lines events (progress, shutdown) here");
 ABSL_FLAG(std::string, audit_jsonl, "",
           "append one JSON line per promise here before it is made: the versions recovered at "
-          "each start, each Applied answer (worker, generation, fragment, seq, version) and "
+          "each start, each Applied answer (worker, generation, fragment, seq, version, and the "
+          "steps and tokens the push claimed) and "
           "each theta(0) accepted (server/audit_log.h)");
 ABSL_FLAG(uint64_t, test_kill_after_applied, 0,
           "test flag: SIGKILL this process once this many Applied answers are ready, after "
@@ -170,6 +184,13 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.step = absl::GetFlag(FLAGS_round_step);
   o.test_drop_pushes = absl::GetFlag(FLAGS_test_drop_pushes);
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
+  o.push_steps_cap = absl::GetFlag(FLAGS_push_steps_cap);
+  o.push_norm_cap = absl::GetFlag(FLAGS_push_norm_cap);
+  for (const auto& [name, cap] :
+       {std::pair{"push_steps_cap", o.push_steps_cap}, std::pair{"push_norm_cap", o.push_norm_cap}})
+    if (!(cap == 0 || (cap >= 1 && std::isfinite(cap))))
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, "=", cap, ": must be 0 (off) or at least 1 (x the median)"));
   o.worker_credit_bytes = absl::GetFlag(FLAGS_worker_credit_mib) << 20;
   o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
   o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));

@@ -3,6 +3,7 @@
 #include "server/shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -51,6 +52,10 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   if (o.apply_threads < 0) return absl::InvalidArgumentError("apply threads must be >= 0");
   if (!(o.test_drop_pushes >= 0 && o.test_drop_pushes < 1))
     return absl::InvalidArgumentError("the fraction of pushes to drop must be in [0, 1)");
+  for (const double cap : {o.push_steps_cap, o.push_norm_cap})
+    if (!(cap == 0 || (cap >= 1 && std::isfinite(cap))))
+      return absl::InvalidArgumentError(
+          absl::StrCat("a push cap of ", cap, ": must be 0 (off) or at least 1 (x the median)"));
   std::unique_ptr<Shard> s(new Shard(o, clock, std::move(*plan)));
   s->apply_ = std::make_unique<ApplyPool>(o.apply_threads);
   s->drop_rng_.seed(0x5EED0000u + o.shard);
@@ -83,6 +88,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     if (o.download.kind != kernels::CodecKind::kFp32)
       f->downloads = std::make_unique<DownloadChain>(o.download, f->spec->numel);
     f->merge = MakeRoundMerge(o.merge, f->spec->numel);
+    f->steps_cap = MedianCap(o.push_steps_cap);
+    f->norm_cap = MedianCap(o.push_norm_cap);
     f->outer = MakeOuterStep(o.outer_mode, o.step, o.outer, o.dn_period, f->spec->numel);
     s->fragments_[id] = std::move(f);
   }
@@ -118,20 +125,9 @@ void Shard::Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids
   const ErrorCode code = wire::ErrorCodeOf(s);
   const size_t reason = std::min(static_cast<size_t>(code), kErrorCodes - 1);
   ++counters_.refused_by_reason[reason];
-  RefusalLog& log = refusal_log_[reason];
-  if (const absl::Time now = clock_->Now(); now - log.last >= kRefusalLogInterval) {
-    log_lines_.push_back(absl::StrCat("refused a message from worker ", ids.worker, " (fragment ",
-                                      ids.fragment, ", seq ", ids.seq, "): ", s.message(),
-                                      log.unlogged
-                                          ? absl::StrCat(" (and ", log.unlogged,
-                                                         " more for this reason since the last "
-                                                         "such line)")
-                                          : ""));
-    log.last = now;
-    log.unlogged = 0;
-  } else {
-    ++log.unlogged;
-  }
+  LogThrottled(refusal_log_[reason],
+               absl::StrCat("refused a message from worker ", ids.worker, " (fragment ",
+                            ids.fragment, ", seq ", ids.seq, "): ", s.message()));
   Outgoing o{rid, Reply(MsgType::Error), {}};
   o.header.error_code = code;
   o.header.message = std::string(s.message());
@@ -140,6 +136,44 @@ void Shard::Refuse(const std::string& rid, const absl::Status& s, RefusedIds ids
   o.header.seq = ids.seq;
   o.header.refused_type = ids.type;
   out->push_back(std::move(o));
+}
+
+void Shard::LogThrottled(LogThrottle& throttle, std::string line) {
+  const absl::Time now = clock_->Now();
+  if (now - throttle.last < kRefusalLogInterval) {
+    ++throttle.unlogged;
+    return;
+  }
+  if (throttle.unlogged)
+    absl::StrAppend(&line, " (and ", throttle.unlogged,
+                    " more for this reason since the last such line)");
+  log_lines_.push_back(std::move(line));
+  throttle.last = now;
+  throttle.unlogged = 0;
+}
+
+void Shard::CountWeightCap(const wire::Header& h, const FragmentState& f, double steps,
+                           double limit) {
+  ++counters_.pushes_weight_capped;
+  LogThrottled(weight_cap_log_,
+               absl::StrFormat("weight capped: worker %u (fragment %u, seq %u) claims %u steps "
+                               "and %u tokens, over %g x the median %g steps of recent pushes: "
+                               "weighed as %g steps",
+                               h.worker_id(), f.spec->id, h.seq(), h.steps(), h.tokens(),
+                               opt_.push_steps_cap, limit / opt_.push_steps_cap, steps));
+}
+
+void Shard::CountNormClips(FragmentState& f) {
+  for (const auto& c : f.norm_clips) {
+    ++counters_.pushes_norm_clipped;
+    LogThrottled(norm_clip_log_,
+                 absl::StrFormat("norm clipped: worker %u (fragment %u, seq %u) sent a delta of "
+                                 "L2 norm %g, over %g x the median %g of recent pushes: scaled "
+                                 "down to %g",
+                                 c.worker, f.spec->id, c.seq, c.norm, opt_.push_norm_cap,
+                                 c.limit / opt_.push_norm_cap, c.limit));
+  }
+  f.norm_clips.clear();
 }
 
 void Shard::RefuseUnbound(const std::string& rid, const absl::Status& s,
@@ -410,11 +444,19 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   if (h.tokens() == 0 || h.steps() == 0)
     return Refuse(rid, WireError(ErrorCode::Malformed, "push without tokens or steps"), &h, out);
 
-  double wgt = PushWeight(opt_.weights, h.tokens(), h.steps(), staleness, opt_.staleness_alpha);
+  // The weight cap (server/push_guard.h): a push claiming far more steps than the fragment's
+  // recent pushes is weighed as if it held cap x their median steps, its tokens scaled alike.
+  const MedianCap::Admitted steps = f.steps_cap.Admit(h.steps());
+  const double capped =
+      steps.capped ? CappedWeightFactor(opt_.weights, steps.value / h.steps()) : 1.0;
+  if (steps.capped) CountWeightCap(h, f, steps.value, steps.limit);
+  const double wgt =
+      PushWeight(opt_.weights, h.tokens(), h.steps(), staleness, opt_.staleness_alpha) * capped;
   // What this worker brings to a round of this fragment, undiscounted: a round it misses
   // counts it as a zero delta of this weight (RoundNorm::kExpected).
   PushRate& rate = w.push_rate[f.spec->id];
-  rate.weight = Ema(rate.weight, PushWeight(opt_.weights, h.tokens(), h.steps(), 0, 0), kEmaWeight);
+  rate.weight =
+      Ema(rate.weight, PushWeight(opt_.weights, h.tokens(), h.steps(), 0, 0) * capped, kEmaWeight);
   if (const absl::Time now = clock_->Now(); now > rate.last) {
     if (rate.last != absl::InfinitePast())
       rate.interval_s = Ema(rate.interval_s, absl::ToDoubleSeconds(now - rate.last), kEmaWeight);
@@ -432,15 +474,14 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
     ++counters_.pushes_dropped;
   } else {
     const RoundMerge::Target t = f.merge->Admit(rel, f.merged == 0, f.acc_buf, pool_);
-    apply_->Submit(f.spec->id, [msg, fs, t, codec] {
+    // The norm cap (server/push_guard.h) measures and clips the delta there.
+    apply_->Submit(f.spec->id, [msg, fs, t, codec, worker = w.id, seq = h.seq()] {
+      thread_local std::vector<float> scratch;  // one payload chunk
       const absl::Time t0 = absl::Now();
-      for (const wire::PayloadChunk& c : wire::PayloadLayout(codec, fs->spec->numel)) {
-        std::span<float> dst(t.values + c.offset, c.count);
-        auto st = t.overwrite
-                      ? kernels::Decode(codec, msg->payload(c.index), dst)
-                      : kernels::DecodeAccumulate(codec, msg->payload(c.index), t.scale, dst);
-        if (!st.ok()) fs->apply_errors.fetch_add(1);  // unreachable after CheckEncodedPayload
-      }
+      const GuardedDecode d =
+          DecodeGuarded(codec, *msg, fs->spec->numel, t, &fs->norm_cap, scratch);
+      if (!d.ok) fs->apply_errors.fetch_add(1);  // unreachable after CheckEncodedPayload
+      if (d.admitted.capped) fs->norm_clips.push_back({worker, seq, d.norm, d.admitted.value});
       fs->last_apply_ns.store(absl::ToInt64Nanoseconds(absl::Now() - t0));
     });
     ++f.merged;
@@ -455,9 +496,10 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
         Ema(timings_.time_to_quorum_s, absl::ToDoubleSeconds(now - f.round.opened), kEmaWeight);
   }
   const uint64_t bytes = msg->payload_bytes();
-  f.contributors.push_back({rid, w.id, w.generation, h.seq(), bytes, h.base_version()});
+  f.contributors.push_back(
+      {rid, w.id, w.generation, h.seq(), bytes, h.base_version(), h.tokens(), h.steps()});
   counters_.max_held_bytes = std::max(counters_.max_held_bytes, held + bytes);
-  timings_.inner_steps = Ema(timings_.inner_steps, h.steps(), kEmaWeight);
+  timings_.inner_steps = Ema(timings_.inner_steps, steps.value, kEmaWeight);
   if (h.step_time_us() > 0) w.step_time_us = h.step_time_us();  // the worker's own average
   ++counters_.pushes_queued;
   ++counters_.staleness_hist[StalenessBucket(staleness)];

@@ -73,6 +73,13 @@ struct ShardOptions {
   double test_drop_pushes = 0;
   int apply_threads = 0;  // decode/merge threads pinned by fragment; 0 = on the caller's thread
   uint64_t max_staleness = 16;
+  // The push guard (server/push_guard.h), per fragment, against the median of its last 32
+  // accepted pushes once 8 are known; 0 turns each off, and a cap below 1 is refused.
+  // A push claiming more than push_steps_cap x the median steps is weighed as if it held that
+  // many steps (its tokens scaled alike); a push whose delta's L2 norm exceeds push_norm_cap x
+  // the median norm is scaled down to that norm before it is merged.
+  double push_steps_cap = 4;
+  double push_norm_cap = 4;
   // Flow control: the most push payload bytes one worker may have held in this shard's open
   // rounds at once (a push is always allowed when none is held); 0 = no byte limit beyond
   // the protocol's one push per (worker, fragment). Announced in Welcome.
@@ -124,6 +131,10 @@ struct Outgoing {
   // A FragmentUpdate, whole or a chain of quantized updates: the checksum of each fp32 chunk of
   // the values it gives (published_checksums), which the audit log digests.
   std::shared_ptr<const std::vector<uint64_t>> values_checksums;
+  // An Applied FragmentUpdate: the steps and tokens the applied push claimed (for the audit
+  // log; not sent).
+  uint32_t push_steps = 0;
+  uint64_t push_tokens = 0;
 };
 
 struct ShardCounters {
@@ -143,7 +154,10 @@ struct ShardCounters {
   double checkpoint_ms_total = 0;       // their time inside CheckpointStore::Write
   double last_checkpoint_ms = 0, last_apply_ms = 0;
   uint64_t apply_errors = 0;  // decode failures after validation: never expected
-  double round_share = 1;     // EMA of a closed round's weight over a full round's (RoundNorm)
+  // The push guard (ShardOptions::push_steps_cap, push_norm_cap): pushes weighed as holding
+  // fewer steps than they claimed, pushes whose delta was scaled down to the norm cap.
+  uint64_t pushes_weight_capped = 0, pushes_norm_clipped = 0;
+  double round_share = 1;  // EMA of a closed round's weight over a full round's (RoundNorm)
   uint64_t staleness_hist[8] = {};  // 0,1,2,3,4-7,8-15,16-31,32+
   uint64_t staleness_sum = 0;       // of every queued push's staleness (the histogram's _sum)
   // Every Error reply by its code (wire::ErrorCode), CURVE identity refusals included.
@@ -209,8 +223,9 @@ class Shard {
   // key binding), counted and logged like the shard's own refusals.
   void RefuseUnbound(const std::string& rid, const absl::Status& s, const wire::MessageIds& claimed,
                      std::vector<Outgoing>* out);
-  // Lines for the operator's log since the last call: refusals with their reason, at most one
-  // per reason every kRefusalLogInterval, with how many of that reason went unlogged between.
+  // Lines for the operator's log since the last call: refusals with their reason, and pushes the
+  // guard capped or clipped, at most one per reason every kRefusalLogInterval, with how many of
+  // that reason went unlogged between.
   std::vector<std::string> TakeLogLines() { return std::exchange(log_lines_, {}); }
   static constexpr absl::Duration kRefusalLogInterval = absl::Seconds(10);
 
@@ -295,11 +310,19 @@ class Shard {
   std::vector<float> step_scratch_;
   std::vector<std::string> log_lines_;
   uint64_t failures_in_a_row_ = 0;  // checkpoint writes failed since the last that succeeded
-  struct RefusalLog {
+  struct LogThrottle {
     absl::Time last = absl::InfinitePast();
     uint64_t unlogged = 0;
   };
-  std::array<RefusalLog, kErrorCodes> refusal_log_;
+  // Adds `line` to log_lines_ unless `throttle` let one through within kRefusalLogInterval:
+  // then it only counts it, and the next line it lets through says how many it held back.
+  void LogThrottled(LogThrottle& throttle, std::string line);
+  // The push guard's weight caps and norm clips (drained from the apply thread at CloseRound),
+  // counted and logged.
+  void CountWeightCap(const wire::Header& h, const FragmentState& f, double steps, double limit);
+  void CountNormClips(FragmentState& f);
+  std::array<LogThrottle, kErrorCodes> refusal_log_;
+  LogThrottle weight_cap_log_, norm_clip_log_;
   size_t close_cursor_ = 0;  // where the next Tick starts closing due rounds (owned_ index)
   uint64_t owned_params_ = 0;
   uint64_t round_buffer_bytes_ =

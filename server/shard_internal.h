@@ -16,6 +16,7 @@
 #include "common/ema.h"
 #include "server/download_chain.h"
 #include "server/outer_step.h"
+#include "server/push_guard.h"
 #include "server/shard.h"
 
 namespace diloco::server {
@@ -68,8 +69,10 @@ struct Shard::FragmentState {
     std::string rid;
     uint32_t worker = 0;
     uint64_t generation = 0, seq = 0;
-    uint64_t bytes = 0;  // payload bytes of the push
-    uint64_t base = 0;   // the version the push was trained from: what the worker holds
+    uint64_t bytes = 0;   // payload bytes of the push
+    uint64_t base = 0;    // the version the push was trained from: what the worker holds
+    uint64_t tokens = 0;  // what the push claimed (the audit log's)
+    uint32_t steps = 0;
   };
   std::vector<Contribution> contributors;       // in the open round
   std::vector<Contribution> unacked;            // applied, Applied ack held until published
@@ -78,9 +81,21 @@ struct Shard::FragmentState {
   std::unique_ptr<RoundMerge> merge;         // how the round's pushes become its delta (into acc)
   std::unique_ptr<OuterStep> outer;          // how that delta moves theta and the momentum
   std::unique_ptr<DownloadChain> downloads;  // quantized downloads only
+  // The push guard (server/push_guard.h): the steps cap on the I/O thread (OnPush), the norm
+  // cap on the fragment's apply thread.
+  MedianCap steps_cap;
+  MedianCap norm_cap;
   // Written by the fragment's apply thread, read after ApplyPool::Wait.
   std::atomic<int64_t> last_apply_ns{0};
   std::atomic<uint64_t> apply_errors{0};
+  struct NormClip {
+    uint32_t worker = 0;
+    uint64_t seq = 0;
+    double norm = 0, limit = 0;  // the delta's norm as sent, what it was scaled down to
+  };
+  // Pushes the norm cap clipped since the last CloseRound (appended by the apply thread, drained
+  // after ApplyPool::Wait, which orders the two).
+  std::vector<NormClip> norm_clips;
 };
 
 }  // namespace diloco::server

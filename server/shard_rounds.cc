@@ -88,6 +88,7 @@ void Shard::CloseRound(FragmentState& f) {
   apply_->Wait(f.spec->id);  // every push of the round is merged
   counters_.last_apply_ms = f.last_apply_ns.load() / 1e6;
   counters_.apply_errors += f.apply_errors.exchange(0);
+  CountNormClips(f);
   // The merged weight over what a full round would weigh: with kExpected a live worker missing
   // from the round counts as a zero delta. A dropped push (test flag) counts as neither: the
   // round is the mean of the pushes that survived, as in DiLoCo's dropped-gradient study.
@@ -179,6 +180,8 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
     o.header.generation = c.generation;
     o.header.seq = c.seq;
     o.header.ack = AckStatus::Applied;
+    o.push_steps = c.steps;
+    o.push_tokens = c.tokens;
     out->push_back(std::move(o));
   }
   f.unacked.clear();

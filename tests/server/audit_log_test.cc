@@ -1,6 +1,7 @@
 // AuditLog (--audit_jsonl): the promises among a shard's answers are written, with the version
-// and a digest of the published values that a restart's "recovered" line repeats, and the
-// Applied answers are counted (what --test_kill_after_applied counts).
+// and a digest of the published values that a restart's "recovered" line repeats (an Applied
+// line also with the steps and tokens its push claimed), and the Applied answers are counted
+// (what --test_kill_after_applied counts).
 #include "server/audit_log.h"
 
 #include <gtest/gtest.h>
@@ -30,7 +31,8 @@ TEST(AuditLogTest, PromisesAreWrittenWithTheDigestARestartRepeats) {
   const uint64_t n0 = h.fragment(0).numel;
   auto init = h.Init("a", 1, 0, std::vector<float>(n0, 1.0f));
   EXPECT_EQ(log->Answers(h.shard(), init), 0u);  // theta(0) accepted: a promise, not Applied
-  h.Push("a", 1, 0, /*seq=*/1, /*base=*/1, std::vector<float>(n0, 0.1f));
+  h.Push("a", 1, 0, /*seq=*/1, /*base=*/1, std::vector<float>(n0, 0.1f), /*tokens=*/1234,
+         /*steps=*/25);
   h.clock().Advance(absl::Seconds(6));  // past the grace cap: the lone push's round closes
   auto out = h.Tick();
   ASSERT_NE(Only(out, MsgType::FragmentUpdate), nullptr);
@@ -57,6 +59,8 @@ TEST(AuditLogTest, PromisesAreWrittenWithTheDigestARestartRepeats) {
   EXPECT_EQ(applied.at("worker"), 1) << applied;
   EXPECT_EQ(applied.at("generation"), 1) << applied;
   EXPECT_EQ(applied.at("seq"), 1) << applied;
+  EXPECT_EQ(applied.at("steps"), 25) << applied;  // what the push claimed
+  EXPECT_EQ(applied.at("tokens"), 1234) << applied;
   EXPECT_EQ(applied.at("digest"), digest) << applied;
   EXPECT_EQ(lines[4].at("digest"), digest) << lines[4];
   EXPECT_EQ(lines[4].at("version"), 2) << lines[4];
