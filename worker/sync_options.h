@@ -34,7 +34,7 @@ struct SyncOptions {
   // them all would outweigh the fleet's round with a drift taken on a long-gone model. Past
   // the bound the fragment re-anchors on the last global values it adopted (worker/
   // training_sync.h; SyncStats::reanchors).
-  uint32_t carry_max = 4;
+  uint32_t carry_max = 8;
   // Deterministic mode: AfterStep returns only once the pushes it queued are answered and their
   // results adopted (or lockstep_timeout passed), so a run is a fixed sequence of steps and
   // rounds whatever the timing (tests; with quorum = all workers, synchronous DiLoCo).

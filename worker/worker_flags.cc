@@ -47,7 +47,7 @@ ABSL_FLAG(SyncOptions::Adopt, adopt, SyncOptions::Adopt::kKeep,
           "adoption of new global values: keep (local = global + the steps taken since the "
           "push) or lerp (local = global + adopt_alpha*(local - global); alpha 0 replaces)");
 ABSL_FLAG(double, adopt_alpha, 0.0, "--adopt=lerp: local = global + alpha*(local - global)");
-ABSL_FLAG(uint32_t, carry_max, 4,
+ABSL_FLAG(uint32_t, carry_max, 8,
           "the most local steps a fragment carries into a push, in units of --inner_steps: a "
           "fragment whose push was answered so late that more steps piled up re-anchors on the "
           "last global values (its local work since is dropped)");

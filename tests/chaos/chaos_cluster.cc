@@ -85,7 +85,8 @@ void ChaosCluster::StartWorker(int w) {
       absl::StrCat("--seed=", 100 + 7 * w + 1000 * run),
       "--init_seed=1234",
       "--lr=3e-3",
-      "--inner_steps=25",
+      absl::StrCat("--inner_steps=", c_.inner_steps),
+      absl::StrCat("--carry_max=", c_.carry_max),
       "--threads=1",
       "--step_delay=5ms",  // leaves the two cores some room for shards and restarts
       "--log_sync_events",

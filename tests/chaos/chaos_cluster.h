@@ -25,6 +25,9 @@ struct ChaosConfig {
   int shards = 3, workers = 6, fragments = 6;
   std::string model = "tiny";
   uint64_t seed = 1;
+  int inner_steps = 25;  // H: the workers' --inner_steps
+  int carry_max = 8;     // the workers' --carry_max: a push claims at most carry_max x H steps
+  uint64_t max_push_steps() const { return static_cast<uint64_t>(carry_max) * inner_steps; }
 };
 
 class ChaosCluster {

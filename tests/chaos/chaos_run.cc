@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <random>
 #include <regex>
 
@@ -25,6 +27,8 @@ constexpr absl::Duration kStatsTimeout = absl::Milliseconds(400);
 constexpr absl::Duration kBackWithin = absl::Seconds(30);  // "survived": back at work by then
 constexpr absl::Duration kMinChecked = absl::Seconds(3);   // invariant 1: faults this long
 constexpr double kMinStepRatio = 0.2;
+constexpr int kEvalAttempts = 3;  // a midway evaluation, when a live store changes under it
+constexpr absl::Duration kEvalRetry = absl::Seconds(2);
 
 const FaultRates kBackground{
     .drop = 0.002, .duplicate = 0.002, .delay = 0.01, .corrupt = 0.001, .replay = 0.005};
@@ -78,6 +82,27 @@ bool IsWorkerFault(const std::string& k) { return k == "worker_kill" || k == "wo
 bool IsShardProcessFault(const std::string& k) {
   return k == "shard_kill" || k == "shard_freeze" || k == "shard_restart" || k == "kill_unanswered";
 }
+// A fault that keeps its target from work while it lasts (a link burst does not).
+bool TakesOut(const std::string& k) {
+  return IsWorkerFault(k) || IsShardProcessFault(k) || k == "disk_full";
+}
+bool IsRestart(const std::string& k) {
+  return k == "worker_kill" || k == "shard_kill" || k == "shard_restart" || k == "kill_unanswered";
+}
+
+// What diloco-ctl eval printed for stores on the synthetic held-out set.
+struct EvalOutput {
+  double loss = 0, floor = 0;
+  std::string tokens, versions;
+};
+std::optional<EvalOutput> ParseEval(const std::string& out) {
+  static const std::regex re(
+      "fragment versions ([0-9,]+)\\) on the synthetic held-out set: loss ([0-9.]+) over "
+      "([0-9]+) tokens \\(entropy floor ([0-9.]+)");
+  std::smatch m;
+  if (!std::regex_search(out, m, re)) return std::nullopt;
+  return EvalOutput{std::stod(m[2]), std::stod(m[4]), m[3], m[1]};
+}
 
 class Run {
  public:
@@ -86,6 +111,7 @@ class Run {
     rounds_.resize(o.cluster.shards);
     tails_.resize(o.cluster.workers);
     shard_runs_.assign(o.cluster.shards, 0);
+    midway_.resize(std::max(0, o.midway_evals));
   }
 
   ChaosReport Go() {
@@ -98,6 +124,10 @@ class Run {
     for (int w = 0; w < o_.cluster.workers; ++w) tails_[w].Reset(c_.worker_events(w, 0));
     for (int s = 0; s < o_.cluster.shards; ++s) c_.proxy(s).set_rates(kBackground);
     const absl::Time start = absl::Now(), end = start + o_.duration;
+    start_ = start;
+    for (size_t i = 0; i < midway_.size(); ++i)
+      midway_[i].due = start + o_.duration * static_cast<double>(i + 1) /
+                                   static_cast<double>(midway_.size() + 1);
     absl::Time next_fault = start + absl::Seconds(10);  // the fleet joins first
     absl::Time next_stats = start;
     while (absl::Now() < end) {
@@ -109,6 +139,7 @@ class Run {
       }
       EndDueFaults();
       WatchProcesses();
+      PollMidway();
       if (absl::Now() >= next_fault) {
         InjectOne();
         next_fault = absl::Now() + absl::Seconds(std::exponential_distribution<double>(
@@ -116,11 +147,24 @@ class Run {
       }
     }
     EndAllFaults();
+    FinishMidway();
     r_.facts["fault_seconds"] = absl::StrCat(absl::ToDoubleSeconds(o_.duration));
-    for (absl::Time settle = absl::Now() + absl::Seconds(5); absl::Now() < settle;) {
+    // At least 5 s, and until every fault's target is back at work (at most kBackWithin after
+    // the last fault's end), so that whether each fault was survived is seen whole.
+    const absl::Time settle_min = absl::Now() + absl::Seconds(5);
+    absl::Time settle_max = settle_min;
+    for (const auto& f : r_.faults) settle_max = std::max(settle_max, f.end + kBackWithin);
+    while (absl::Now() < settle_max) {
       absl::SleepFor(kTick);
       SampleWorkers();
+      if (absl::Now() >= next_stats) {
+        SampleShards();
+        next_stats = absl::Now() + absl::Seconds(1);
+      }
+      if (absl::Now() >= settle_min && AllBack()) break;
     }
+    r_.facts["settle_seconds"] =
+        absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - settle_min) + 5);
     SampleShards();
     Stop();
     Check();
@@ -163,7 +207,79 @@ class Run {
       if (!stats.ok()) continue;
       if (auto v = JsonNumber(*stats, "rounds"))
         rounds_[s].push_back({absl::Now(), *v, shard_runs_[s]});
+      // The shard's push-weight guards (invariant 8's second line of defence), per incarnation.
+      if (const auto j = ParseJsonLine(*stats)) {
+        const auto numbers = NumbersOf(*j);
+        for (const char* k : {"pushes_weight_capped", "pushes_norm_clipped"})
+          if (const auto it = numbers.find(k); it != numbers.end())
+            guards_[k][{s, shard_runs_[s]}] = it->second;
+      }
     }
+  }
+
+  // --- midway evaluations of the global model (invariant 7) ------------------------------
+  // diloco-ctl eval reads the live stores read-only (RocksDB's read-only open takes no lock
+  // and writes nothing), one evaluation at a time, in the background of the fault loop.
+  struct MidwayEval {
+    absl::Time due = absl::InfiniteFuture(), launched;
+    int attempts = 0;
+    std::unique_ptr<Process> process;
+    std::optional<EvalOutput> result;
+    double at_s = 0, seconds = 0;  // into the fault period when launched; how long it took
+    std::string error;             // the last failed attempt's
+  };
+
+  std::vector<std::string> EvalArgv() const {
+    std::vector<std::string> argv = {o_.cluster.ctl_binary,
+                                     "eval",
+                                     "--model=" + o_.cluster.model,
+                                     "--data=synthetic",
+                                     "--eval_batches=64",
+                                     absl::StrCat("--fragments=", o_.cluster.fragments),
+                                     absl::StrCat("--shards=", o_.cluster.shards)};
+    for (int s = 0; s < o_.cluster.shards; ++s) argv.push_back(c_.store(s).string());
+    return argv;
+  }
+
+  void PollMidway() {
+    for (size_t i = 0; i < midway_.size(); ++i) {
+      auto& m = midway_[i];
+      if (!m.process) continue;
+      if (m.process->Running()) return;  // one at a time
+      const int st = m.process->Wait(absl::ZeroDuration()).value_or(-1);
+      m.process.reset();
+      std::ifstream in(c_.log(absl::StrCat("eval_mid", i, ".", m.attempts)));
+      const std::string out((std::istreambuf_iterator<char>(in)), {});
+      m.result = st == 0 ? ParseEval(out) : std::nullopt;
+      if (m.result) {
+        m.seconds = absl::ToDoubleSeconds(absl::Now() - m.launched);
+        std::fprintf(stderr, "diloco-chaos: global model at %.0f s: loss %.4f (%.1f s)\n", m.at_s,
+                     m.result->loss, m.seconds);
+      } else {
+        m.error = absl::StrCat("status ", st, ": ", out.substr(0, 300));
+        m.due = m.attempts < kEvalAttempts ? absl::Now() + kEvalRetry : absl::InfiniteFuture();
+      }
+    }
+    for (size_t i = 0; i < midway_.size(); ++i) {
+      auto& m = midway_[i];
+      if (m.result || absl::Now() < m.due) continue;
+      m.due = absl::InfiniteFuture();
+      m.launched = absl::Now();
+      m.at_s = absl::ToDoubleSeconds(m.launched - start_);
+      const auto log = c_.log(absl::StrCat("eval_mid", i, ".", ++m.attempts));
+      std::filesystem::remove(log);
+      m.process = std::make_unique<Process>(EvalArgv(), log.string());
+      return;
+    }
+  }
+
+  // At the end of the fault period: the evaluation under way is waited for; none is started.
+  void FinishMidway() {
+    for (auto& m : midway_) {
+      if (m.process) (void)m.process->Wait(absl::Minutes(5));
+      m.due = absl::InfiniteFuture();
+    }
+    PollMidway();
   }
 
   // --- faults -----------------------------------------------------------------------------
@@ -455,6 +571,8 @@ class Run {
       }
     }
     r_.facts["nobody_waits_checks"] = absl::StrCat(checked);
+    if (checked == 0)
+      Violate(1, "no worker or shard was checked during any fault of >= 3 s: nothing was checked");
     int triggered = 0, armed = 0, filled = 0;
     for (const auto& f : r_.faults) {
       armed += f.kind == "kill_unanswered";
@@ -469,9 +587,33 @@ class Run {
                      "checkpoint_failed")
               .size());
     // Survived: the target was back at work within kBackWithin of the fault's end.
+    ComputeSurvived();
+    int cut = 0;
+    for (const auto& f : r_.faults) {
+      cut += f.cut_short;
+      if (f.survived || f.cut_short) continue;
+      Violate(IsRestart(f.kind) ? 4 : 0,
+              absl::StrFormat("%s %d %s: not back at work within %.0f s of the fault's end (%s)",
+                              IsWorkerFault(f.kind) ? "worker" : "shard", f.target,
+                              IsRestart(f.kind) ? "restarted" : "after its fault",
+                              absl::ToDoubleSeconds(kBackWithin), f.kind));
+    }
+    r_.facts["faults_cut_short_by_another"] = absl::StrCat(cut);
+  }
+
+  // Each fault's `survived`: its target back at work (a worker's step, a shard's round closed,
+  // or its restart seen) after the fault's end, within kBackWithin and before another fault
+  // took the same target out (else `cut_short`, when that came first: that fault's own
+  // survival is checked instead).
+  void ComputeSurvived() {
     for (auto& f : r_.faults) {
-      const absl::Time by = f.end + kBackWithin;
-      if (IsWorkerFault(f.kind)) {
+      const bool worker = IsWorkerFault(f.kind);
+      absl::Time by = f.end + kBackWithin;
+      for (const auto& g : r_.faults)
+        if (&g != &f && IsWorkerFault(g.kind) == worker && g.target == f.target && g.end > f.end &&
+            TakesOut(g.kind))  // still under way at f's end, or after it
+          by = std::min(by, std::max(g.start, f.end));
+      if (worker) {
         const auto& s = steps_[f.target];
         f.survived = std::any_of(s.begin(), s.end(),
                                  [&](const Sample& x) { return x.t > f.end && x.t <= by; });
@@ -483,26 +625,44 @@ class Run {
                  (!before || x.value > before->value || x.run != before->run);
         });
       }
+      f.cut_short = !f.survived && by < f.end + kBackWithin;
     }
   }
 
-  // Invariants 2, 3, 6 and 5.
+  bool AllBack() {
+    ComputeSurvived();
+    return std::all_of(r_.faults.begin(), r_.faults.end(),
+                       [](const FaultWindow& f) { return f.survived || f.cut_short; });
+  }
+
+  // Invariants 2, 3, 6, 8 and 5.
   void CheckTrails() {
     uint64_t applied = 0, rolled_back = 0, incarnations = 0;
     std::vector<bool> per_round;
     for (int s = 0; s < o_.cluster.shards; ++s) per_round.push_back(c_.per_round(s));
+    std::vector<PushClaim> applied_claims, sent_claims;  // invariant 8
     for (int s = 0; s < o_.cluster.shards; ++s) {
       AuditSummary sum;
-      for (auto& v : CheckShardAudit(ReadAudit(c_.audit(s)), c_.per_round(s), &sum))
+      const auto lines = ReadAudit(c_.audit(s));
+      for (auto& v : CheckShardAudit(lines, c_.per_round(s), &sum))
         Violate(v.invariant, absl::StrCat("shard ", s, ": ", v.what));
+      for (auto& c : AppliedClaims(absl::StrCat("shard ", s), lines))
+        applied_claims.push_back(std::move(c));
       applied += sum.applied;
       rolled_back += sum.rolled_back;
       incarnations += sum.incarnations;
     }
-    uint64_t duplicates = 0, restarts_seen = 0;
+    uint64_t duplicates = 0, restarts_seen = 0, reanchors = 0, reanchored_steps = 0;
     for (int w = 0; w < o_.cluster.workers; ++w) {
       for (int run = 0; run < c_.worker_runs(w); ++run) {
         const auto file = c_.worker_events(w, run);
+        for (auto& c : ReadPushClaims(file, absl::StrCat("worker ", w, " run ", run)))
+          sent_claims.push_back(std::move(c));
+        for (const auto& e : ReadEvents(file, "reanchor")) {
+          ++reanchors;
+          if (const auto it = e.find("steps"); it != e.end())
+            reanchored_steps += static_cast<uint64_t>(it->second);
+        }
         std::vector<WorkerApplied> seen;
         for (const auto& e : ReadEvents(file, "applied"))
           seen.push_back({static_cast<uint64_t>(e.at("shard")),
@@ -520,9 +680,41 @@ class Run {
     r_.facts["shard_incarnations"] = absl::StrCat(incarnations);
     r_.facts["duplicate_answers_to_workers"] = absl::StrCat(duplicates);
     r_.facts["shard_restarts_seen_by_workers"] = absl::StrCat(restarts_seen);
+    CheckPushSteps(applied_claims, sent_claims);
+    r_.facts["push_reanchors"] =
+        absl::StrCat(reanchors, " (", reanchored_steps, " steps of drift dropped)");
     if (r_.messages.replay_answered > 0)
       Violate(5, absl::StrCat(r_.messages.replay_answered,
                               " replayed messages were answered other than with an Error"));
+  }
+
+  // Invariant 8, and what the shards' guards did.
+  void CheckPushSteps(const std::vector<PushClaim>& applied, const std::vector<PushClaim>& sent) {
+    const auto& cc = c_.config();
+    const uint64_t bound = cc.max_push_steps();
+    r_.facts["push_steps_bound"] =
+        absl::StrCat(bound, " (carry_max ", cc.carry_max, " x H ", cc.inner_steps, ")");
+    auto check = [&](const std::string& what, const std::vector<PushClaim>& claims,
+                     const std::string& fact) {
+      ClaimSummary sum;
+      for (auto& v : CheckPushClaims(what, claims, bound, &sum)) Violate(v.invariant, v.what);
+      r_.facts[fact] = sum.with_steps == 0
+                           ? absl::StrCat("unknown (none of ", sum.pushes, " said)")
+                           : absl::StrCat(sum.max_steps, " steps, ", sum.max_tokens, " tokens (",
+                                          sum.with_steps, " of ", sum.pushes, " said)");
+    };
+    check("pushes applied in the shards' audit trails", applied, "push_claim_max_applied");
+    check("pushes in the workers' sync events", sent, "push_claim_max_sent");
+    for (const char* k : {"pushes_weight_capped", "pushes_norm_clipped"}) {
+      const auto it = guards_.find(k);
+      if (it == guards_.end()) {
+        r_.facts[k] = "not in the shards' stats";
+        continue;
+      }
+      double n = 0;  // the last value seen of each incarnation
+      for (const auto& [_, v] : it->second) n += v;
+      r_.facts[k] = absl::StrCat(static_cast<uint64_t>(n));
+    }
   }
 
   // Invariant 4.
@@ -543,35 +735,49 @@ class Run {
                  "--steps=1", "--eval_batches=64", "--metrics_jsonl=" + theta0.string()},
                 "theta0");
     const auto done = ReadEvents(theta0, "done");
-    std::vector<std::string> argv = {o_.cluster.ctl_binary,
-                                     "eval",
-                                     "--model=" + o_.cluster.model,
-                                     "--data=synthetic",
-                                     "--eval_batches=64",
-                                     absl::StrCat("--fragments=", o_.cluster.fragments),
-                                     absl::StrCat("--shards=", o_.cluster.shards)};
-    for (int s = 0; s < o_.cluster.shards; ++s) argv.push_back(c_.store(s).string());
-    auto [st, out] = Command(argv, "eval");
-    std::smatch m;
-    static const std::regex re("loss ([0-9.]+) over ([0-9]+) tokens \\(entropy floor ([0-9.]+)");
-    if (st0 != 0 || done.empty() || !done[0].count("eval_initial") || st != 0 ||
-        !std::regex_search(out, m, re)) {
+    const absl::Time t0 = absl::Now();
+    auto [st, out] = Command(EvalArgv(), "eval");
+    const double final_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    const auto e = st == 0 ? ParseEval(out) : std::nullopt;
+    if (st0 != 0 || done.empty() || !done[0].count("eval_initial") || !e) {
       Violate(7, absl::StrCat("could not evaluate: theta(0) status ", st0, ", eval status ", st,
                               ": ", out));
       return;
     }
-    const double initial = done[0].at("eval_initial"), final = std::stod(m[1]),
-                 floor = std::stod(m[3]);
-    const double closed = (initial - final) / (initial - floor);
-    r_.facts["loss_theta0"] = absl::StrFormat("%.4f", initial);
-    r_.facts["loss_final"] = absl::StrFormat("%.4f", final);
-    r_.facts["entropy_floor"] = absl::StrFormat("%.4f", floor);
-    r_.facts["eval_tokens"] = m[2];
+    ProgressFigures f;
+    f.initial = done[0].at("eval_initial");
+    f.floor = e->floor;
+    f.final = e->loss;
+    std::string midway, failures;
+    double midway_seconds = 0;
+    for (const auto& m : midway_) {
+      f.midway.push_back(m.result ? std::optional<double>(m.result->loss) : std::nullopt);
+      if (m.result) {
+        absl::StrAppendFormat(&midway, "%s%.4f at %.0f s (%.1f s to evaluate)",
+                              midway.empty() ? "" : ", ", m.result->loss, m.at_s, m.seconds);
+        midway_seconds += m.seconds;
+      } else {
+        absl::StrAppend(&midway, midway.empty() ? "" : ", ", "failed after ", m.attempts,
+                        " attempts");
+      }
+      if (m.attempts > 1 || !m.result)
+        absl::StrAppend(&failures, failures.empty() ? "" : "; ", m.attempts - !!m.result,
+                        " failed, the last: ", m.error);
+    }
+    const double closed = (f.initial - f.final) / (f.initial - f.floor);
+    r_.facts["loss_theta0"] = absl::StrFormat("%.4f", f.initial);
+    r_.facts["loss_final"] = absl::StrFormat("%.4f", f.final);
+    r_.facts["loss_final_eval_seconds"] = absl::StrFormat("%.1f", final_seconds);
+    if (!midway_.empty()) {
+      r_.facts["loss_midway"] = midway;
+      r_.facts["loss_midway_eval_seconds"] = absl::StrFormat("%.1f", midway_seconds);
+      r_.facts["loss_regression_allowed"] = absl::StrFormat("%.2f", kMaxLossRegression);
+      if (!failures.empty()) r_.facts["loss_midway_failures"] = failures;
+    }
+    r_.facts["entropy_floor"] = absl::StrFormat("%.4f", f.floor);
+    r_.facts["eval_tokens"] = e->tokens;
     r_.facts["gap_closed"] = absl::StrFormat("%.3f", closed);
-    if (!(closed >= 0.5))
-      Violate(7, absl::StrFormat("the global model closed %.3f of the gap from theta(0) (%.4f) "
-                                 "to the floor (%.4f): loss %.4f",
-                                 closed, initial, floor, final));
+    for (auto& v : testing::CheckProgress(f)) Violate(v.invariant, v.what);
   }
 
   const ChaosOptions& o_;
@@ -584,6 +790,10 @@ class Run {
   std::vector<std::vector<Sample>> steps_, rounds_;
   std::vector<TailReader> tails_;
   std::vector<int> shard_runs_;
+  absl::Time start_;  // of the fault period
+  std::vector<MidwayEval> midway_;
+  // Per counter, per (shard, incarnation): the last value seen.
+  std::map<std::string, std::map<std::pair<int, int>, double>> guards_;
 };
 
 }  // namespace
@@ -641,6 +851,7 @@ std::string ChaosReport::Json() const {
                           {"target", f.target},
                           {"seconds", absl::ToDoubleSeconds(f.end - f.start)},
                           {"survived", f.survived},
+                          {"cut_short", f.cut_short},
                           {"note", f.note}});
   J found = J::array();
   for (const auto& v : violations) found.push_back({{"invariant", v.invariant}, {"what", v.what}});

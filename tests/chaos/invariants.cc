@@ -1,5 +1,6 @@
 #include "tests/chaos/invariants.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -7,9 +8,26 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "tests/util/jsonl.h"
 
 namespace diloco::testing {
+namespace {
+
+// An unsigned integer member, exact; 0 when absent or not one.
+uint64_t Unsigned(const Json& line, const char* key) {
+  const auto it = line.find(key);
+  return it != line.end() && it->is_number_unsigned() ? it->get<uint64_t>() : uint64_t{0};
+}
+
+// A member that may be absent: nullopt unless it is a non-negative integer.
+std::optional<uint64_t> Claimed(const Json& line, const char* key) {
+  const auto it = line.find(key);
+  if (it == line.end() || !it->is_number_unsigned()) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
+}  // namespace
 
 std::vector<AuditLine> ReadAudit(const std::filesystem::path& jsonl) {
   std::vector<AuditLine> lines;
@@ -24,10 +42,8 @@ std::vector<AuditLine> ReadAudit(const std::filesystem::path& jsonl) {
       a.kind = AuditLine::kApplied;
     else
       continue;
-    auto num = [&](const char* key) {  // exact: 48-bit digests and ids are unsigned integers
-      const auto it = line.find(key);
-      return it != line.end() && it->is_number_unsigned() ? it->get<uint64_t>() : uint64_t{0};
-    };
+    // Exact: 48-bit digests and ids are unsigned integers.
+    auto num = [&](const char* key) { return Unsigned(line, key); };
     // A decimal string: 64 random bits do not survive a JSON number.
     if (const auto it = line.find("incarnation");
         it != line.end() && it->is_string() &&
@@ -39,6 +55,10 @@ std::vector<AuditLine> ReadAudit(const std::filesystem::path& jsonl) {
     a.worker = num("worker");
     a.generation = num("generation");
     a.seq = num("seq");
+    if (a.kind == AuditLine::kApplied) {
+      a.steps = Claimed(line, "steps");
+      a.tokens = Claimed(line, "tokens");
+    }
     lines.push_back(a);
   }
   return lines;
@@ -130,6 +150,73 @@ std::vector<Violation> CheckWorkerVersions(const std::string& worker,
                                    " answered with version ", a.version, " after version ", n)});
     n = std::max(n, a.version);
   }
+  return v;
+}
+
+std::vector<PushClaim> AppliedClaims(const std::string& source,
+                                     const std::vector<AuditLine>& lines) {
+  std::vector<PushClaim> out;
+  for (const auto& a : lines)
+    if (a.kind == AuditLine::kApplied)
+      out.push_back({source, a.worker, a.fragment, a.seq, a.steps, a.tokens});
+  return out;
+}
+
+std::vector<PushClaim> ReadPushClaims(const std::filesystem::path& jsonl,
+                                      const std::string& source) {
+  std::vector<PushClaim> out;
+  for (const Json& line : ReadJsonLines(jsonl)) {
+    if (EventName(line) != "push") continue;
+    out.push_back({source, Unsigned(line, "worker"), Unsigned(line, "fragment"),
+                   Unsigned(line, "seq"), Claimed(line, "steps"), Claimed(line, "tokens")});
+  }
+  return out;
+}
+
+std::vector<Violation> CheckPushClaims(const std::string& what,
+                                       const std::vector<PushClaim>& claims, uint64_t max_steps,
+                                       ClaimSummary* summary) {
+  std::vector<Violation> v;
+  ClaimSummary s;
+  for (const auto& c : claims) {
+    ++s.pushes;
+    if (c.tokens) s.max_tokens = std::max(s.max_tokens, *c.tokens);
+    if (!c.steps) continue;
+    ++s.with_steps;
+    s.max_steps = std::max(s.max_steps, *c.steps);
+    if (*c.steps > max_steps)
+      v.push_back({8, absl::StrCat(c.source, ": worker ", c.worker, " fragment ", c.fragment,
+                                   " seq ", c.seq, " claims ", *c.steps, " steps",
+                                   c.tokens ? absl::StrCat(" (", *c.tokens, " tokens)") : "",
+                                   ", beyond carry_max x H = ", max_steps)});
+  }
+  if (s.with_steps == 0)
+    v.push_back({8, absl::StrCat("none of the ", s.pushes, " ", what,
+                                 " said its steps: nothing was checked")});
+  if (summary) *summary = s;
+  return v;
+}
+
+std::vector<Violation> CheckProgress(const ProgressFigures& f) {
+  std::vector<Violation> v;
+  const double closed = (f.initial - f.final) / (f.initial - f.floor);
+  if (!(closed >= kMinGapClosed))
+    v.push_back({7, absl::StrFormat("the global model closed %.3f of the gap from theta(0) "
+                                    "(%.4f) to the floor (%.4f): loss %.4f",
+                                    closed, f.initial, f.floor, f.final)});
+  if (f.midway.empty()) return v;
+  std::optional<double> best;
+  for (const auto& m : f.midway)
+    if (m && (!best || *m < *best)) best = *m;
+  if (!best) {
+    v.push_back({7, absl::StrCat("none of the ", f.midway.size(),
+                                 " midway evaluations of the global model succeeded")});
+    return v;
+  }
+  if (!(f.final <= *best + kMaxLossRegression))
+    v.push_back({7, absl::StrFormat("the global model ended at loss %.4f, %.4f worse than its "
+                                    "best midway evaluation (%.4f); at most %.2f allowed",
+                                    f.final, f.final - *best, *best, kMaxLossRegression)});
   return v;
 }
 

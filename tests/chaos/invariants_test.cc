@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 
 #include "tests/util/temp_dir.h"
 
@@ -111,6 +112,111 @@ TEST(ChaosInvariantsTest, ReadAuditSkipsALineCutByAKill) {
   EXPECT_EQ(lines[1].seq, 4u);
   EXPECT_EQ(lines[1].incarnation, 18446744073709551557u);  // 64 bits, exact as a string
   EXPECT_EQ(lines[1].worker, 3u);
+}
+
+PushClaim Claim(uint64_t worker, uint64_t seq, std::optional<uint64_t> steps,
+                std::optional<uint64_t> tokens = std::nullopt) {
+  return {"shard 1", worker, /*fragment=*/2, seq, steps, tokens};
+}
+
+TEST(ChaosInvariantsTest, APushClaimingMoreThanCarryMaxTimesHStepsIsCaught) {
+  ClaimSummary s;
+  // Bound 100 (carry_max 4 x H 25): 25 and 100 pass, the one that piled up 2,900 steps does not.
+  const std::vector<PushClaim> claims = {Claim(0, 1, 25, 5000), Claim(1, 1, 100, 20000),
+                                         Claim(3, 7, 2900, 580000), Claim(4, 1, std::nullopt)};
+  const auto v = CheckPushClaims("applied pushes", claims, 100, &s);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].invariant, 8);
+  EXPECT_NE(v[0].what.find("worker 3 fragment 2 seq 7 claims 2900 steps (580000 tokens)"),
+            std::string::npos)
+      << v[0].what;
+  EXPECT_EQ(s.pushes, 4u);
+  EXPECT_EQ(s.with_steps, 3u);  // the one that did not say is not checked
+  EXPECT_EQ(s.max_steps, 2900u);
+  EXPECT_EQ(s.max_tokens, 580000u);
+  EXPECT_TRUE(CheckPushClaims("applied pushes", {claims[0], claims[1], claims[3]}, 100).empty());
+}
+
+TEST(ChaosInvariantsTest, PushClaimsOfWhichNoneSaidItsStepsFail) {
+  const auto v = CheckPushClaims("applied pushes", {Claim(0, 1, std::nullopt, 5000)}, 100);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].invariant, 8);
+  EXPECT_NE(v[0].what.find("nothing was checked"), std::string::npos) << v[0].what;
+  EXPECT_EQ(CheckPushClaims("applied pushes", {}, 100).size(), 1u);  // no push at all
+}
+
+TEST(ChaosInvariantsTest, ClaimsAreReadFromAuditTrailsAndSyncEventsWhenPresent) {
+  const TempDir dir("diloco_chaos_claims_");
+  const std::string audit = dir.Sub("audit.jsonl"), events = dir.Sub("worker.jsonl");
+  {
+    std::ofstream out(audit);
+    out << R"({"event":"recovered","incarnation":"1","fragment":2,"version":0,"digest":0})"
+        << "\n"
+        << R"({"event":"applied","incarnation":"1","fragment":2,"version":2,"digest":5,"worker":3,)"
+        << R"("generation":9,"seq":4,"steps":2900,"tokens":580000})"
+        << "\n"
+        << R"({"event":"applied","incarnation":"1","fragment":2,"version":3,"digest":6,"worker":1,)"
+        << R"("generation":9,"seq":1})"
+        << "\n";  // written before claims were audited
+  }
+  {
+    std::ofstream out(events);
+    out << R"({"event":"push","worker":3,"shard":1,"fragment":2,"seq":4,"base_version":1,)"
+        << R"("version":0,"steps":100,"tokens":20000})"
+        << "\n"
+        << R"({"event":"applied","worker":3,"shard":1,"fragment":2,"seq":4,"base_version":1,)"
+        << R"("version":2})"
+        << "\n"
+        << R"({"event":"push","worker":3,"shard":1,"fragment":2,"seq":5,"base_version":2,)"
+        << R"("version":0})"
+        << "\n"
+        << R"({"event":"reanchor","worker":3,"shard":1,"fragment":2,"seq":5,"steps":140})"
+        << "\n"
+        << R"({"event":"push","worker":3,"shard":1,"fragm)";
+  }
+  const auto applied = AppliedClaims("shard 1", ReadAudit(audit));
+  ASSERT_EQ(applied.size(), 2u);
+  EXPECT_EQ(applied[0].worker, 3u);
+  EXPECT_EQ(applied[0].seq, 4u);
+  EXPECT_EQ(applied[0].steps, 2900u);
+  EXPECT_EQ(applied[0].tokens, 580000u);
+  EXPECT_FALSE(applied[1].steps.has_value());
+  EXPECT_FALSE(applied[1].tokens.has_value());
+  EXPECT_EQ(Count(CheckPushClaims("applied", applied, 100), 8), 1);
+
+  const auto sent = ReadPushClaims(events, "worker 3 run 0");
+  ASSERT_EQ(sent.size(), 2u);  // pushes only; the line cut by a kill left out
+  EXPECT_EQ(sent[0].steps, 100u);
+  EXPECT_EQ(sent[0].tokens, 20000u);
+  EXPECT_FALSE(sent[1].steps.has_value());
+  EXPECT_TRUE(CheckPushClaims("sent", sent, 100).empty());
+}
+
+TEST(ChaosInvariantsTest, ProgressNeedsHalfTheGapAndNoFallBelowTheBestMidwayEvaluation) {
+  // theta(0) 5.56, floor 1.08: half the gap is 3.32.
+  ProgressFigures f{.initial = 5.56, .floor = 1.08, .midway = {1.80, 1.70}, .final = 1.75};
+  EXPECT_TRUE(CheckProgress(f).empty());
+  f.final = 1.70 + kMaxLossRegression - 0.01;  // within the margin of the best midway
+  EXPECT_TRUE(CheckProgress(f).empty());
+  f.final = 1.70 + kMaxLossRegression + 0.01;  // the end regressed, still far below half the gap
+  auto v = CheckProgress(f);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].invariant, 7);
+  EXPECT_NE(v[0].what.find("best midway evaluation (1.7000)"), std::string::npos) << v[0].what;
+  f.final = 8.04;  // the wrecked end: both rules fail
+  EXPECT_EQ(Count(CheckProgress(f), 7), 2);
+  // A failed midway evaluation is left out; all of them failed is a violation.
+  f = {.initial = 5.56, .floor = 1.08, .midway = {std::nullopt, 1.70}, .final = 1.75};
+  EXPECT_TRUE(CheckProgress(f).empty());
+  f.midway = {std::nullopt, std::nullopt};
+  v = CheckProgress(f);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].what.find("none of the 2 midway"), std::string::npos) << v[0].what;
+  // Without midway evaluations only the gap counts.
+  f.midway.clear();
+  EXPECT_TRUE(CheckProgress(f).empty());
+  f.final = 3.5;
+  EXPECT_EQ(Count(CheckProgress(f), 7), 1);
 }
 
 }  // namespace
