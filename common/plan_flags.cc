@@ -14,8 +14,12 @@
 #include "common/plan.h"
 
 ABSL_FLAG(std::string, model, "small",
-          "model preset (tiny, small, gpt2-124m, gpt2-350m) or spec L=4,H=4,C=128,T=128,V=256 "
-          "(common/model_spec.h); the same in every process of a fleet");
+          "the model: a GPT preset (tiny, small, gpt2-124m, gpt2-350m) or spec "
+          "L=4,H=4,C=128,T=128,V=256, which the C++ trainers train; or any model by its tensors' "
+          "names and shapes: safetensors:PATH (a file's header), hf:DIR (a Hugging Face folder: "
+          "config.json and model.safetensors or its index) or manifest:PATH (a manifest JSON "
+          "file, diloco-ctl manifest --out); every tensor travels as fp32 "
+          "(common/model_source.h). The same tensors in every process of a fleet");
 ABSL_FLAG(uint32_t, fragments, 4,
           "number of fragments the parameters are cut into; the same in every process of a fleet");
 ABSL_FLAG(uint32_t, shards, 1,
@@ -60,19 +64,15 @@ absl::StatusOr<PlanSpec> MakePlanSpec(uint32_t shards) {
   p.model_spec = absl::GetFlag(FLAGS_model);
   p.num_fragments = absl::GetFlag(FLAGS_fragments);
   p.num_shards = shards;
-  auto model = ModelFromFlags();
+  auto model = ModelSourceFromFlags();
   if (!model.ok()) return model.status();
-  p.model = *model;
+  p.gpt = model->gpt;
+  p.manifest = std::move(model->manifest);
   if (p.num_fragments == 0)
     return absl::InvalidArgumentError("--fragments=0: the plan needs at least one fragment");
   if (p.num_shards == 0)
     return absl::InvalidArgumentError("--shards=0: the plan needs at least one shard");
-  auto manifest = GptManifest(p.model);
-  absl::Status st = manifest.status();
-  if (st.ok()) {
-    p.manifest = *std::move(manifest);
-    st = Plan::Create(p.manifest, p.num_fragments, p.num_shards).status();
-  }
+  const absl::Status st = Plan::Create(p.manifest, p.num_fragments, p.num_shards).status();
   if (!st.ok())
     return absl::InvalidArgumentError(absl::StrCat("--model=", p.model_spec,
                                                    " --fragments=", p.num_fragments,
@@ -82,13 +82,24 @@ absl::StatusOr<PlanSpec> MakePlanSpec(uint32_t shards) {
 
 }  // namespace
 
-absl::StatusOr<GptConfig> ModelFromFlags() {
+absl::StatusOr<ModelSource> ModelSourceFromFlags() {
   const std::string spec = absl::GetFlag(FLAGS_model);
-  auto model = ParseGptConfig(spec);
+  auto model = LoadModelSource(spec);
   if (!model.ok())
-    return absl::InvalidArgumentError(
-        absl::StrCat("--model=", spec, ": ", model.status().message()));
+    return absl::Status(model.status().code(),
+                        absl::StrCat("--model=", spec, ": ", model.status().message()));
   return model;
+}
+
+absl::StatusOr<GptConfig> ModelFromFlags(absl::string_view what) {
+  auto model = ModelSourceFromFlags();
+  if (!model.ok()) return model.status();
+  if (!model->gpt)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model=", model->spec, ": ", what,
+                     " needs the GPT the C++ trainer runs (a preset such as tiny or small, or a "
+                     "spec L=..,H=..,C=..,T=..,V=..), not a model declared by its tensors"));
+  return *model->gpt;
 }
 
 absl::StatusOr<PlanSpec> PlanFromFlags() { return MakePlanSpec(absl::GetFlag(FLAGS_shards)); }

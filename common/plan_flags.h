@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/manifest.h"
+#include "common/model_source.h"
 #include "common/model_spec.h"
 
 ABSL_DECLARE_FLAG(std::string, model);
@@ -32,15 +34,19 @@ namespace diloco {
 
 // The plan flags, checked together.
 struct PlanSpec {
-  std::string model_spec;  // --model as given (storage::ExportRequest takes the text)
-  GptConfig model;
+  std::string model_spec;        // --model as given (storage::ExportRequest takes the text)
+  std::optional<GptConfig> gpt;  // set when --model is a GPT preset or spec (C++-trainable)
   Manifest manifest;
   uint32_t num_fragments = 0;
   uint32_t num_shards = 0;
 };
 
-// --model alone (a tool that reads a model file needs no plan).
-absl::StatusOr<GptConfig> ModelFromFlags();
+// --model alone (a tool that reads a model file needs no plan): any model source
+// (common/model_source.h).
+absl::StatusOr<ModelSource> ModelSourceFromFlags();
+// --model as the GPT the C++ trainers run (a tool that evaluates the model); any other source
+// is refused, naming `what` needs a GPT preset or spec.
+absl::StatusOr<GptConfig> ModelFromFlags(absl::string_view what = "this command");
 // --model, --fragments and --shards, checked: the model spec parses, and its manifest cuts into
 // --fragments non-empty fragments over --shards shards. An error names the flag and the cause.
 absl::StatusOr<PlanSpec> PlanFromFlags();

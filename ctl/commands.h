@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
-ABSL_DECLARE_FLAG(std::string, out);                // export, gen-data
+ABSL_DECLARE_FLAG(std::string, out);                // export, gen-data, manifest
 ABSL_DECLARE_FLAG(std::optional<int64_t>, tokens);  // eval, gen-data (their own defaults)
 
 namespace diloco::ctl {
@@ -26,10 +26,11 @@ int Fail(const absl::Status& s);
 
 using Args = std::vector<std::string>;  // the positional arguments after the subcommand
 
-int Show(const Args& args);     // ctl/main.cc
-int Export(const Args& args);   // ctl/main.cc
-int Eval(const Args& args);     // ctl/eval.cc
-int GenData(const Args& args);  // ctl/gen_data.cc
-int Stats(const Args& args);    // ctl/stats.cc
+int Show(const Args& args);             // ctl/main.cc
+int Export(const Args& args);           // ctl/main.cc
+int Eval(const Args& args);             // ctl/eval.cc
+int GenData(const Args& args);          // ctl/gen_data.cc
+int Stats(const Args& args);            // ctl/stats.cc
+int ManifestCommand(const Args& args);  // ctl/manifest.cc
 
 }  // namespace diloco::ctl

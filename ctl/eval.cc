@@ -58,7 +58,7 @@ int Eval(const Args& stores) {
         "set (size it with --batch, --seq_len, --eval_batches)");
   if (!synthetic && absl::GetFlag(FLAGS_eval_batches))
     return Usage("--eval_batches applies to --data=synthetic only");
-  auto cfg = ModelFromFlags();
+  auto cfg = ModelFromFlags("eval");
   if (!cfg.ok()) return Fail(cfg.status());
   auto layout = model::MakeParamLayout(*cfg);
   if (!layout.ok()) return Fail(layout.status());

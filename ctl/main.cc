@@ -8,6 +8,7 @@
 //                   STORE_DIR...) --data=FILE.bin|synthetic [--tokens=N] [...]
 //   diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]
 //   diloco-ctl gen-data --out=FILE.bin --heldout     the workers' synthetic held-out stream
+//   diloco-ctl manifest --model=SOURCE [--out=FILE.json | --diff=OTHER]   a model's manifest
 // Exit status: 0 on success, 1 on an error (printed on stderr; for show: any unreadable or
 // lost checkpoint), 2 on a usage error (an unknown subcommand, a flag it does not take, a bad
 // value): the message, then the usage text.
@@ -49,7 +50,7 @@ std::string AbslUnparseFlag(ExportFormat v) { return UnparseChoice(v, kExportFor
 ABSL_FLAG(std::string, store, "", "show: the store directory (or give it as an argument)");
 ABSL_FLAG(std::string, out, "",
           "export: the .safetensors file (--format=hf: the directory) to write; gen-data: the "
-          ".bin file to write");
+          ".bin file to write; manifest: the manifest JSON file to write");
 ABSL_FLAG(std::optional<int64_t>, tokens, std::nullopt,
           "eval: evaluate the first N predicted tokens of the file (default: all); gen-data: "
           "tokens to write (default: 1048576)");
@@ -92,7 +93,14 @@ constexpr char kUsage[] =
     "  diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]\n"
     "  diloco-ctl gen-data --out=FILE.bin --heldout\n"
     "      synthetic Markov text; --heldout: exactly the workers' default held-out stream\n"
-    "      (segment s from chain s % K; --data=synthetic evaluates evenly spread windows of it).\n";
+    "      (segment s from chain s % K; --data=synthetic evaluates evenly spread windows of it).\n"
+    "  diloco-ctl manifest --model=SOURCE [--out=FILE.json]\n"
+    "      the manifest JSON of any --model (a GPT preset or spec, safetensors:PATH, hf:DIR,\n"
+    "      manifest:PATH), written atomically to FILE.json or printed; serve it with\n"
+    "      --model=manifest:FILE.json.\n"
+    "  diloco-ctl manifest --model=SOURCE --diff=OTHER\n"
+    "      the first tensor (position, name, shape) where OTHER and SOURCE differ; exit 0 when\n"
+    "      they declare the same tensors, 1 when they differ (manifest: 2 on an error).\n";
 
 struct Command {
   absl::string_view name;
@@ -110,6 +118,7 @@ const std::vector<Command>& Commands() {
        {"model", "params", "data", "tokens", "batch", "seq_len", "eval_batches", "fragments",
         "shards"}},
       {"gen-data", GenData, {"out", "tokens", "worker", "workers", "seed", "heldout"}},
+      {"manifest", ManifestCommand, {"model", "out", "diff"}},
   };
   return *commands;
 }
@@ -164,9 +173,16 @@ int Export(const Args& stores) {
   req.num_shards = plan->num_shards;
   absl::StatusOr<storage::ExportSummary> s;
   if (absl::GetFlag(FLAGS_format) == ExportFormat::kHf) {
+    if (!plan->gpt)
+      return Usage(
+          absl::StrCat("--format=hf writes the built-in GPT in GPT-2's Hugging Face "
+                       "layout; --model=",
+                       plan->model_spec,
+                       " is another model: export it with --format=safetensors (its "
+                       "own tensor names)"));
     absl::StatusOr<storage::AssembledModel> m = storage::AssembleModel(req);
     if (!m.ok()) return Fail(m.status());
-    if (absl::Status st = WriteHfModel(req.out, plan->model, m->manifest, m->params, m->metadata);
+    if (absl::Status st = WriteHfModel(req.out, *plan->gpt, m->manifest, m->params, m->metadata);
         !st.ok())
       return Fail(st);
     s = m->summary;
@@ -195,7 +211,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "diloco-ctl SUBCOMMAND [flags] [STORE_DIR...]; diloco-ctl help for the subcommands");
   const std::vector<char*> positional = diloco::ParseFlags(
-      argc, argv, kUsage, {"ctl/main.cc", "ctl/eval.cc", "ctl/gen_data.cc", "ctl/stats.cc"});
+      argc, argv, kUsage,
+      {"ctl/main.cc", "ctl/eval.cc", "ctl/gen_data.cc", "ctl/stats.cc", "ctl/manifest.cc"});
   if (positional.size() < 2) return Usage("missing subcommand");
   const std::string name = positional[1];
   for (const Command& c : Commands()) {

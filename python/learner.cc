@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "common/checksum.h"
 #include "common/manifest.h"
+#include "common/model_refusal.h"
 #include "kernels/codec.h"
 #include "worker/sync_client.h"
 
@@ -94,6 +95,7 @@ class Learner {
         worker::SyncClient::Create(o, *manifest);
     if (!client.ok()) Raise(client.status());
     client_ = std::move(*client);
+    manifest_ = *std::move(manifest);
   }
 
   void Join(double timeout_s) {
@@ -102,7 +104,10 @@ class Learner {
       py::gil_scoped_release release;
       s = client_->Join(params_, absl::Seconds(timeout_s));
     }
-    if (!s.ok()) Raise(s);
+    if (!s.ok()) {  // a refused model: name the first differing tensor where this can
+      const std::string why = ExplainModelRefusal(s.message(), manifest_, "<your model>");
+      Raise(why.empty() ? s : absl::Status(s.code(), absl::StrCat(s.message(), "; ", why)));
+    }
     last_step_ = absl::Now();
   }
 
@@ -172,6 +177,7 @@ class Learner {
  private:
   py::array_t<float, py::array::c_style> flat_;  // keeps the model's memory alive
   std::span<float> params_;
+  Manifest manifest_;  // this learner's, to name what differs from a shard's that refuses it
   std::unique_ptr<worker::SyncClient> client_;
   absl::Time last_step_ = absl::InfinitePast();
 };

@@ -162,7 +162,9 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.shard = absl::GetFlag(FLAGS_shard);
   o.num_shards = plan->num_shards;
   o.num_fragments = plan->num_fragments;
-  o.model = plan->model;
+  if (plan->gpt) o.model = *plan->gpt;
+  o.manifest = plan->manifest;
+  o.model_spec = plan->model_spec;
   if (o.shard >= o.num_shards)
     return absl::InvalidArgumentError(
         absl::StrCat("--shard=", o.shard, ": out of range for --shards=", o.num_shards));

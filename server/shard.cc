@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/model_refusal.h"
 #include "kernels/codec.h"
 #include "schema/payload_check.h"
 #include "server/shard_internal.h"
@@ -45,7 +46,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     return absl::InvalidArgumentError(absl::StrCat("download codec: ", st.message()));
   if (o.download.kind != kernels::CodecKind::kFp32 && o.download_chain == 0)
     return absl::InvalidArgumentError("a quantized download needs a chain of at least 1 update");
-  auto manifest = GptManifest(o.model);
+  auto manifest =
+      o.manifest.tensors().empty() ? GptManifest(o.model) : absl::StatusOr<Manifest>(o.manifest);
   if (!manifest.ok()) return manifest.status();
   auto plan = Plan::Create(*manifest, o.num_fragments, o.num_shards);
   if (!plan.ok()) return plan.status();
@@ -224,13 +226,19 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
 }
 
 absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h, Via via) {
+  // Another model means another plan too: the refusal then names the shard's model.
+  const bool other_model = h.model_fingerprint() != model_fingerprint_;
+  const auto model_refusal = [&] {
+    return ModelRefusal(h.model_fingerprint(), model_fingerprint_, opt_.model_spec);
+  };
   if (h.plan_fingerprint() != plan_.fingerprint())
     return WireError(ErrorCode::WrongPlan,
-                     absl::StrFormat("plan %016x, this shard serves plan %016x (check --model, "
-                                     "--fragments, --shards)",
-                                     h.plan_fingerprint(), plan_.fingerprint()));
-  if (h.model_fingerprint() != model_fingerprint_)
-    return WireError(ErrorCode::WrongModel, "model fingerprint differs from the shard's model");
+                     other_model
+                         ? model_refusal()
+                         : absl::StrFormat("plan %016x, this shard serves plan %016x (check "
+                                           "--model, --fragments, --shards)",
+                                           h.plan_fingerprint(), plan_.fingerprint()));
+  if (other_model) return WireError(ErrorCode::WrongModel, model_refusal());
   if (via != Via::kAnyConnection) {
     auto it = bound_.find(rid);
     if (it == bound_.end())

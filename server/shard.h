@@ -59,6 +59,10 @@ struct ShardOptions {
   uint32_t num_shards = 1;
   uint32_t num_fragments = 4;
   GptConfig model;
+  // Any model's tensors (--model, common/model_source.h); empty: `model`'s GPT manifest.
+  // model_spec (--model as given) is named in a refusal of another model (common/model_refusal.h).
+  Manifest manifest;
+  std::string model_spec;
   RoundPolicy round;
   WeightScheme weights = WeightScheme::kTokensSqOverSteps;
   double staleness_alpha = 0;  // discount (1+s)^-alpha, 0 = off

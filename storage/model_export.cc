@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/model_source.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
 #include "common/safetensors.h"
@@ -20,10 +21,9 @@ std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 }  // namespace
 
 absl::StatusOr<AssembledModel> AssembleModel(const ExportRequest& req) {
-  absl::StatusOr<GptConfig> cfg = ParseGptConfig(req.model_spec);
-  if (!cfg.ok()) return cfg.status();
-  absl::StatusOr<Manifest> manifest = GptManifest(*cfg);
-  if (!manifest.ok()) return manifest.status();
+  absl::StatusOr<ModelSource> source = LoadModelSource(req.model_spec);
+  if (!source.ok()) return source.status();
+  const Manifest* const manifest = &source->manifest;
   absl::StatusOr<Plan> plan = Plan::Create(*manifest, req.num_fragments, req.num_shards);
   if (!plan.ok()) return plan.status();
   if (req.stores.empty()) return absl::InvalidArgumentError("export: no store directories given");
@@ -93,7 +93,12 @@ absl::StatusOr<AssembledModel> AssembleModel(const ExportRequest& req) {
         absl::StrCat("export: no checkpoint holds fragment(s) ", absl::StrJoin(absent, ", ")));
 
   AssembledModel m;
-  m.metadata = ModelFileMetadata(*cfg, *manifest);
+  if (source->gpt) {
+    m.metadata = ModelFileMetadata(*source->gpt, *manifest);
+  } else {  // any other model: the same keys, --model as given
+    m.metadata = ModelFileMetadata(GptConfig{}, *manifest);
+    m.metadata["diloco.model"] = req.model_spec;
+  }
   m.metadata["diloco.plan_fingerprint"] = Hex(plan->fingerprint());
   m.metadata["diloco.fragments"] = absl::StrCat(req.num_fragments);
   m.metadata["diloco.shards"] = absl::StrCat(req.num_shards);
@@ -102,7 +107,7 @@ absl::StatusOr<AssembledModel> AssembleModel(const ExportRequest& req) {
   m.metadata["diloco.rounds"] = absl::StrJoin(rounds, ",");
   summary.tensors = manifest->tensors().size();
   summary.bytes = flat.size() * sizeof(float);
-  m.manifest = *std::move(manifest);
+  m.manifest = std::move(source->manifest);
   m.params = std::move(flat);
   m.summary = std::move(summary);
   return m;

@@ -1,6 +1,6 @@
 // What diloco-ctl does with stores: describe one shard's store, and assemble the global model
 // from every shard's newest checkpoint, into memory (AssembleModel: diloco-ctl eval evaluates
-// the stores without a file) or into one safetensors file (ExportModel).
+// the stores without a file) or into one safetensors file (ExportModel), for any --model.
 //
 // Export recomputes the plan from (model spec, P, S) exactly as server and worker do, refuses
 // stores written for another plan or model, duplicate or missing shards and fragments that do
@@ -19,7 +19,7 @@
 namespace diloco::storage {
 
 struct ExportRequest {
-  std::string model_spec;  // for ParseGptConfig
+  std::string model_spec;  // --model: any source (common/model_source.h)
   uint32_t num_fragments = 0;
   uint32_t num_shards = 0;
   std::vector<std::string> stores;  // one per shard, any order

@@ -250,7 +250,10 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   auto plan = servers.empty() ? PlanFromFlags()
                               : PlanFromFlags(static_cast<uint32_t>(servers.size()), "--servers");
   if (!plan.ok()) return plan.status();
-  w.trainer.model = plan->model;
+  w.model_spec = plan->model_spec;
+  w.manifest = plan->manifest;
+  w.gpt_model = plan->gpt.has_value();
+  if (plan->gpt) w.trainer.model = *plan->gpt;
   const std::string codec = absl::GetFlag(FLAGS_codec);
   auto c = kernels::ParseCodec(codec);
   if (!c.ok())
@@ -262,6 +265,12 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
         absl::StrCat("--step_slowdown=", w.step_slowdown, ": expected a finite factor >= 1"));
   w.worker_id = absl::GetFlag(FLAGS_worker_id);
   w.device = absl::GetFlag(FLAGS_device);
+  if (!w.gpt_model && w.device != Device::kSynthetic)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=", w.model_spec, ": --device=", AbslUnparseFlag(w.device),
+        " trains the built-in GPT only (a preset such as tiny or small, or a spec "
+        "L=..,H=..,C=..,T=..,V=..) and cannot train a model declared by its tensors; run it "
+        "with --device=synthetic (no model math) or train it in PyTorch (docs/pytorch.md)"));
   w.eval_every = absl::GetFlag(FLAGS_eval_every);
   if (!w.evaluates() && w.eval_every > 0)
     return absl::InvalidArgumentError(

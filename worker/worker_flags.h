@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/manifest.h"
 #include "kernels/codec.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/trainer_options.h"
@@ -26,6 +27,9 @@ struct WorkerOptions {
   uint32_t worker_id = 0;
   Device device = Device::kCpu;
   model::TrainerOptions trainer;  // model, batch, AdamW, seeds, data, evaluation, threads, GPUs
+  std::string model_spec;         // --model as given
+  Manifest manifest;              // its tensors, whatever the source (common/model_source.h)
+  bool gpt_model = true;          // --model is a GPT preset or spec: trainer.model is it
   model::LrSchedule lr_schedule;
   kernels::Codec codec;                // the push codec
   uint32_t inner_steps = 50;           // H

@@ -2,7 +2,8 @@
 // SyncClient pushes quantised deltas to the shards and adopts the fragments they send back,
 // without the training loop ever waiting on the network. --device=synthetic swaps the GPT for a
 // learner that only waits and perturbs its parameters (worker/model/synthetic_trainer.h), to
-// drive the sync path at fleet scale (benchmarks/fleet/diloco-bench).
+// drive the sync path at fleet scale (benchmarks/fleet/diloco-bench), for any model's tensors
+// (--model=hf:DIR, manifest:PATH, ...); the GPT trainers take the GPT presets and specs only.
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -19,6 +20,7 @@
 #include "common/checksum.h"
 #include "common/ema.h"
 #include "common/event_log.h"
+#include "common/model_refusal.h"
 #include "common/model_spec.h"
 #include "common/process_memory.h"
 #include "schema/curve.h"
@@ -134,6 +136,7 @@ absl::StatusOr<std::unique_ptr<diloco::Trainer>> MakeTrainer(
   if (w.device == Device::kSynthetic) {
     diloco::model::SyntheticOptions so;
     so.model = to.model;
+    so.manifest = w.manifest;
     so.inner_steps = w.inner_steps;
     so.step_time = w.synthetic_step_time;
     so.seed = to.seed;
@@ -236,7 +239,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<worker::SyncClient> sync;
   if (w.sync) {
     auto s = JoinFleet(w, tr, init_checksum, *log);
-    if (!s.ok()) return Fail(s.status());
+    if (!s.ok()) {  // a refused model: name the first differing tensor where this can
+      const std::string why =
+          ExplainModelRefusal(s.status().message(), tr.manifest(), w.model_spec);
+      return Fail(why.empty() ? s.status()
+                              : absl::Status(s.status().code(),
+                                             absl::StrCat(s.status().message(), "; ", why)));
+    }
     sync = *std::move(s);
   }
   bool joined_logged = !w.log_sync_events || (sync && sync->joined());
@@ -256,7 +265,8 @@ int main(int argc, char** argv) {
                                " per step, no held-out evaluation");
   std::fprintf(
       stderr, "diloco-worker[%u]: model %s (%lu params), %s, codec %s, H=%u, %s; %s\n", wid,
-      GptConfigString(cfg).c_str(), static_cast<unsigned long>(tr.manifest().total_elements()),
+      (w.gpt_model ? GptConfigString(cfg) : w.model_spec).c_str(),
+      static_cast<unsigned long>(tr.manifest().total_elements()),
       model::Describe(w.lr_schedule).c_str(), kernels::CodecName(w.codec).c_str(), w.inner_steps,
       sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync",
       eval_str.c_str());
@@ -380,6 +390,7 @@ int main(int argc, char** argv) {
   if (const std::string& out = w.save_model; !out.empty()) {
     // The local model, in diloco-ctl export's names and layout.
     std::map<std::string, std::string> meta = ModelFileMetadata(cfg, tr.manifest());
+    if (!w.gpt_model) meta["diloco.model"] = w.model_spec;
     meta["diloco.source"] = absl::StrCat("diloco-worker ", wid, " local model");
     meta["diloco.steps"] = absl::StrCat(step);
     if (auto st = model::WriteSafetensors(out, tr.manifest(), tr.params(), meta); !st.ok())

@@ -16,6 +16,7 @@
 // Usage: diloco-bench-server [--model=SPEC] [--fragments=P] [--seconds=S] [--loopback=0|1]
 //                            [--apply=0|1] [--codecs=UP/DOWN,...] [--shards=1,2,4]
 //                            [--workers=1,4,8] [--at_size=1]
+//   --model: any --model value (a GPT preset or spec, hf:DIR, safetensors:PATH, manifest:PATH).
 //   --codecs, --shards, --workers pick the loopback rows (default: int8:256/int8:256,
 //   int8:256/fp32, int4:256/int4:256 x 1,2,4 shards x 1,4,8 workers); --apply=0 skips part 2.
 #include <signal.h>
@@ -36,6 +37,7 @@
 #include "absl/strings/str_split.h"
 #include "benchmarks/server/loopback.h"
 #include "absl/time/clock.h"
+#include "common/model_source.h"
 #include "kernels/codec.h"
 #include "schema/transport.h"
 #include "server/shard.h"
@@ -124,13 +126,15 @@ void InProcess(const Setup& s, double memcpy_gbps) {
     const auto codec = *kernels::ParseCodec(codec_name);
     for (uint32_t workers : {1u, 2u, 4u, 8u}) {
       server::ShardOptions o;
-      o.model = *ParseGptConfig(s.model);
+      const ModelSource source = *LoadModelSource(s.model);  // checked by main()
+      o.manifest = source.manifest;
+      o.model_spec = s.model;
       o.num_fragments = s.fragments;
       o.round.quorum = workers;
       SystemClock clock;
       auto shard = std::move(*server::Shard::Create(o, &clock));
       const auto& plan = shard->plan();
-      auto manifest = GptManifest(o.model);
+      const Manifest* manifest = &source.manifest;
       std::vector<server::Outgoing> out;
       auto base = [&](wire::MsgType t, uint32_t w) {
         wire::HeaderFields h;
@@ -232,7 +236,13 @@ int main(int argc, char** argv) {
     }
   }
   if (s.at_size) return AtSize(s.seconds);
-  auto manifest = GptManifest(*ParseGptConfig(s.model));
+  auto source = LoadModelSource(s.model);
+  if (!source.ok()) {
+    std::fprintf(stderr, "diloco-bench-server: --model=%s: %s\n", s.model.c_str(),
+                 std::string(source.status().message()).c_str());
+    return 2;
+  }
+  const Manifest* manifest = &source->manifest;
   std::printf("diloco-bench-server: model %s, %lu parameters, %u fragments\n", s.model.c_str(),
               static_cast<unsigned long>(manifest->total_elements()), s.fragments);
   const double mc = MemcpyGBps();

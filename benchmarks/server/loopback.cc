@@ -28,7 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "benchmarks/server/spawn.h"
-#include "common/model_spec.h"
+#include "common/model_source.h"
 #include "common/plan.h"
 #include "kernels/codec.h"
 #include "schema/transport.h"
@@ -172,7 +172,7 @@ int Loopback(const LoopbackOptions& o) {
       "\n== loopback (diloco-server processes, Applied acks awaited; peer: raw ZeroMQ echo)\n");
   std::printf("%-9s %-9s %6s %8s %10s %11s %9s %11s %7s %7s\n", "up", "down", "shards", "workers",
               "pushes/s", "params/s", "wire GB/s", "raw par/s", "of raw", "memcpy");
-  const auto manifest = *GptManifest(*ParseGptConfig(o.model));
+  const Manifest manifest = LoadModelSource(o.model)->manifest;  // checked by main()
   std::vector<double> of_raw;
   for (const auto& [codec_name, down_name] : o.codecs) {
     const kernels::Codec codec = *kernels::ParseCodec(codec_name);

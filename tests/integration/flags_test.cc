@@ -59,6 +59,8 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
       {"--step_slowdown=0.5", "--step_slowdown=0.5: expected a finite factor >= 1"},
       {"--step_slowdown=nan", "expected a finite factor >= 1"},
       {"--model=L=0", "--model=L=0: model spec 'L=0'"},
+      {"--model=manifest:/nonexistent/m.json",
+       "--model=manifest:/nonexistent/m.json: cannot open manifest file /nonexistent/m.json"},
       {"--fragments=0", "--fragments=0: the plan needs at least one fragment"},
       {"--shards=2 --servers=tcp://127.0.0.1:9",
        "--shards=2: does not match the 1 shards of --servers"},
@@ -86,6 +88,8 @@ TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
   const auto dir = TestDir();
   const std::vector<Case> cases = {
       {"--model=bogus", "--model=bogus: model spec 'bogus'"},
+      {"--model=hf:/nonexistent",
+       "--model=hf:/nonexistent: Hugging Face folder /nonexistent: not a directory"},
       {"--shards=2 --shard=5", "--shard=5: out of range for --shards=2"},
       {"--fragments=0", "--fragments=0: the plan needs at least one fragment"},
       {"--shards=0", "--shards=0: the plan needs at least one shard"},

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
-#include "common/model_spec.h"
+#include "common/model_source.h"
 
 namespace diloco::testing {
 
@@ -19,10 +19,9 @@ constexpr absl::Duration kAnswerTimeout = absl::Seconds(120);
 absl::StatusOr<std::unique_ptr<SyntheticPusher>> SyntheticPusher::Create(
     std::vector<std::string> endpoints, const std::string& model, uint32_t fragments,
     kernels::Codec codec, uint32_t worker_id) {
-  auto cfg = ParseGptConfig(model);
-  if (!cfg.ok()) return cfg.status();
-  auto manifest = GptManifest(*cfg);
-  if (!manifest.ok()) return manifest.status();
+  auto source = LoadModelSource(model);
+  if (!source.ok()) return source.status();
+  const Manifest* manifest = &source->manifest;
   auto plan = Plan::Create(*manifest, fragments, static_cast<uint32_t>(endpoints.size()));
   if (!plan.ok()) return plan.status();
   std::unique_ptr<SyntheticPusher> p(new SyntheticPusher());

@@ -30,7 +30,7 @@ class SyntheticPusher {
     uint64_t checksum = 0;  // XXH3-64 of the fp32 values (ValuesChecksum)
   };
 
-  // `endpoints`: one per shard, in shard order; `model`: a preset or spec.
+  // `endpoints`: one per shard, in shard order; `model`: any --model (common/model_source.h).
   static absl::StatusOr<std::unique_ptr<SyntheticPusher>> Create(std::vector<std::string> endpoints,
                                                                  const std::string& model,
                                                                  uint32_t fragments,

@@ -1,6 +1,7 @@
 // The synthetic learner (worker/model/synthetic_trainer.h): its window of moved parameters tiles
 // the model once per H steps, its run is a function of its seed, each step waits the step time
-// through the injected sleep (so this test never sleeps), and moves stay within the rate.
+// through the injected sleep (so this test never sleeps), and moves stay within the rate; it
+// takes any model's manifest.
 #include "worker/model/synthetic_trainer.h"
 
 #include <cmath>
@@ -36,6 +37,23 @@ TEST(SyntheticTrainerTest, HasTheModelsManifestAndNoEvaluation) {
   EXPECT_EQ(t->manifest().fingerprint(), m->fingerprint());
   EXPECT_EQ(t->params().size(), m->total_elements());
   EXPECT_TRUE(std::isnan(t->EvalLoss()));
+}
+
+// Any model's tensors, not only the GPT's: a Llama-like manifest, every parameter moved once per
+// H steps.
+TEST(SyntheticTrainerTest, TakesAnyManifest) {
+  std::vector<absl::Duration> waits;
+  SyntheticOptions o = Options(4, 1, &waits);
+  o.manifest = *Manifest::Create({{"model.embed_tokens.weight", {32, 8}},
+                                  {"model.layers.0.mlp.up_proj.weight", {24, 8}},
+                                  {"model.norm.weight", {8}}});
+  auto t = Make(o);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->manifest().fingerprint(), o.manifest.fingerprint());
+  ASSERT_EQ(t->params().size(), 32u * 8 + 24 * 8 + 8);
+  const std::vector<float> before(t->params().begin(), t->params().end());
+  for (int s = 0; s < 4; ++s) t->Step();
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_NE(t->params()[i], before[i]) << i;
 }
 
 TEST(SyntheticTrainerTest, EveryParameterMovesExactlyOncePerHSteps) {

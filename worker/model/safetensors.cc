@@ -55,7 +55,10 @@ absl::StatusOr<std::vector<float>> ReadModelForInit(const std::string& path,
       std::filesystem::is_directory(path, ec) ? path + "/model.safetensors" : path;
   auto file = ReadSafetensors(file_path);
   if (!file.ok()) return file.status();
-  if (IsHfLayout(*file)) return FlatFromHf(*file, manifest, file_path);
+  // GPT-2 in Hugging Face's layout, unless the manifest itself has those names (a model
+  // declared by an hf: or safetensors: source is read by its own names).
+  const bool own_names = !file->tensors.empty() && manifest.Find(file->tensors[0].name);
+  if (IsHfLayout(*file) && !own_names) return FlatFromHf(*file, manifest, file_path);
   return FlatFromOwn(*file, manifest, file_path, /*strict=*/true);
 }
 

@@ -76,7 +76,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeSyntheticTrainer(SyntheticOptions o
         absl::StrCat("--synthetic_step_time=", absl::FormatDuration(options.step_time),
                      ": expected a finite duration >= 0"));
   if (!options.sleep) return absl::InvalidArgumentError("synthetic learner: no sleep function");
-  auto m = GptManifest(options.model);
+  auto m = options.manifest.tensors().empty() ? GptManifest(options.model)
+                                              : absl::StatusOr<Manifest>(options.manifest);
   if (!m.ok()) return m.status();
   return std::unique_ptr<Trainer>(new SyntheticTrainer(std::move(options), *std::move(m)));
 }

@@ -7,7 +7,8 @@
 // over any H consecutive steps every parameter moves exactly once, so each push carries a
 // realistic non-zero delta, at a CPU cost of numel/H adds per step. It holds only the
 // parameters (4 bytes each) and has no data and no held-out set: EvalLoss() is NaN, and the
-// worker runs no evaluation in this mode.
+// worker runs no evaluation in this mode. It takes any manifest (a Llama's, a Qwen's: real
+// shapes without their compute), not only the built-in GPT's.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,10 @@
 namespace diloco::model {
 
 struct SyntheticOptions {
-  GptConfig model;                                     // the manifest's shapes
+  // The tensors: `manifest` when not empty (any model: --model=hf:DIR, manifest:PATH, ...),
+  // else the GPT `model`'s.
+  GptConfig model;
+  Manifest manifest;
   uint32_t inner_steps = 50;                           // H: steps for the window to go round once
   absl::Duration step_time = absl::Milliseconds(100);  // waited at the start of each Step()
   uint64_t seed = 1234;                                // perturbations and initial values
