@@ -473,18 +473,24 @@ void ShardSession::Resend(PushJob& job, absl::Time now) {
   // A push the shard has not taken (no Queued yet) is taken as lost, and sent again, once the
   // push bytes that were ahead of it when it was sent could have gone up at the uplink's
   // measured rate and its Queued answer come down behind the other fragments' answers at the
-  // downlink's: busy or not, the connection's own pace bounds the wait (a lost push was once
-  // kept unsent while other fragments' traffic never let the connection go quiet, and its
-  // fragment trained alone for a minute). The wait is at least the push's resend interval,
-  // which doubles with each resend, and at most retry_max. A Queued push waits for its round
-  // (and, per-round durability, its checkpoint) up to retry_max.
+  // downlink's. While the data connection is busy (something arrived within resend_after) that
+  // paced time counts four times over: the shard is alive and working through pushes sent
+  // together (at 124M parameters, seconds each), and its pace was measured when it was less
+  // busy. Either way the wait is bounded by the link's pace: busy or not, the connection no
+  // longer holds a resend back (a lost push was once kept unsent for a minute because other
+  // fragments' traffic never let it go quiet, while its fragment trained alone). The wait is at
+  // least the push's resend interval, which doubles with each resend, and at most retry_max. A
+  // Queued push waits for its round (and, per-round durability, its checkpoint) up to
+  // retry_max.
   if (!job.in_flight) return;
-  const absl::Duration wait =
-      job.queued ? opt_.retry_max
-                 : std::min(up_.Wait(job.bytes_ahead, job.resend_interval, opt_.retry_max) +
-                                down_.Wait(AnswerBytesAhead(job.fragment), absl::ZeroDuration(),
-                                           opt_.retry_max),
-                            opt_.retry_max);
+  absl::Duration wait = opt_.retry_max;
+  if (!job.queued) {
+    const absl::Duration paced =
+        up_.Wait(job.bytes_ahead, absl::ZeroDuration(), opt_.retry_max) +
+        down_.Wait(AnswerBytesAhead(job.fragment), absl::ZeroDuration(), opt_.retry_max);
+    const bool busy = now - last_data_ <= opt_.resend_after;
+    wait = std::min(std::max(job.resend_interval, busy ? 4 * paced : paced), opt_.retry_max);
+  }
   if (now - job.sent <= wait) return;
   SendPush(job);
   if (!job.queued) job.resend_interval = std::min(job.resend_interval * 2, opt_.retry_max);
