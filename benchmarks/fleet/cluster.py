@@ -3,7 +3,10 @@
 their JSON-lines events with the bench's clock (the events carry no wall time of their own).
 
 Every process is started here, logs into the run's folder, is stopped by its PID, and is killed
-at the latest when the bench exits (stop_all), so no run outlives the bench.
+at the latest when the bench exits (stop_all), so no run outlives the bench. Once a run's
+processes are stopped, check_exits fails the run (RuntimeError) on any that exited non-zero or
+had to be killed, naming it with its status and the last lines of its log; only the processes
+the bench kills on purpose (the failure run's victims) are exempt.
 """
 import json
 import os
@@ -31,7 +34,30 @@ def _spawn(argv, log_path):
     return p
 
 
-def _wait_line(path, timeout_s, proc):
+def log_tail(path, lines=20):
+    """The last `lines` lines of a log, indented, for an error message."""
+    try:
+        with open(path, errors="replace") as f:
+            tail = f.read().splitlines()[-lines:]
+    except OSError as e:
+        return f"  | ({e})"
+    return "\n".join("  | " + line for line in tail) or "  | (empty)"
+
+
+def describe_exit(proc):
+    """ "exited with status 2", "killed by signal 11 (SIGSEGV)", or that stop() had to kill it."""
+    if getattr(proc, "stop_timed_out", None):
+        return f"did not exit within {proc.stop_timed_out:g} s of SIGTERM (SIGKILLed)"
+    rc = proc.returncode
+    if rc is not None and rc < 0:
+        try:
+            return f"killed by signal {-rc} ({signal.Signals(-rc).name})"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exited with status {rc}"
+
+
+def _wait_line(path, timeout_s, proc, log):
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if os.path.exists(path):
@@ -40,13 +66,16 @@ def _wait_line(path, timeout_s, proc):
             if line:
                 return line
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {path}")
+            raise RuntimeError(f"{proc.args[0]} {describe_exit(proc)} before writing {path}; "
+                               f"the last lines of {log}:\n{log_tail(log)}")
         time.sleep(0.05)
-    raise RuntimeError(f"no {path} within {timeout_s} s")
+    raise RuntimeError(f"no {path} within {timeout_s} s; the last lines of {log}:\n"
+                       f"{log_tail(log)}")
 
 
 def stop(procs, timeout_s):
-    """SIGTERM to all, then SIGKILL to those still running after timeout_s."""
+    """SIGTERM to all, then SIGKILL to those still running after timeout_s (marked
+    stop_timed_out, which check_exits reports)."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -55,8 +84,36 @@ def stop(procs, timeout_s):
         try:
             p.wait(max(0.1, end - time.monotonic()))
         except subprocess.TimeoutExpired:
+            p.stop_timed_out = timeout_s
             p.kill()
             p.wait()
+
+
+def first_crash(members, killed=()):
+    """The message for the first of `members` whose process has already exited non-zero (not
+    one in `killed`), with its log tail; None when none has. A row that failed otherwise (a
+    Stats call unanswered, a worker not training) names the crash behind it first."""
+    for m in members:
+        p = m.proc
+        if p is None or any(p is k for k in killed) or p.poll() is None or p.returncode == 0:
+            continue
+        return f"{m.name} {describe_exit(p)}; the last lines of {m.log}:\n{log_tail(m.log)}"
+    return None
+
+
+def check_exits(members, killed=()):
+    """Raises RuntimeError for the first of `members` (Shard or Worker objects, their processes
+    stopped) that exited with a non-zero status or had to be SIGKILLed, with the status and the
+    last lines of its log. `killed`: processes killed on purpose, whatever their status."""
+    for m in members:
+        p = m.proc
+        if p is None or any(p is k for k in killed):
+            continue
+        if p.poll() is None:
+            raise RuntimeError(f"{m.name} still running at check_exits")
+        if p.returncode != 0 or getattr(p, "stop_timed_out", None):
+            raise RuntimeError(f"{m.name} {describe_exit(p)}; the last lines of {m.log}:\n"
+                               f"{log_tail(m.log)}")
 
 
 def cpu_seconds(proc):
@@ -74,6 +131,7 @@ class Shard:
 
     def __init__(self, build, run_dir, index, shards, model, fragments, extra):
         self.index = index
+        self.name = f"shard {index}"
         self.build = build
         self.port_file = os.path.join(run_dir, f"shard{index}.endpoint")
         self.jsonl = os.path.join(run_dir, f"shard{index}.jsonl")
@@ -92,7 +150,7 @@ class Shard:
             os.remove(self.port_file)
         bind = self.endpoint or "tcp://127.0.0.1:*"
         self.proc = _spawn(self.argv + [f"--bind={bind}"], self.log)
-        self.endpoint = _wait_line(self.port_file, timeout_s, self.proc)
+        self.endpoint = _wait_line(self.port_file, timeout_s, self.proc, self.log)
 
     def stats(self, timeout_ms=15000):
         out = subprocess.run([os.path.join(self.build, "ctl/diloco-ctl"), "stats",
@@ -109,6 +167,7 @@ class Worker:
     def __init__(self, build, run_dir, wid, workers, servers, model, fragments, codec, h,
                  step_time, extra):
         self.wid = wid
+        self.name = f"worker {wid}"
         self.jsonl = os.path.join(run_dir, f"worker{wid}.jsonl")
         self.log = os.path.join(run_dir, f"worker{wid}.log")
         self.argv = [os.path.join(build, "worker/diloco-worker"), "--device=synthetic",
@@ -144,7 +203,8 @@ def wait_training(workers, timeout_s):
     while waiting and time.monotonic() < end:
         for w in list(waiting):
             if w.proc.poll() is not None:
-                raise RuntimeError(f"worker {w.wid} exited with {w.proc.returncode} ({w.log})")
+                raise RuntimeError(f"worker {w.wid} {describe_exit(w.proc)} before training; the "
+                                   f"last lines of {w.log}:\n{log_tail(w.log)}")
             if last_event(w.jsonl, "progress"):
                 waiting.remove(w)
         time.sleep(0.2)

@@ -24,9 +24,10 @@ def _label(params):
 
 
 def not_measured(r):
-    """Why a row has no figures ("" when it has them)."""
+    """Why a row has no figures ("" when it has them), on one line: an error's first (a crashed
+    process's log tail, on the lines after, is printed whole by check's caller)."""
     if "error" in r:
-        return f"failed: {r['error']}"
+        return f"failed: {r['error'].splitlines()[0]}"
     return f"skipped: {r['skipped']}" if "skipped" in r else ""
 
 
@@ -80,7 +81,7 @@ def table(res):
         L += ["", f"WAN rows: skipped ({res['wan']['skipped']})"]
     fl = res["failure"]
     if "error" in fl:
-        return "\n".join(L + ["", f"### Failure run: failed: {fl['error']}"]) + "\n"
+        return "\n".join(L + ["", f"### Failure run: {not_measured(fl)}"]) + "\n"
     L += ["", f"### Failure: {fl['workers']} learners, 2 shards; kill -9 of worker "
           f"{fl['killed_worker']} at {fl['worker_killed_at_s']} s and of shard "
           f"{fl['killed_shard']} at {fl['shard_killed_at_s']} s, restarted from its store at "

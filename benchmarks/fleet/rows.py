@@ -95,11 +95,24 @@ def _start_workers(ctx, run_dir, n, shards, model, codec, h, step_time, extra):
     return workers
 
 
-def _stop(workers, shards):
+def _stop(workers, shards, killed=()):
+    """Stops the run's processes (SIGTERM: each must exit 0) and fails it (RuntimeError, with the
+    process's status and log tail) on any that crashed, except `killed`: those killed on
+    purpose."""
     cluster.stop([w.proc for w in workers], 60)  # each drains: its pushes answered
     cluster.stop([s.proc for s in shards], 180)  # a large model's final checkpoint takes a while
     for s in shards:  # the logs stay; the stores (8 B/param each) go
         shutil.rmtree(s.store, ignore_errors=True)
+    cluster.check_exits(list(workers) + list(shards), killed)
+
+
+def _error(e, run_dir, workers, shards, killed=()):
+    """A failed row's error: a process that crashed meanwhile first (the failure's likely cause),
+    then what failed."""
+    crash = cluster.first_crash(list(workers) + list(shards), killed)
+    if crash and crash not in str(e):
+        return f"{crash}\n  (then: {e}) (logs: {run_dir})"
+    return f"{e} (logs: {run_dir})"
 
 
 def _snapshot(shards, workers):
@@ -137,7 +150,7 @@ def throughput(ctx, model, shards_n, workers_n, codec, dcodec, warm_s, window_s)
         b = _snapshot(shards, workers)
         _stop(workers, shards)
     except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
-        row["error"] = f"{e} (logs: {run_dir})"
+        row["error"] = _error(e, run_dir, workers, shards)
         return row
     finally:
         cluster.stop_all()
@@ -198,11 +211,8 @@ def utilization(ctx, model, shards_n, workers_n, h, codec, step_time, duration_s
         while time.monotonic() < end and any(w.proc.poll() is None for w in workers):
             time.sleep(0.5)
         _stop(workers, shards)
-        failed = [w for w in workers if w.proc.returncode != 0]
-        if failed:
-            raise RuntimeError(f"worker {failed[0].wid} exited with {failed[0].proc.returncode}")
     except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
-        row["error"] = f"{e} (logs: {run_dir})"
+        row["error"] = _error(e, run_dir, workers, shards)
         return row
     finally:
         cluster.stop_all()
@@ -247,6 +257,7 @@ def failure(ctx, model, workers_n, h, step_time, duration_s, kill_worker_at, kil
     run_dir = ctx.run_dir("failure")
     shards, workers = [], []
     victim_w, victim_s = workers_n - 1, 1
+    killed = []  # processes killed on purpose
     try:
         shards = _start_shards(ctx, run_dir, 2, model, ["--durability=per-round"])
         workers = _start_workers(ctx, run_dir, workers_n, shards, model, "int8", h, step_time,
@@ -262,17 +273,21 @@ def failure(ctx, model, workers_n, h, step_time, duration_s, kill_worker_at, kil
 
         at(kill_worker_at)
         workers[victim_w].proc.kill()
+        killed.append(workers[victim_w].proc)
         at(kill_shard_at)
         shards[victim_s].proc.kill()
+        killed.append(shards[victim_s].proc)
         shards[victim_s].proc.wait()
         at(kill_shard_at + down_s)
         shards[victim_s].start()
         restarted = follow.now() - t0
         at(duration_s)
-        _stop(workers, shards)
+        # Exempt: the processes killed above on purpose (the shard runs again, restarted).
+        _stop(workers, shards, killed=killed)
         follow.close()
     except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
-        return {"kind": "failure", "workers": workers_n, "error": f"{e} (logs: {run_dir})"}
+        return {"kind": "failure", "workers": workers_n,
+                "error": _error(e, run_dir, workers, shards, killed)}
     finally:
         cluster.stop_all()
     events = [(t - t0, k, e) for t, k, e in follow.events() if e.get("event") == "progress"]

@@ -29,12 +29,15 @@
 #   --server_flags / --worker_flags are appended to every fleet arm's shard / worker flags, and
 #   --worker_flags to the lone workers' too (an A/B of one rule); --arms runs only the arms named (and what they are compared with is then
 #   not run: summarize.py reports the ratios it can).
-#   quick (about 6 min on 2 cores, run by deploy/test.sh): groups a, c and g once, 600 steps
+#   quick (about 4 minutes on 2 cores, run by deploy/test.sh): groups a, c and g once, 600 steps
 #         per worker at H = 25 (g: 40 s), then summarize.py checks its bounds and fails the run
 #         if one is not met.
 #   full  (about 45 min on 2 cores): every group at 1500 steps per worker and H = 50 (g: 60 s,
 #         three times).
 #   smoke (a minute): the quick groups at 60 steps, to check the script itself.
+# A worker or shard that exits non-zero, or a shard that exits before it is told to (SIGTERM at
+# the end of its arm, which it must answer with status 0), fails the study at once with its
+# status and the last lines of its log; only group e's victim, SIGKILLed on purpose, is exempt.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=full groups="" out="" build="$root/build/release" repeats="" steps_flag="" inner_flag=""
@@ -98,6 +101,19 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
+# A process of an arm failed: the arm, and so the study, fails with what happened and the last
+# lines of the process's log (the other processes are killed on the way out: cleanup).
+died() {  # arm what-happened log
+  echo "arm $1: $2; the last lines of $3:" >&2
+  tail -n 20 "$3" 2>/dev/null | sed 's/^/  | /' >&2
+  exit 1
+}
+exited() {  # status: "exited with status 1", "... 137 (SIGKILL)"
+  local how="exited with status $1"
+  (($1 > 128)) && how+=" (SIG$(kill -l $(($1 - 128)) 2>/dev/null || echo "?"))"
+  echo "$how"
+}
+
 seconds() { awk "BEGIN { printf \"%.1f\", ($2 - $1) / 1e9 }"; }  # t0 t1 in ns
 
 # The held-out loss of a model (ctl eval's model arguments) on `batches` held-out batches.
@@ -138,9 +154,11 @@ run_lone() {  # arm group batch [worker flags...]
   shift 3
   selected "$arm" || return 0
   t0=$(date +%s%N)
+  local st=0
   "$build/worker/diloco-worker" "${common[@]}" --batch="$b" --threads=2 \
     --metrics_jsonl="$out/curves/$arm.w0.jsonl" --save_model="$out/logs/$arm.safetensors" \
-    "$@" $worker_extra 2>"$out/logs/$arm.w0.log"
+    "$@" $worker_extra 2>"$out/logs/$arm.w0.log" || st=$?
+  ((st == 0)) || died "$arm" "the lone worker $(exited $st)" "$out/logs/$arm.w0.log"
   t1=$(date +%s%N)
   local tokens
   tokens=$(python3 "$root/benchmarks/quality/summarize.py" --tokens --batch="$b" --seq=$seq \
@@ -171,7 +189,18 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
     stores+=("$run/store$s")
   done
   for ((s = 0; s < s_count; s++)); do
-    for _ in $(seq 100); do [[ -s $run/shard$s.endpoint ]] && break; sleep 0.1; done
+    for _ in $(seq 100); do
+      [[ -s $run/shard$s.endpoint ]] && break
+      kill -0 "${spids[$s]}" 2>/dev/null || break  # exited: its status below
+      sleep 0.1
+    done
+    if [[ ! -s $run/shard$s.endpoint ]]; then
+      kill -0 "${spids[$s]}" 2>/dev/null &&
+        died "$arm" "shard $s wrote no port file in 10 s" "$run/shard$s.log"
+      local st=0
+      wait "${spids[$s]}" || st=$?
+      died "$arm" "shard $s $(exited $st) before writing its port file" "$run/shard$s.log"
+    fi
     servers+="${servers:+,}$(cat "$run/shard$s.endpoint")"
   done
   local per_worker=()
@@ -184,17 +213,44 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
       2>"$run/worker$w.log" &
     wpids+=($!) pids+=($!)
   done
+  local killed=""  # the worker SIGKILLed here on purpose (KILL), whose status 137 is no failure
   if [[ -n ${KILL:-} ]]; then
     local victim=${KILL%%:*} at=${KILL#*:}
     until reached "$run/worker$victim.jsonl" "$at" || ! kill -0 "${wpids[$victim]}" 2>/dev/null; do
       sleep 0.2
     done
-    kill -KILL "${wpids[$victim]}" 2>/dev/null || true
+    kill -KILL "${wpids[$victim]}" 2>/dev/null && killed=${wpids[$victim]}
   fi
-  for p in "${wpids[@]}"; do wait "$p" || true; done
+  # Until every worker has exited (wait -n: bash 5.1 or later). A worker that exits non-zero
+  # fails the arm, and so does a shard that exits at all before the SIGTERM below (its workers
+  # could wait for it until their timeouts).
+  local left=("${wpids[@]}") done_pid st i
+  while ((${#left[@]})); do
+    st=0
+    done_pid=""
+    wait -n -p done_pid "${left[@]}" "${spids[@]}" || st=$?
+    [[ -n $done_pid ]] || { echo "arm $arm: wait -n found no process ($st)" >&2; exit 1; }
+    for i in "${!spids[@]}"; do
+      [[ ${spids[$i]} == "$done_pid" ]] &&
+        died "$arm" "shard $i $(exited $st) before the run's end" "$run/shard$i.log"
+    done
+    for i in "${!wpids[@]}"; do
+      [[ ${wpids[$i]} == "$done_pid" ]] || continue
+      ((st == 0)) || [[ $done_pid == "$killed" && $st == 137 ]] ||
+        died "$arm" "worker $i $(exited $st)" "$run/worker$i.log"
+    done
+    local rest=()
+    for i in "${left[@]}"; do [[ $i == "$done_pid" ]] || rest+=("$i"); done
+    left=("${rest[@]}")
+  done
   t1=$(date +%s%N)
-  for p in "${spids[@]}"; do kill -TERM "$p"; done
-  for p in "${spids[@]}"; do wait "$p" || true; done
+  # SIGTERM: each shard writes its final checkpoint and exits 0; any other status fails the arm.
+  for p in "${spids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for i in "${!spids[@]}"; do
+    st=0
+    wait "${spids[$i]}" || st=$?
+    ((st == 0)) || died "$arm" "shard $i $(exited $st) on SIGTERM" "$run/shard$i.log"
+  done
   cp "$run/worker0.jsonl" "$out/curves/$arm.w0.jsonl"
   local tokens
   tokens=$(python3 "$root/benchmarks/quality/summarize.py" --tokens --batch=$batch --seq=$seq \

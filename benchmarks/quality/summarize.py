@@ -45,7 +45,7 @@ PAIRS = [("f", "f.sync-dylu", "f.sync-even", "synchronous: H, H/2, H/4, H vs 4 x
 # more). (arm, baseline, bound on arm / baseline). Measured in quick mode on this code
 # (2026-12-02): a.sync4 / a.lone4x 1.011 (both deterministic given theta(0)); c.async4 / a.sync4
 # 1.024, 1.065, 1.072, 1.081 and 1.128 (CI) with the one-cadence grace window, 1.057-1.074 with
-# the window it replaced: the CPU learner's speed-up (issue 20) moved this arm from 1.03-1.06 to
+# the window it replaced: the CPU learner's speed-up (4af70c3) moved this arm from 1.03-1.06 to
 # about 1.07, as a round's wall-clock latency is now more inner steps, which adoption carries;
 # the full study's 1500 steps give 1.017; the main job against a lone worker 0.930-0.932
 # (40 s of wall time; the code before the round and adoption rules exported 1.4-1.7x the lone

@@ -1,13 +1,15 @@
-// A real diloco-worker training GPT-2 124M against one shard of 8 fragments, with every
-// fragment pushed at once (--stream=false), in each durability mode: the case the size issue
-// (19) was found with. A shard whose loop pass ran for seconds at this size (fresh pages for
-// every round's buffers, every due round closed in one pass, checkpoints on the loop) left the
-// worker's heartbeats unanswered past its --shard_timeout: the worker reconnected, its pushes
-// in flight on the old connection were refused, re-sent and counted as duplicates, and some
-// were never answered. Checked: every push is answered Applied, with no resend, reconnect,
-// refusal, duplicate or bad message on either side, every fragment moved, and once the pushes
-// stopped the shard's resident memory comes within its bound (tests/integration/memory_bound.h;
-// every fragment's round open at once is the pool's worst case, docs/architecture.md).
+// A real diloco-worker training GPT-2 124M against one shard of 8 fragments, with every fragment
+// pushed at once (--stream=false), in each durability mode: the case the shard's failures at this
+// size were found with (2026-12-01; benchmarks/RESULTS.md, "A real worker at 124M, every fragment
+// pushed at once"). A shard whose loop pass ran for seconds at this size (fresh pages for every
+// round's buffers, every due round closed in one pass, checkpoints on the loop) left the worker's
+// heartbeats unanswered past its --shard_timeout: the worker reconnected, its pushes in flight on
+// the old connection were refused, re-sent and counted as duplicates, and some were never answered.
+// Checked: every push is answered Applied, with no resend, reconnect, refusal, duplicate or bad
+// message on either side, every fragment moved, once the pushes stopped the shard's resident memory
+// comes within its bound (tests/integration/memory_bound.h; every fragment's round open at once is
+// the pool's worst case, docs/architecture.md), and the shard's and the worker's peaks over the
+// whole run stay within theirs.
 //
 // Bounded: ~4.5 GB worker and ~1.7 GB shard, one pair at a time (RUN_SERIAL), 6 inner steps,
 // every wait bounded. Behaviour only. The margin: --shard_timeout=10s (default 3 s). Quiet, the
@@ -103,13 +105,24 @@ TEST_P(SizeWorkerTest, AWorkerPushingEveryFragmentAtOnceGetsEveryPushApplied) {
     if (rss <= bound) break;
     absl::SleepFor(absl::Milliseconds(250));
   }
+  // Peaks over the whole run: the shard's now (its run is over but for the SIGTERM below), the
+  // worker's from its done event (written after its last answer).
+  auto end_mem = ReadProcessMemory(c.shards[0]->pid());
+  ASSERT_TRUE(end_mem.ok()) << end_mem.status();
+  const double shard_peak = end_mem->peak_resident_bytes / params;
+  ASSERT_EQ(d.count("peak_bytes_per_param"), 1u) << "no peak in the worker's done event";
+  const double worker_peak = d.at("peak_bytes_per_param");
   std::printf(
       "shard %s: resident %.2f B/param with %.2f B/param of round buffers kept and %.2f of "
-      "download state (bound %.1f + %.2f)\n",
-      GetParam().c_str(), rss, kept / params, download, kShardBoundBytesPerParam, download);
+      "download state (bound %.1f + %.2f); peak %.2f B/param (bound %.1f); worker peak %.2f "
+      "B/param (bound %.1f)\n",
+      GetParam().c_str(), rss, kept / params, download, kShardBoundBytesPerParam, download,
+      shard_peak, kShardBurstPeakBoundBytesPerParam, worker_peak, kWorkerPeakBoundBytesPerParam);
   ASSERT_GT(rss, 0) << "no reading while the pool still kept the burst's buffers";
   if (kMemoryIsTheProducts) {
     EXPECT_LE(rss, bound);
+    EXPECT_LE(shard_peak, kShardBurstPeakBoundBytesPerParam) << "the shard's peak";
+    EXPECT_LE(worker_peak, kWorkerPeakBoundBytesPerParam) << "the worker's peak";
   }
   c.shards[0]->Signal(SIGTERM);
   EXPECT_TRUE(c.shards[0]->Wait(absl::Seconds(60)).has_value());

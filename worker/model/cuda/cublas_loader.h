@@ -1,7 +1,8 @@
 // cuBLAS, loaded on first use with dlopen instead of linked. The worker binary carries the CUDA
-// backend for --device=cuda; linked, cuBLAS (through cuBLASLt) costs every worker process ~95 MB
-// of relocated private pages at start (measured: Private_Dirty 40 -> 135 MB for a CPU-only
-// run), GPU or not. Loaded here, only a process that creates a CUDA trainer pays it.
+// backend for --device=cuda; linked, cuBLAS (through cuBLASLt) costs every worker process its
+// relocated private pages at start, GPU or not (Private_Dirty in /proc/PID/smaps_rollup of a
+// CPU-only run shows them; no recorded measurement). Loaded here, only a process that creates a
+// CUDA trainer pays it.
 #pragma once
 
 #include <cublas_v2.h>
