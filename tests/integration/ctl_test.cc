@@ -19,6 +19,7 @@
 #include "common/model_spec.h"
 #include "common/safetensors.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/shell.h"
 #include "tests/storage/test_util.h"
 #include "worker/data/token_file.h"
 #include "worker/model/gpt.h"
@@ -26,16 +27,6 @@
 
 namespace diloco::testing {
 namespace {
-
-// Runs a command, returns (exit status, stdout+stderr).
-std::pair<int, std::string> Shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof(buf), p)) out += buf;
-  const int st = p ? ::pclose(p) : -1;
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 // "loss X over N tokens" from diloco-ctl eval's output (the first such line).
 struct Loss {

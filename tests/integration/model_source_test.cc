@@ -16,19 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/shell.h"
 
 namespace diloco::testing {
 namespace {
-
-// Runs a command, returns (exit status, stdout+stderr).
-std::pair<int, std::string> Shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof(buf), p)) out += buf;
-  const int st = p ? ::pclose(p) : -1;
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 std::string Slurp(const std::filesystem::path& path) {
   std::ifstream in(path);

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/manifest.h"
+#include "common/plan.h"
 #include "schema/transport.h"
 #include "worker/shard_session.h"
 
@@ -45,6 +47,18 @@ class RecordingTransport final : public SessionTransport {
   int reconnects = 0;
   bool reconnected_control = false;
 };
+
+// A header as the shard of `plan` and `manifest` addresses it to the worker `who`.
+inline wire::HeaderFields ShardHeader(wire::MsgType t, const Plan& plan, const Manifest& manifest,
+                                      const WorkerIdentity& who) {
+  wire::HeaderFields h;
+  h.type = t;
+  h.plan_fingerprint = plan.fingerprint();
+  h.model_fingerprint = manifest.fingerprint();
+  h.worker_id = who.worker_id;
+  h.generation = who.generation;
+  return h;
+}
 
 // The message a shard would send: header `h` and, when given, `payload` as fp32 chunks.
 inline absl::StatusOr<wire::Message> BuildMessage(

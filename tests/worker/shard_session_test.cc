@@ -48,15 +48,7 @@ class ShardSessionTest : public ::testing::Test {
     session_->Connect();
   }
 
-  wire::HeaderFields FromShard(MsgType t) const {
-    wire::HeaderFields h;
-    h.type = t;
-    h.plan_fingerprint = plan_.fingerprint();
-    h.model_fingerprint = manifest_.fingerprint();
-    h.worker_id = who_.worker_id;
-    h.generation = who_.generation;
-    return h;
-  }
+  wire::HeaderFields FromShard(MsgType t) const { return ShardHeader(t, plan_, manifest_, who_); }
 
   static wire::Message Parse(const wire::HeaderFields& h,
                              std::shared_ptr<const wire::Bytes> payload = nullptr) {

@@ -72,15 +72,7 @@ class TrainingSyncTest : public ::testing::Test {
     ASSERT_TRUE(train_->all_joined());
   }
 
-  wire::HeaderFields FromShard(MsgType t) const {
-    wire::HeaderFields h;
-    h.type = t;
-    h.plan_fingerprint = plan_.fingerprint();
-    h.model_fingerprint = manifest_.fingerprint();
-    h.worker_id = who_.worker_id;
-    h.generation = who_.generation;
-    return h;
-  }
+  wire::HeaderFields FromShard(MsgType t) const { return ShardHeader(t, plan_, manifest_, who_); }
 
   void Deliver(const wire::HeaderFields& h, std::shared_ptr<const wire::Bytes> payload = nullptr) {
     auto m = BuildMessage(h, std::move(payload));
