@@ -130,7 +130,7 @@ class Run {
                                    static_cast<double>(midway_.size() + 1);
     absl::Time next_fault = start + absl::Seconds(10);  // the fleet joins first
     absl::Time next_stats = start;
-    while (absl::Now() < end) {
+    while (absl::Now() < end && !Interrupted()) {
       absl::SleepFor(kTick);
       SampleWorkers();
       if (absl::Now() >= next_stats) {
@@ -146,6 +146,7 @@ class Run {
                                        1.0 / absl::ToDoubleSeconds(o_.mean_fault_interval))(rng_));
       }
     }
+    const absl::Time fault_loop_end = absl::Now();
     EndAllFaults();
     FinishMidway();
     r_.facts["fault_seconds"] = absl::StrCat(absl::ToDoubleSeconds(o_.duration));
@@ -154,7 +155,7 @@ class Run {
     const absl::Time settle_min = absl::Now() + absl::Seconds(5);
     absl::Time settle_max = settle_min;
     for (const auto& f : r_.faults) settle_max = std::max(settle_max, f.end + kBackWithin);
-    while (absl::Now() < settle_max) {
+    while (absl::Now() < settle_max && !Interrupted()) {
       absl::SleepFor(kTick);
       SampleWorkers();
       if (absl::Now() >= next_stats) {
@@ -167,11 +168,19 @@ class Run {
         absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - settle_min) + 5);
     SampleShards();
     Stop();
+    if (Interrupted()) {
+      Violate(0, absl::StrFormat("interrupted %.0f s into the fault period: the invariants "
+                                 "were not checked",
+                                 absl::ToDoubleSeconds(fault_loop_end - start)));
+      return r_;
+    }
     Check();
     return r_;
   }
 
  private:
+  bool Interrupted() const { return o_.interrupted && o_.interrupted->load(); }
+
   void Violate(int invariant, std::string what) {
     std::fprintf(stderr, "diloco-chaos: VIOLATION of invariant %d: %s\n", invariant, what.c_str());
     r_.violations.push_back({invariant, std::move(what)});

@@ -37,6 +37,7 @@
 // stop cleanly. And every process stops cleanly at the end (exit status 0).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -55,6 +56,9 @@ struct ChaosOptions {
   absl::Duration mean_fault_interval = absl::Seconds(3);
   // Evaluations of the global model during the fault period, evenly spaced (invariant 7).
   int midway_evals = 2;
+  // Set (from a signal handler) to end the run early: the faults end, the cluster is stopped
+  // and its processes reaped, and the report says the invariants were not checked.
+  const std::atomic<bool>* interrupted = nullptr;
 };
 
 struct FaultWindow {
