@@ -108,4 +108,25 @@ absl::StatusOr<std::vector<DeclaredTensor>> ReadHfFolderDecls(const std::string&
       bin ? " (pytorch_model.bin is not read: save with safe_serialization=True)" : ""));
 }
 
+absl::StatusOr<HfFolderFiles> FindHfFolderFiles(const std::string& dir_name) {
+  if (absl::StatusOr<std::vector<DeclaredTensor>> d = ReadHfFolderDecls(dir_name); !d.ok())
+    return d.status();
+  const fs::path dir(dir_name);
+  HfFolderFiles out;
+  out.config = (dir / "config.json").string();
+  std::error_code ec;
+  if (const fs::path single = dir / "model.safetensors"; fs::is_regular_file(single, ec)) {
+    out.weights.push_back(single.string());
+    return out;
+  }
+  // Accepted above: the index parses and its weight_map names files of the folder.
+  absl::StatusOr<nlohmann::json> index = ReadJsonFile(dir / "model.safetensors.index.json");
+  if (!index.ok()) return index.status();
+  std::map<std::string, bool> files;  // sorted, each once
+  for (const auto& [name, file] : index->at("weight_map").items())
+    files[file.get<std::string>()] = true;
+  for (const auto& [file, unused] : files) out.weights.push_back((dir / file).string());
+  return out;
+}
+
 }  // namespace diloco

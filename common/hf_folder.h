@@ -20,4 +20,14 @@ namespace diloco {
 // Errors name the folder or file and the tensor.
 absl::StatusOr<std::vector<DeclaredTensor>> ReadHfFolderDecls(const std::string& dir);
 
+// The files of such a folder, once ReadHfFolderDecls has accepted it (its errors, else):
+// config.json and the weights, model.safetensors alone or the files the index names, in name
+// order. What reads a folder's values (diloco-worker --init_from) and what carries its
+// config.json into an export (diloco-ctl export --format=hf) find them here.
+struct HfFolderFiles {
+  std::string config;                // DIR/config.json
+  std::vector<std::string> weights;  // DIR/model.safetensors, or DIR/<each indexed file>
+};
+absl::StatusOr<HfFolderFiles> FindHfFolderFiles(const std::string& dir);
+
 }  // namespace diloco

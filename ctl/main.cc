@@ -1,7 +1,8 @@
 // diloco-ctl: operations tools.
 //   diloco-ctl show --store=DIR
 //   diloco-ctl export --model=SPEC --fragments=P --shards=S --out=FILE.safetensors STORE_DIR...
-//   diloco-ctl export --format=hf ... --out=DIR STORE_DIR...   Hugging Face's GPT-2 layout
+//   diloco-ctl export --format=hf ... --out=DIR STORE_DIR...   a Hugging Face folder: the
+//       built-in GPT in GPT-2's layout, an hf:DIR model under its own names with its config.json
 //   diloco-ctl stats --server=ENDPOINT [--curve_server_key=K --curve_secret_key_file=F]
 //                                                   live statistics of a running shard (JSON)
 //   diloco-ctl eval --model=SPEC (--params=FILE.safetensors | --fragments=P --shards=S
@@ -24,11 +25,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/hf_layout.h"
 #include "common/plan_flags.h"
 #include "ctl/commands.h"
+#include "ctl/export_any.h"
 #include "storage/model_export.h"
 
 namespace diloco::ctl {
@@ -55,8 +58,10 @@ ABSL_FLAG(std::optional<int64_t>, tokens, std::nullopt,
           "eval: evaluate the first N predicted tokens of the file (default: all); gen-data: "
           "tokens to write (default: 1048576)");
 ABSL_FLAG(diloco::ctl::ExportFormat, format, diloco::ctl::ExportFormat::kSafetensors,
-          "export: safetensors (the project's layout, what eval --params reads) or hf (Hugging "
-          "Face's GPT-2 layout: DIR/config.json and DIR/model.safetensors)");
+          "export: safetensors (one file: the built-in GPT in the project's layout, what eval "
+          "--params reads; any other model under its own names) or hf (a Hugging Face folder, "
+          "DIR/config.json and DIR/model.safetensors: the built-in GPT in GPT-2's layout, a "
+          "--model=hf:DIR model under its own names with its config.json)");
 
 namespace diloco::ctl {
 namespace {
@@ -68,10 +73,14 @@ constexpr char kUsage[] =
     "STORE_DIR...\n"
     "  diloco-ctl export --format=hf --model=SPEC --fragments=P --shards=S --out=DIR "
     "STORE_DIR...\n"
-    "      --format=hf: DIR/config.json and DIR/model.safetensors in Hugging Face's GPT-2 layout\n"
-    "      (GPT2LMHeadModel names, Conv1D matrices [in, out], tied head), for\n"
-    "      GPT2LMHeadModel.from_pretrained(DIR); the default format is the project's own\n"
-    "      (GPT2Model names, matrices [out, in]), what diloco-ctl eval --params reads.\n"
+    "      The built-in GPT: --format=hf writes DIR/config.json and DIR/model.safetensors in\n"
+    "      Hugging Face's GPT-2 layout (GPT2LMHeadModel names, Conv1D matrices [in, out], tied\n"
+    "      head), for GPT2LMHeadModel.from_pretrained(DIR); the default format is the\n"
+    "      project's own (GPT2Model names, matrices [out, in]), what diloco-ctl eval --params\n"
+    "      reads. Any other --model (hf:DIR, safetensors:PATH, manifest:PATH): F32 tensors\n"
+    "      under the names the source declared (tied names as the source has them);\n"
+    "      --format=hf (hf:DIR only) also copies the source's config.json, generation config\n"
+    "      and tokenizer files, so DIR opens where the source folder opened.\n"
     "  diloco-ctl stats --server=tcp://HOST:PORT [--timeout_ms=N]\n"
     "      [--curve_server_key=KEY|FILE --curve_secret_key_file=FILE]   a CURVE shard: a key it\n"
     "      lists (any worker's)\n"
@@ -172,14 +181,21 @@ int Export(const Args& stores) {
   req.num_fragments = plan->num_fragments;
   req.num_shards = plan->num_shards;
   absl::StatusOr<storage::ExportSummary> s;
-  if (absl::GetFlag(FLAGS_format) == ExportFormat::kHf) {
-    if (!plan->gpt)
-      return Usage(
-          absl::StrCat("--format=hf writes the built-in GPT in GPT-2's Hugging Face "
-                       "layout; --model=",
-                       plan->model_spec,
-                       " is another model: export it with --format=safetensors (its "
-                       "own tensor names)"));
+  const bool hf = absl::GetFlag(FLAGS_format) == ExportFormat::kHf;
+  if (!plan->gpt) {  // any other model: its own names, from any source (ctl/export_any.h)
+    if (hf && !absl::StartsWith(plan->model_spec, "hf:"))
+      return Usage(absl::StrCat(
+          "--format=hf of a model other than the built-in GPT carries its Hugging Face "
+          "folder's config.json: give --model=hf:DIR, the folder the model came from (a "
+          "manifest of the same tensors serves the same stores), or export --format=safetensors "
+          "(--model=",
+          plan->model_spec, " has no config.json)"));
+    absl::StatusOr<storage::AssembledModel> m = storage::AssembleModel(req);
+    if (!m.ok()) return Fail(m.status());
+    if (absl::Status st = WriteAnyModelExport(plan->model_spec, hf, req.out, *m); !st.ok())
+      return Fail(st);
+    s = m->summary;
+  } else if (hf) {
     absl::StatusOr<storage::AssembledModel> m = storage::AssembleModel(req);
     if (!m.ok()) return Fail(m.status());
     if (absl::Status st = WriteHfModel(req.out, *plan->gpt, m->manifest, m->params, m->metadata);

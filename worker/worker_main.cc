@@ -229,11 +229,12 @@ int main(int argc, char** argv) {
   if (!log.ok()) return Fail(log.status());
   std::optional<uint64_t> init_checksum;  // of --init_from's parameters
   if (!w.init_from.empty()) {
-    auto flat = model::ReadModelForInit(w.init_from, tr.manifest());
-    if (!flat.ok()) return Fail(flat.status());
-    std::span<float> p = tr.params();
-    std::copy(flat->begin(), flat->end(), p.begin());
-    init_checksum = ParamsChecksum(*flat);
+    // Any --model's file or Hugging Face folder, any float dtype, checked tensor by tensor
+    // before the join (a refused file uploads nothing), read straight into the parameters.
+    const std::span<float> p = tr.params();  // once: a GPU trainer's host mirror
+    if (auto st = model::ReadModelForInitInto(w.init_from, tr.manifest(), p); !st.ok())
+      return Fail(st);
+    init_checksum = ParamsChecksum(p);
   }
 
   std::unique_ptr<worker::SyncClient> sync;

@@ -2,16 +2,23 @@
 // evaluation of a model (a safetensors file, a worker's --save_model, the shards' stores) on a
 // whole .bin file, its first N tokens, or the workers' own held-out set: the figures say how
 // many tokens they are over and agree with the worker's and with each other; bad input gives a
-// clear error. A store whose write-ahead log lost committed checkpoints fails `show` and the
-// server's start, until the rollback is accepted.
+// clear error. Any model in and out: diloco-worker --init_from of a file or Hugging Face folder
+// (any float dtype) and diloco-ctl export of the stores give the model back under its own names,
+// bit for bit, with its config.json; bad files and folders are refused, naming the cause. A store
+// whose write-ahead log lost committed checkpoints fails `show` and the server's start, until
+// the rollback is accepted.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -418,7 +425,8 @@ TEST(CtlTest, InitFromAFileSeedsAnEmptyFleetOnly) {
   bad.push_back({"hf-unturned", HfTensors(*manifest, params, &scratch), "Conv1D"});
   for (SafetensorsTensor& t : bad.back().tensors)
     if (t.name == "transformer.h.0.mlp.c_fc.weight") t.shape = {t.shape[1], t.shape[0]};
-  // A bf16 tensor (written by hand: the project writes F32 only).
+  // A bf16 file (written by hand: the project writes F32 only): its values are read, widened,
+  // and the file is refused for the tensors it lacks.
   {
     const std::string header = R"({"wte.weight":{"dtype":"BF16","shape":[256,64],)"
                                R"("data_offsets":[0,32768]}})";
@@ -430,7 +438,8 @@ TEST(CtlTest, InitFromAFileSeedsAnEmptyFleetOnly) {
   auto [bf16_code, bf16_text] = Shell(absl::StrCat(
       WorkerBinary(), " --model=tiny --steps=1 --init_from=", (dir / "bf16.safetensors").string()));
   EXPECT_EQ(bf16_code, 2) << bf16_text;
-  EXPECT_NE(bf16_text.find("wte.weight: only F32"), std::string::npos) << bf16_text;
+  EXPECT_NE(bf16_text.find("bf16.safetensors: no tensor wpe.weight"), std::string::npos)
+      << bf16_text;
   for (const Bad& b : bad) {
     const std::string path = (dir / (b.name + ".safetensors")).string();
     ASSERT_TRUE(WriteSafetensors(path, b.tensors, {}).ok()) << b.name;
@@ -438,6 +447,306 @@ TEST(CtlTest, InitFromAFileSeedsAnEmptyFleetOnly) {
         Shell(absl::StrCat(WorkerBinary(), " --model=tiny --steps=1 --init_from=", path));
     EXPECT_EQ(code, 2) << b.name << ": " << text;
     EXPECT_NE(text.find(b.says), std::string::npos) << b.name << ": " << text;
+  }
+}
+
+// --init_from reads any floating-point dtype as fp32, exactly (F64 rounded to nearest): normal,
+// subnormal, signed zero, the largest finite value, infinities and NaN of each format.
+TEST(CtlTest, InitFromWidensEveryFloatDtypeExactly) {
+  const auto widen = [](const std::string& dtype, const auto& values) {
+    std::vector<float> out(values.size(), -7.0f);
+    EXPECT_TRUE(model::WidenToF32(dtype, reinterpret_cast<const char*>(values.data()),
+                                  values.size(), out.data()))
+        << dtype;
+    return out;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(widen("F16", std::vector<uint16_t>{0x3c00, 0xc000, 0x0001, 0x7bff, 0x8000, 0x7c00}),
+            (std::vector<float>{1.0f, -2.0f, std::ldexp(1.0f, -24), 65504.0f, -0.0f, inf}));
+  EXPECT_TRUE(std::signbit(widen("F16", std::vector<uint16_t>{0x8000})[0]));
+  EXPECT_TRUE(std::isnan(widen("F16", std::vector<uint16_t>{0x7e00})[0]));
+  EXPECT_EQ(widen("BF16", std::vector<uint16_t>{0x3f80, 0xc049, 0x0001}),
+            (std::vector<float>{1.0f, -3.140625f, std::bit_cast<float>(0x00010000u)}));
+  EXPECT_EQ(widen("F8_E4M3", std::vector<uint8_t>{0x38, 0xb8, 0x7e, 0x01, 0x08}),
+            (std::vector<float>{1.0f, -1.0f, 448.0f, std::ldexp(1.0f, -9), std::ldexp(1.0f, -6)}));
+  EXPECT_TRUE(std::isnan(widen("F8_E4M3", std::vector<uint8_t>{0x7f})[0]));
+  EXPECT_EQ(widen("F8_E5M2", std::vector<uint8_t>{0x3c, 0x7b, 0x01, 0xfc}),
+            (std::vector<float>{1.0f, 57344.0f, std::ldexp(1.0f, -16), -inf}));
+  EXPECT_EQ(widen("F64", std::vector<double>{0.1, -1e300}), (std::vector<float>{0.1f, -inf}));
+  EXPECT_EQ(widen("F32", std::vector<float>{1.5f, -0.25f}), (std::vector<float>{1.5f, -0.25f}));
+  float out = 0;
+  const int32_t one = 1;
+  EXPECT_FALSE(model::WidenToF32("I32", reinterpret_cast<const char*>(&one), 1, &out));
+}
+
+// A safetensors file written by hand: each tensor's dtype and raw bytes, in the order given
+// (their data order); each tie (alias, kept) adds the alias over the kept tensor's bytes.
+struct RawTensor {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+void WriteRawSafetensors(const std::filesystem::path& path, const std::vector<RawTensor>& tensors,
+                         const std::vector<std::pair<std::string, std::string>>& ties = {}) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  std::string data;
+  for (const RawTensor& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    data += t.bytes;
+  }
+  for (const auto& [alias, kept] : ties) header[alias] = header[kept];
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  const uint64_t n = h.size();
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(&n), sizeof(n));
+  f << h << data;
+}
+
+std::string Slurp(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A Llama-shaped model (GQA attention, SwiGLU MLP, RMSNorm gains) whose head is tied to the
+// embedding as a tool may save it: lm_head.weight over the embedding's bytes. Random values.
+struct SmallLlama {
+  std::vector<RawTensor> f32;                         // in data order
+  std::vector<RawTensor> bf16;                        // the same values rounded to BF16 (truncated)
+  std::map<std::string, std::vector<float>> widened;  // bf16's values as fp32
+};
+SmallLlama MakeSmallLlama(uint32_t seed) {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"model.embed_tokens.weight", {32, 8}},
+      {"model.layers.0.self_attn.q_proj.weight", {8, 8}},
+      {"model.layers.0.self_attn.k_proj.weight", {4, 8}},
+      {"model.layers.0.self_attn.v_proj.weight", {4, 8}},
+      {"model.layers.0.self_attn.o_proj.weight", {8, 8}},
+      {"model.layers.0.mlp.gate_proj.weight", {12, 8}},
+      {"model.layers.0.mlp.up_proj.weight", {12, 8}},
+      {"model.layers.0.mlp.down_proj.weight", {8, 12}},
+      {"model.layers.0.input_layernorm.weight", {8}},
+      {"model.norm.weight", {8}}};
+  SmallLlama m;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 0.5f);
+  for (const auto& [name, shape] : shapes) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    std::vector<float> v(numel);
+    for (float& x : v) x = n(rng);
+    std::vector<uint16_t> b(numel);
+    std::vector<float>& w = m.widened[name];
+    for (int64_t i = 0; i < numel; ++i) {
+      b[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v[i]) >> 16);
+      w.push_back(std::bit_cast<float>(uint32_t{b[i]} << 16));
+    }
+    m.f32.push_back(
+        {name, "F32", shape, std::string(reinterpret_cast<char*>(v.data()), 4 * numel)});
+    m.bf16.push_back(
+        {name, "BF16", shape, std::string(reinterpret_cast<char*>(b.data()), 2 * numel)});
+  }
+  return m;
+}
+
+// Any model in and out (--model=hf:DIR, no GPT): diloco-worker --init_from uploads a file or a
+// Hugging Face folder of the model (any float dtype, a sharded index) as theta(0), and
+// diloco-ctl export gives it back under its own names, the tie as the source has it, F32, bit
+// for bit (a BF16 start widened exactly), with the source's config.json and
+// generation_config.json (--format=hf). Files that do not fit the fleet's model, folders without
+// config.json or weights, headers that lie are refused naming the cause before any connection
+// (the fleet's theta(0) is the next good file's); exports that cannot be right write nothing.
+TEST(CtlTest, AnyModelInitFromThenExportGivesTheModelBack) {
+  namespace fs = std::filesystem;
+  const fs::path dir = TestDir();
+  const SmallLlama model = MakeSmallLlama(11);
+  const fs::path src = dir / "src";
+  fs::create_directories(src);
+  const std::string config = "{\"model_type\": \"llama\", \"tie_word_embeddings\": true}\n";
+  const std::string generation = "{\"bos_token_id\": 1}\n";
+  std::ofstream(src / "config.json") << config;
+  std::ofstream(src / "generation_config.json") << generation;
+  const std::vector<std::pair<std::string, std::string>> tie = {
+      {"lm_head.weight", "model.embed_tokens.weight"}};
+  WriteRawSafetensors(src / "model.safetensors", model.f32, tie);
+  // The same model in BF16, sharded over two files by an index, the head saved once (tied).
+  const fs::path bf16 = dir / "bf16";
+  fs::create_directories(bf16);
+  std::ofstream(bf16 / "config.json") << config;
+  const std::vector<RawTensor> first(model.bf16.begin(), model.bf16.begin() + 4),
+      second(model.bf16.begin() + 4, model.bf16.end());
+  WriteRawSafetensors(bf16 / "model-00001-of-00002.safetensors", first);
+  WriteRawSafetensors(bf16 / "model-00002-of-00002.safetensors", second);
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", {}}};
+  for (size_t i = 0; i < model.bf16.size(); ++i)
+    index["weight_map"][model.bf16[i].name] =
+        i < first.size() ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  std::ofstream(bf16 / "model.safetensors.index.json") << index.dump();
+
+  LocalShards s;
+  s.dir = dir;
+  s.model = "hf:" + src.string();
+  s.StartShards(2, {"--durability=per-round"});
+  const std::string servers = s.endpoints[0] + "," + s.endpoints[1];
+  const std::string worker =
+      absl::StrCat(WorkerBinary(), " --device=synthetic --model=", s.model,
+                   " --fragments=4 --steps=1 --inner_steps=1000 --synthetic_step_time=1ms");
+  const auto init = [&](const fs::path& from, int id) {
+    return Shell(absl::StrCat(worker, " --worker_id=", id, " --servers=", servers,
+                              " --init_from=", from.string()));
+  };
+
+  // Refused before any connection, naming the cause: exit 2, the fleet still without theta(0).
+  struct Bad {
+    std::string name, says;
+    std::vector<RawTensor> tensors;
+  };
+  std::vector<Bad> bad;
+  bad.push_back({"shape", "model.layers.0.self_attn.k_proj.weight has shape [8,4]", model.f32});
+  bad.back().tensors[2].shape = {8, 4};
+  bad.push_back({"missing", "no tensor model.norm.weight", model.f32});
+  bad.back().tensors.pop_back();
+  bad.push_back({"extra", "tensor model.layers.0.attn.bias is not a parameter", model.f32});
+  bad.back().tensors.push_back({"model.layers.0.attn.bias", "F32", {1}, std::string(4, '\0')});
+  bad.push_back({"renamed", "model.layers.0.mlp.w1.weight is not a parameter", model.f32});
+  bad.back().tensors[5].name = "model.layers.0.mlp.w1.weight";
+  bad.push_back({"lying", "lie outside the file's data section", model.f32});
+  for (const Bad& b : bad) {
+    const fs::path path = dir / (b.name + ".safetensors");
+    WriteRawSafetensors(path, b.tensors);
+    if (b.name == "lying")  // the header's last range, 32 bytes, now ends past the file
+      fs::resize_file(path, fs::file_size(path) - 16);
+    auto [code, text] = init(path, 5);
+    EXPECT_EQ(code, 2) << b.name << ": " << text;
+    EXPECT_NE(text.find(b.says), std::string::npos) << b.name << ": " << text;
+    EXPECT_NE(text.find(path.string()), std::string::npos) << b.name << ": " << text;
+  }
+  const fs::path no_config = dir / "no_config", no_weights = dir / "no_weights";
+  fs::create_directories(no_config);
+  fs::copy_file(src / "model.safetensors", no_config / "model.safetensors");
+  fs::create_directories(no_weights);
+  std::ofstream(no_weights / "config.json") << config;
+  const std::pair<fs::path, std::string> bad_folders[] = {
+      {no_config, "no config.json"},
+      {no_weights, "neither model.safetensors nor model.safetensors.index.json"}};
+  for (const auto& [folder, says] : bad_folders) {
+    auto [code, text] = init(folder, 5);
+    EXPECT_EQ(code, 2) << text;
+    EXPECT_NE(text.find(says), std::string::npos) << text;
+  }
+
+  // The F32 file seeds the fleet; the BF16 folder, later, joins the fleet's model and says so.
+  auto [rc0, out0] = init(src / "model.safetensors", 0);
+  ASSERT_EQ(rc0, 0) << out0;
+  EXPECT_EQ(out0.find("warning"), std::string::npos) << out0;
+  auto [rc1, out1] = init(bf16, 1);
+  ASSERT_EQ(rc1, 0) << out1;
+  EXPECT_NE(out1.find("the fleet already had theta(0)"), std::string::npos) << out1;
+  for (auto& p : s.shards) {
+    p->Signal(SIGTERM);
+    ASSERT_EQ(p->Wait(absl::Seconds(20)), std::optional<int>(0));
+  }
+  const std::string stores =
+      absl::StrCat((dir / "store0").string(), " ", (dir / "store1").string());
+  const std::string plan = absl::StrCat(" --model=", s.model, " --fragments=4 --shards=2");
+  const fs::path out = dir / "export";
+  auto [rc2, text2] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " export --format=hf", plan,
+                                         " --out=", out.string(), " ", stores));
+  ASSERT_EQ(rc2, 0) << text2;
+  // The source's bytes: the same header entries (names, shapes, the tie), the same data.
+  const std::string exported = Slurp(out / "model.safetensors"),
+                    source = Slurp(src / "model.safetensors");
+  uint64_t n_out = 0, n_src = 0;
+  ASSERT_GT(exported.size(), 8u);
+  std::memcpy(&n_out, exported.data(), 8);
+  std::memcpy(&n_src, source.data(), 8);
+  EXPECT_EQ(exported.substr(8 + n_out), source.substr(8 + n_src)) << "the values, bit for bit";
+  nlohmann::json header = nlohmann::json::parse(exported.substr(8, n_out));  // keys unordered
+  EXPECT_EQ(header["__metadata__"]["format"], "pt");
+  header.erase("__metadata__");
+  EXPECT_EQ(header, nlohmann::json::parse(source.substr(8, n_src)));
+  EXPECT_EQ(Slurp(out / "config.json"), config);
+  EXPECT_EQ(Slurp(out / "generation_config.json"), generation);
+  // The export is a source of the very model the stores serve.
+  auto [rc3, text3] = Shell(
+      absl::StrCat(DILOCO_CTL_BINARY, " manifest --model=hf:", out.string(), " --diff=", s.model));
+  EXPECT_EQ(rc3, 0) << text3;
+
+  // Refused, writing nothing: --format=hf without a config.json to carry (exit 2), into the
+  // source folder, into a folder holding a sharded index, from a source without config.json.
+  const fs::path manifest = dir / "m.json";
+  ASSERT_EQ(Shell(absl::StrCat(DILOCO_CTL_BINARY, " manifest --model=", s.model,
+                               " --out=", manifest.string()))
+                .first,
+            0);
+  auto [rc4, text4] = Shell(
+      absl::StrCat(DILOCO_CTL_BINARY, " export --format=hf --model=manifest:", manifest.string(),
+                   " --fragments=4 --shards=2 --out=", (dir / "m_hf").string(), " ", stores));
+  EXPECT_EQ(rc4, 2) << text4;
+  EXPECT_NE(text4.find("config.json"), std::string::npos) << text4;
+  EXPECT_FALSE(fs::exists(dir / "m_hf"));
+  auto [rc5, text5] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " export --format=hf", plan,
+                                         " --out=", src.string(), " ", stores));
+  EXPECT_EQ(rc5, 1) << text5;
+  EXPECT_NE(text5.find("is the source folder"), std::string::npos) << text5;
+  EXPECT_EQ(Slurp(src / "model.safetensors"), source);
+  const fs::path stale = dir / "stale";
+  fs::create_directories(stale);
+  std::ofstream(stale / "model.safetensors.index.json") << index.dump();
+  auto [rc6, text6] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " export --format=hf", plan,
+                                         " --out=", stale.string(), " ", stores));
+  EXPECT_EQ(rc6, 1) << text6;
+  EXPECT_NE(text6.find("model.safetensors.index.json"), std::string::npos) << text6;
+  EXPECT_FALSE(fs::exists(stale / "model.safetensors"));
+  const fs::path other = dir / "other";  // a folder of another model (one tensor's shape)
+  fs::create_directories(other);
+  std::ofstream(other / "config.json") << config;
+  fs::copy_file(dir / "shape.safetensors", other / "model.safetensors");
+  auto [rc10, text10] = Shell(
+      absl::StrCat(DILOCO_CTL_BINARY, " export --format=hf --model=hf:", other.string(),
+                   " --fragments=4 --shards=2 --out=", (dir / "wrong").string(), " ", stores));
+  EXPECT_EQ(rc10, 1) << text10;
+  EXPECT_NE(text10.find("belongs to plan"), std::string::npos) << text10;
+  EXPECT_FALSE(fs::exists(dir / "wrong"));
+  fs::remove(src / "config.json");
+  auto [rc7, text7] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " export --format=hf", plan,
+                                         " --out=", (dir / "late").string(), " ", stores));
+  EXPECT_EQ(rc7, 1) << text7;
+  EXPECT_NE(text7.find("no config.json"), std::string::npos) << text7;
+  EXPECT_FALSE(fs::exists(dir / "late"));
+  std::ofstream(src / "config.json") << config;
+
+  // A fleet started from the BF16 folder: theta(0) is its values widened exactly, exported in
+  // one file under the source's names.
+  LocalShards b;
+  b.dir = dir / "from_bf16";
+  fs::create_directories(b.dir);
+  b.model = s.model;
+  b.StartShards(1, {"--durability=per-round"});
+  auto [rc8, text8] = Shell(absl::StrCat(worker, " --shards=1 --servers=", b.endpoints[0],
+                                         " --init_from=", bf16.string()));
+  ASSERT_EQ(rc8, 0) << text8;
+  b.shards[0]->Signal(SIGTERM);
+  ASSERT_EQ(b.shards[0]->Wait(absl::Seconds(20)), std::optional<int>(0));
+  const fs::path file = dir / "from_bf16.safetensors";
+  auto [rc9, text9] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " export --model=", s.model,
+                                         " --fragments=4 --shards=1 --out=", file.string(), " ",
+                                         (b.dir / "store0").string()));
+  ASSERT_EQ(rc9, 0) << text9;
+  auto read = ReadSafetensors(file.string());
+  ASSERT_TRUE(read.ok()) << read.status();
+  // In data order: each tensor of the model, the tied head over the embedding's bytes.
+  std::vector<std::string> names;
+  for (const RawTensor& t : model.bf16) names.push_back(t.name);
+  names.insert(names.begin() + 1, "lm_head.weight");
+  ASSERT_EQ(read->tensors.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const LoadedTensor& t = read->tensors[i];
+    EXPECT_EQ(t.name, names[i]);
+    const std::string& of = i == 1 ? names[0] : t.name;
+    EXPECT_EQ(t.data, model.widened.at(of)) << t.name << ": BF16 widened, bit for bit";
   }
 }
 

@@ -1,5 +1,6 @@
 // The model's parameters as a safetensors file (format and reader/writer: common/safetensors.h):
-// one F32 tensor per manifest entry, named and shaped as in the manifest.
+// one F32 tensor per manifest entry, named and shaped as in the manifest; and a model to start
+// from, in any floating-point dtype, from a file or a Hugging Face folder (ReadModelForInit).
 #pragma once
 
 #include <map>
@@ -18,13 +19,31 @@ namespace diloco::model {
 absl::StatusOr<std::vector<float>> ReadSafetensorsParams(const std::string& path,
                                                          const Manifest& manifest);
 
-// A model file to start from (diloco-worker --init_from): the project's layout (diloco-ctl
-// export, --save_model) or Hugging Face's GPT-2 layout (model.safetensors of
-// `diloco-ctl export --format=hf`, or the directory holding it; common/hf_layout.h). Every
-// manifest tensor must be there, F32, with its shape, and no other tensor may be: a name,
-// shape or dtype mismatch is an error naming the tensor.
+// A model to start from (diloco-worker --init_from), checked against `manifest` (the --model the
+// fleet serves) tensor by tensor before anything is uploaded:
+//   - a safetensors file, or a Hugging Face folder (config.json beside model.safetensors or a
+//     sharded index; common/hf_folder.h): every header is checked whole first
+//     (common/safetensors_header.h: offsets inside the file and exactly shape x dtype, no
+//     overlaps), then each tensor's values are read, any floating-point dtype (F64, F32, F16,
+//     BF16, F8_E4M3, F8_E5M2) widened to fp32 (F64 rounded), straight into the flat buffer;
+//   - under the manifest's own names: every manifest tensor must be there with its shape and
+//     no other tensor may be, except a name tied to one that is (two names over the same bytes);
+//   - or GPT-2 in Hugging Face's layout (common/hf_layout.h: "transformer." names, Conv1D
+//     matrices [in, out]), when the manifest is the built-in GPT's and the file is not in its
+//     own names (diloco-ctl export --format=hf of the built-in GPT).
+// A name, shape or dtype mismatch, a missing config.json or index, or a header that lies is an
+// error naming the file and the tensor.
 absl::StatusOr<std::vector<float>> ReadModelForInit(const std::string& path,
                                                     const Manifest& manifest);
+
+// The same, into `out` (manifest.total_elements() values): no second copy of a large model.
+// On an error `out` may have been partly written.
+absl::Status ReadModelForInitInto(const std::string& path, const Manifest& manifest,
+                                  std::span<float> out);
+
+// n values of a floating-point safetensors dtype (little-endian bytes) as fp32; false for a
+// dtype that is not one of FloatDtypeBytes' (common/tensor_decl.h).
+bool WidenToF32(const std::string& dtype, const char* bytes, size_t n, float* out);
 
 // Writes a flat buffer in manifest order as F32 tensors named as in the manifest (atomically).
 absl::Status WriteSafetensors(const std::string& path, const Manifest& manifest,
