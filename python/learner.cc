@@ -1,30 +1,52 @@
-// _diloco_ps: the worker's sync client (worker/sync_client.h) for a PyTorch training loop.
+// _diloco_ps: the worker's sync client (worker/sync_client.h) for a PyTorch training loop whose
+// parameters stay where they are (CPU or CUDA; float32, bfloat16 or float16).
 //
-// The Python side (diloco_ps/__init__.py) lays the model's parameters out in one flat fp32 CPU
-// buffer, in named_parameters() order, and makes every parameter a view of it; this module
-// holds that buffer (a NumPy view of the same memory, kept alive here) and hands it to the
-// SyncClient, which reads deltas from it and adopts the shards' values into it in place,
-// between steps, on the caller's thread: no copy of the model is made per step. The manifest is
-// the parameters' names and shapes, so the plan and the model fingerprint follow the same
-// rules as the C++ worker's, and a PyTorch learner whose parameters carry GptManifest's names
-// and shapes joins the same fleet as C++ workers. Calls that wait (join, after_step in
-// lockstep, drain) release the GIL; failures raise with the shard's reason.
+// The learner keeps one flat fp32 host buffer in manifest order (allocated by the Python side,
+// pinned where the model is on CUDA) that the SyncClient reads deltas from and adopts global
+// values into. The buffer is a mirror, not the model: a fragment's part of it is current only
+// while the client works on that fragment. The client asks for the parameters range by range
+// (SyncClient::AfterStep's ParamsFn), and only on a step that reads or writes them (a due push,
+// an adoption, a theta(0) request); a range always lies in one fragment, and the client always
+// works on a fragment as a whole, so the first range of a fragment asked for in a call makes the
+// Python side copy that whole fragment down (`fetch(fragment)`: upcast to fp32, one call per
+// fragment), and the fragments handed out are remembered. After the call, the fragments the
+// client wrote (adoptions, re-anchors; found from its counters, below) are copied back up
+// (`store(fragments)`: rounded once to the parameter's dtype) and become last_written(); a
+// fragment only read (a push) is not copied back. A step on which nothing is due calls neither.
+// Join and drain read and write the whole model the same way.
+//
+// Which fragments were written: the client bumps SyncStats::versions[f] and ::adoptions on each
+// adoption and ::reanchors on each re-anchor. A handed-out fragment whose version moved was
+// written; if the counters moved more than the versions explain (two adoptions of a fragment in
+// one call, a re-anchor, a rebuilt fragment taken as version 0), every fragment handed out is
+// taken as written. Copying up a fragment that was only read is harmless (fp32 holds every
+// bfloat16 and float16 value exactly, so the values round-trip), only wasted work.
+//
+// Calls that wait (join, after_step in lockstep, drain) release the GIL and take it back only
+// to copy; failures raise with the shard's reason.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
 #include "common/manifest.h"
+#include "common/manifest_json.h"
 #include "common/model_refusal.h"
+#include "common/plan.h"
+#include "common/tensor_decl.h"
 #include "kernels/codec.h"
 #include "worker/sync_client.h"
 
@@ -57,23 +79,39 @@ worker::SyncOptions::Adopt ParseAdopt(const std::string& adopt) {
   throw py::value_error("adopt=" + adopt + ": expected keep or lerp");
 }
 
+// The declared tensors and their manifest; errors name `source` and the tensor.
+Manifest CheckedManifest(const std::vector<std::string>& names,
+                         const std::vector<std::vector<int64_t>>& shapes,
+                         const std::vector<std::string>& dtypes, const std::string& source,
+                         std::vector<DeclaredTensor>* decls) {
+  if (names.size() != shapes.size() || names.size() != dtypes.size())
+    throw py::value_error("one shape and one dtype per tensor name");
+  for (size_t i = 0; i < names.size(); ++i) decls->push_back({names[i], shapes[i], dtypes[i]});
+  absl::StatusOr<Manifest> m = ManifestFromDecls(*decls, source);
+  if (!m.ok()) Raise(m.status());
+  return *std::move(m);
+}
+
+// One piece of a fragment as a slice of one tensor: elements [start, stop) of the tensor's
+// flattened values, at `flat` in the host buffer.
+using Slice = std::tuple<uint32_t, uint64_t, uint64_t, uint64_t>;  // tensor, start, stop, flat
+
 class Learner {
  public:
   Learner(std::vector<std::string> servers, uint32_t worker_id, std::vector<std::string> names,
-          std::vector<std::vector<int64_t>> shapes, py::array_t<float, py::array::c_style> flat,
+          std::vector<std::vector<int64_t>> shapes, std::vector<std::string> dtypes,
+          py::array_t<float, py::array::c_style> host, py::function fetch, py::function store,
           const std::string& codec, uint32_t inner_steps, uint32_t fragments, uint64_t generation,
           bool dylu, bool stream, const std::string& adopt, double adopt_alpha, bool lockstep,
           bool error_feedback)
-      : flat_(std::move(flat)) {
-    if (names.size() != shapes.size()) throw py::value_error("one shape per parameter name");
-    std::vector<TensorSpec> tensors;
-    for (size_t i = 0; i < names.size(); ++i) tensors.push_back({names[i], shapes[i]});
-    absl::StatusOr<Manifest> manifest = Manifest::Create(std::move(tensors));
-    if (!manifest.ok()) Raise(manifest.status());
-    if (flat_.ndim() != 1 || static_cast<uint64_t>(flat_.size()) != manifest->total_elements())
-      throw py::value_error(absl::StrCat("the flat buffer holds ", flat_.size(),
-                                         " values, the parameters ", manifest->total_elements()));
-    params_ = std::span<float>(flat_.mutable_data(), static_cast<size_t>(flat_.size()));
+      : host_array_(std::move(host)), fetch_(std::move(fetch)), store_(std::move(store)) {
+    std::vector<DeclaredTensor> decls;
+    manifest_ = CheckedManifest(names, shapes, dtypes, "this learner's model", &decls);
+    if (host_array_.ndim() != 1 ||
+        static_cast<uint64_t>(host_array_.size()) != manifest_.total_elements())
+      throw py::value_error(absl::StrCat("the host buffer holds ", host_array_.size(),
+                                         " values, the parameters ", manifest_.total_elements()));
+    host_ = std::span<float>(host_array_.mutable_data(), static_cast<size_t>(host_array_.size()));
     absl::StatusOr<kernels::Codec> c = kernels::ParseCodec(codec);
     if (!c.ok()) Raise(c.status());
     worker::SyncOptions o;
@@ -92,23 +130,36 @@ class Learner {
     o.lockstep = lockstep;
     o.error_feedback = error_feedback;
     absl::StatusOr<std::unique_ptr<worker::SyncClient>> client =
-        worker::SyncClient::Create(o, *manifest);
+        worker::SyncClient::Create(o, manifest_);
     if (!client.ok()) Raise(client.status());
     client_ = std::move(*client);
-    manifest_ = *std::move(manifest);
+    absl::StatusOr<Plan> plan =
+        Plan::Create(manifest_, fragments, static_cast<uint32_t>(o.servers.size()));
+    if (!plan.ok()) Raise(plan.status());
+    MapFragments(*plan);
+    claimed_.assign(plan->fragments().size(), false);
+    seen_versions_.assign(plan->fragments().size(), 0);
   }
 
   void Join(double timeout_s) {
+    FetchAll();
+    if (!error_.empty()) {  // nothing of a model we could not read goes out as theta(0)
+      Release();
+      ThrowCopyError();
+    }
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = client_->Join(params_, absl::Seconds(timeout_s));
+      s = client_->Join(host_, absl::Seconds(timeout_s));
     }
-    if (!s.ok()) {  // a refused model: name the first differing tensor where this can
-      const std::string why = ExplainModelRefusal(s.message(), manifest_, "<your model>");
-      Raise(why.empty() ? s : absl::Status(s.code(), absl::StrCat(s.message(), "; ", why)));
-    }
+    // Refused: nothing is written. Timed out: the fragments that joined are written, the others
+    // join in the background (after_step adopts them as they arrive).
+    const bool refused = !s.ok() && !absl::IsDeadlineExceeded(s);
+    Finish(!refused);
     last_step_ = absl::Now();
+    if (s.ok()) return;
+    const std::string why = ExplainModelRefusal(s.message(), manifest_, "<your model>");
+    Raise(why.empty() ? s : absl::Status(s.code(), absl::StrCat(s.message(), "; ", why)));
   }
 
   // Once per inner step, after optimizer.step(): the step time is the time since the last call.
@@ -118,17 +169,25 @@ class Learner {
         last_step_ == absl::InfinitePast() ? absl::ZeroDuration() : now - last_step_;
     {
       py::gil_scoped_release release;
-      client_->AfterStep(params_, tokens, step);
+      client_->AfterStep([this](uint64_t offset, uint64_t n) { return Claim(offset, n); }, tokens,
+                         step);
+    }
+    if (claimed_list_.empty()) {
+      last_written_.clear();
+    } else {
+      Finish(true);
     }
     last_step_ = absl::Now();
   }
 
   void Drain(double timeout_s) {
+    FetchAll();
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = client_->Drain(params_, absl::Seconds(timeout_s));
+      s = client_->Drain(host_, absl::Seconds(timeout_s));
     }
+    Finish(true);
     if (!s.ok()) Raise(s);
   }
 
@@ -158,6 +217,11 @@ class Learner {
     d["fleet_step_time_us"] = st.fleet_step_time_us;
     d["after_step_us"] = st.after_step_us;
     d["versions"] = st.versions;
+    // The copies between the parameters and the host buffer, on the training thread.
+    d["fetched_fragments"] = fetched_;
+    d["stored_fragments"] = stored_;
+    d["fetch_us"] = fetch_us_;
+    d["store_us"] = store_us_;
     return d;
   }
 
@@ -169,18 +233,179 @@ class Learner {
     return out;
   }
 
-  uint64_t checksum() const { return ParamsChecksum(params_); }
+  // The parameters' checksum (upcast to fp32): copies the whole model down, writes nothing.
+  uint64_t Checksum() {
+    FetchAll();
+    Release();
+    ThrowCopyError();
+    return ParamsChecksum(host_);
+  }
 
+  // The fleet's values this learner adopted last, flat fp32 in manifest order (a copy).
+  py::array_t<float> GlobalParams() const {
+    const std::span<const float> g = client_->global_params();
+    py::array_t<float> out(static_cast<py::ssize_t>(g.size()));
+    std::memcpy(out.mutable_data(), g.data(), g.size_bytes());
+    return out;
+  }
+
+  const std::vector<std::vector<Slice>>& fragment_slices() const { return slices_; }
+  const std::vector<uint32_t>& last_written() const { return last_written_; }
   bool joined() const { return client_->joined(); }
   uint64_t plan_fingerprint() const { return client_->plan_fingerprint(); }
+  uint64_t model_fingerprint() const { return manifest_.fingerprint(); }
 
  private:
-  py::array_t<float, py::array::c_style> flat_;  // keeps the model's memory alive
-  std::span<float> params_;
-  Manifest manifest_;  // this learner's, to name what differs from a shard's that refuses it
+  struct PieceRef {
+    uint64_t begin = 0, end = 0;
+    uint32_t fragment = 0;
+  };
+
+  // Every piece of the plan, sorted by offset (to find a range's fragment), and each
+  // fragment's pieces cut at tensor boundaries (what the Python side copies).
+  void MapFragments(const Plan& plan) {
+    std::vector<uint64_t> starts;  // tensor i: [starts[i], starts[i + 1])
+    uint64_t at = 0;
+    for (const TensorSpec& t : manifest_.tensors()) {
+      starts.push_back(at);
+      at += t.numel();
+    }
+    starts.push_back(at);
+    slices_.resize(plan.fragments().size());
+    for (const Fragment& f : plan.fragments()) {
+      for (const Piece& p : f.pieces) {
+        pieces_.push_back({p.flat_offset, p.flat_offset + p.length, f.id});
+        uint64_t pos = p.flat_offset;
+        const uint64_t end = p.flat_offset + p.length;
+        size_t t = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), pos) -
+                                       starts.begin()) -
+                   1;
+        for (; pos < end; ++t) {
+          const uint64_t stop = std::min(end, starts[t + 1]);
+          slices_[f.id].emplace_back(static_cast<uint32_t>(t), pos - starts[t], stop - starts[t],
+                                     pos);
+          pos = stop;
+        }
+      }
+    }
+    std::sort(pieces_.begin(), pieces_.end(),
+              [](const PieceRef& a, const PieceRef& b) { return a.begin < b.begin; });
+  }
+
+  // The client's ParamsFn (GIL released): the first range of a fragment asked for in this call
+  // copies the whole fragment down.
+  std::span<float> Claim(uint64_t offset, uint64_t n) {
+    auto it = std::upper_bound(pieces_.begin(), pieces_.end(), offset,
+                               [](uint64_t v, const PieceRef& p) { return v < p.begin; });
+    for (--it; it != pieces_.end() && it->begin < offset + n; ++it) Touch(it->fragment);
+    return host_.subspan(offset, n);
+  }
+
+  void Touch(uint32_t f) {
+    if (claimed_[f]) return;
+    claimed_[f] = true;
+    claimed_list_.push_back(f);
+    const absl::Time t0 = absl::Now();
+    py::gil_scoped_acquire gil;
+    try {
+      fetch_(f);
+    } catch (py::error_already_set& e) {
+      // The client reads this fragment next: hand it the last adopted values, so a push of it
+      // carries nothing, and raise once the client's call returns.
+      if (error_.empty()) error_ = e.what();
+      for (const auto& [tensor, start, stop, flat] : slices_[f])
+        std::memcpy(host_.data() + flat, client_->global_params().data() + flat,
+                    (stop - start) * sizeof(float));
+    }
+    ++fetched_;
+    fetch_us_ += absl::ToDoubleMicroseconds(absl::Now() - t0);
+  }
+
+  void FetchAll() {
+    for (uint32_t f = 0; f < claimed_.size(); ++f) Touch(f);
+  }
+
+  // The fragments handed out in this call that the client wrote (see the header comment).
+  // Moves the counters on whether or not the caller stores them.
+  std::vector<uint32_t> Written() {
+    const worker::SyncStats st = client_->stats();
+    std::vector<uint32_t> out;
+    uint64_t moved = 0;
+    for (uint32_t f = 0; f < seen_versions_.size(); ++f) {
+      if (st.versions[f] == seen_versions_[f]) continue;
+      ++moved;
+      if (claimed_[f]) out.push_back(f);
+    }
+    const bool unexplained =
+        st.adoptions - seen_adoptions_ > moved || st.reanchors != seen_reanchors_;
+    seen_versions_ = st.versions;
+    seen_adoptions_ = st.adoptions;
+    seen_reanchors_ = st.reanchors;
+    if (unexplained) out = claimed_list_;
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // Forgets the fragments handed out: the parameters move on at the next step.
+  void Release() {
+    for (uint32_t f : claimed_list_) claimed_[f] = false;
+    claimed_list_.clear();
+  }
+
+  // After a call that handed fragments out: copies up those written (when `write`).
+  void Finish(bool write) {
+    std::vector<uint32_t> written = Written();
+    if (!write) written.clear();
+    Release();
+    last_written_ = written;
+    if (!written.empty()) {
+      const absl::Time t0 = absl::Now();
+      store_(written);  // a Python error propagates as itself
+      stored_ += written.size();
+      store_us_ += absl::ToDoubleMicroseconds(absl::Now() - t0);
+    }
+    ThrowCopyError();
+  }
+
+  void ThrowCopyError() {
+    if (error_.empty()) return;
+    const std::string e = std::move(error_);
+    error_.clear();
+    throw std::runtime_error(absl::StrCat(
+        "the learner could not copy the parameters to its host buffer (what it pushed of them "
+        "carried no change): ",
+        e));
+  }
+
+  py::array_t<float, py::array::c_style> host_array_;  // keeps the host buffer alive
+  std::span<float> host_;
+  py::function fetch_;  // fetch(fragment): its parameters into the host buffer, as fp32
+  py::function store_;  // store([fragment, ...]): the host buffer into those parameters
+  Manifest manifest_;   // this learner's, to name what differs from a shard's that refuses it
   std::unique_ptr<worker::SyncClient> client_;
+  std::vector<PieceRef> pieces_;
+  std::vector<std::vector<Slice>> slices_;  // per fragment
+  std::vector<bool> claimed_;               // per fragment: handed out in this call
+  std::vector<uint32_t> claimed_list_;
+  std::vector<uint32_t> last_written_;
+  std::vector<uint64_t> seen_versions_;
+  uint64_t seen_adoptions_ = 0, seen_reanchors_ = 0;
+  std::string error_;  // a failed fetch, raised once the client's call returns
+  uint64_t fetched_ = 0, stored_ = 0;
+  double fetch_us_ = 0, store_us_ = 0;
   absl::Time last_step_ = absl::InfinitePast();
 };
+
+// The manifest file `diloco-server --model=manifest:PATH` reads (common/manifest_json.h), written
+// atomically; returns the model's fingerprint as 16 hex digits.
+std::string WriteManifest(const std::string& path, const std::vector<std::string>& names,
+                          const std::vector<std::vector<int64_t>>& shapes,
+                          const std::vector<std::string>& dtypes, const std::string& source) {
+  std::vector<DeclaredTensor> decls;
+  const Manifest m = CheckedManifest(names, shapes, dtypes, path, &decls);
+  if (absl::Status s = WriteManifestJson(path, decls, m, source); !s.ok()) Raise(s);
+  return absl::StrFormat("%016x", m.fingerprint());
+}
 
 }  // namespace
 }  // namespace diloco::python
@@ -195,21 +420,29 @@ PYBIND11_MODULE(_diloco_ps, m) {
             std::span<const float>(values.data(), static_cast<size_t>(values.size())));
       },
       py::arg("values"));
+  m.def("write_manifest", &diloco::python::WriteManifest, py::arg("path"), py::arg("names"),
+        py::arg("shapes"), py::arg("dtypes"), py::arg("source"));
   py::class_<Learner>(m, "Learner")
       .def(py::init<std::vector<std::string>, uint32_t, std::vector<std::string>,
-                    std::vector<std::vector<int64_t>>, py::array_t<float, py::array::c_style>,
+                    std::vector<std::vector<int64_t>>, std::vector<std::string>,
+                    py::array_t<float, py::array::c_style>, py::function, py::function,
                     const std::string&, uint32_t, uint32_t, uint64_t, bool, bool,
                     const std::string&, double, bool, bool>(),
            py::arg("servers"), py::arg("worker_id"), py::arg("names"), py::arg("shapes"),
-           py::arg("flat"), py::arg("codec"), py::arg("inner_steps"), py::arg("fragments"),
-           py::arg("generation"), py::arg("dylu"), py::arg("stream"), py::arg("adopt"),
-           py::arg("adopt_alpha"), py::arg("lockstep"), py::arg("error_feedback"))
+           py::arg("dtypes"), py::arg("host"), py::arg("fetch"), py::arg("store"), py::arg("codec"),
+           py::arg("inner_steps"), py::arg("fragments"), py::arg("generation"), py::arg("dylu"),
+           py::arg("stream"), py::arg("adopt"), py::arg("adopt_alpha"), py::arg("lockstep"),
+           py::arg("error_feedback"))
       .def("join", &Learner::Join, py::arg("timeout_s"))
       .def("after_step", &Learner::AfterStep, py::arg("tokens"))
       .def("drain", &Learner::Drain, py::arg("timeout_s"))
       .def("stats", &Learner::Stats)
       .def("take_events", &Learner::TakeEvents)
-      .def("checksum", &Learner::checksum)
+      .def("checksum", &Learner::Checksum)
+      .def("global_params", &Learner::GlobalParams)
+      .def("fragment_slices", &Learner::fragment_slices)
+      .def("last_written", &Learner::last_written)
       .def_property_readonly("joined", &Learner::joined)
-      .def_property_readonly("plan_fingerprint", &Learner::plan_fingerprint);
+      .def_property_readonly("plan_fingerprint", &Learner::plan_fingerprint)
+      .def_property_readonly("model_fingerprint", &Learner::model_fingerprint);
 }
