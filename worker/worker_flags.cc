@@ -83,10 +83,11 @@ ABSL_FLAG(uint64_t, init_seed, 0,
           "seed of theta(0) (0: --seed). Workers of one fleet that train with different --seed "
           "and one --init_seed start from the same theta(0), whichever Init reaches a shard first");
 ABSL_FLAG(std::string, init_from, "",
-          "start from this model: a .safetensors file in the project's layout (diloco-ctl export, "
-          "--save_model) or Hugging Face's GPT-2 layout, or a diloco-ctl export --format=hf "
-          "directory. Uploaded as theta(0) where the fleet has none; a fleet that already has "
-          "theta(0) keeps it, and a warning says so");
+          "start from this model: a .safetensors file or a Hugging Face folder (config.json "
+          "beside model.safetensors or a sharded index) holding --model's tensors under their "
+          "own names (the built-in GPT also in Hugging Face's GPT-2 layout); any float dtype, "
+          "widened to fp32. Uploaded as theta(0) where the fleet has none; a fleet that already "
+          "has theta(0) keeps it, and a warning says so");
 ABSL_FLAG(std::string, data, "synthetic",
           "synthetic, bin:PATH (llm.c token file) or text:PATH (bytes)");
 ABSL_FLAG(int, num_workers, 0, "workers sharing the data (0: the number of --worker_id + 1)");
