@@ -34,6 +34,56 @@ zmq::message_t AlignedCopy(const zmq::message_t& f) {
   return zmq::message_t(p, f.size(), &FreeAligned, nullptr);
 }
 
+void StoreLittleEndian(uint64_t v, uint8_t* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+uint64_t LoadLittleEndian(const uint8_t* in) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | in[i];
+  return v;
+}
+
+// Writes the trailer over the last kHeaderTrailerBytes of a frame of `size` bytes.
+void WriteTrailer(uint8_t* frame, size_t size) {
+  uint8_t* magic = frame + size - kHeaderTrailerBytes;
+  std::memcpy(magic, kHeaderMagic, sizeof(kHeaderMagic));
+  StoreLittleEndian(Checksum64(frame, size - sizeof(uint64_t)), frame + size - sizeof(uint64_t));
+}
+
+bool VerifiesAsHeader(const uint8_t* data, size_t size) {
+  flatbuffers::Verifier::Options vo;
+  vo.max_depth = kVerifierMaxDepth;
+  vo.max_tables = kVerifierMaxTables;
+  flatbuffers::Verifier verifier(data, size, vo);
+  return verifier.VerifyBuffer<Header>(nullptr);
+}
+
+// The refusal of a header frame that fails its checksum (step 3). Damage, unless the frame
+// lacks the magic: then it is read whole, as a peer of an older version (no trailer) sends it,
+// for its protocol_version alone, so that such a peer is told BadProtocolVersion rather than a
+// puzzling BadChecksum; bytes that are no Header at all are Malformed. One flipped bit cannot
+// make a version-3 frame pass for another version: it hits the magic (the rest, intact, reads
+// as version 3) or leaves it whole.
+absl::Status RefuseUnsealed(const zmq::message_t& frame) {
+  const auto* bytes = static_cast<const uint8_t*>(frame.data());
+  const bool magic = std::memcmp(bytes + frame.size() - kHeaderTrailerBytes, kHeaderMagic,
+                                 sizeof(kHeaderMagic)) == 0;
+  if (!magic) {
+    const zmq::message_t copy = AlignedCopy(frame);  // rare: no receive path relies on it
+    const auto* data = static_cast<const uint8_t*>(copy.data());
+    if (!VerifiesAsHeader(data, copy.size()))
+      return WireError(ErrorCode::Malformed, "header frame is no FlatBuffers Header");
+    const uint16_t version = GetHeader(data)->protocol_version();
+    if (version != kProtocolVersion)
+      return WireError(ErrorCode::BadProtocolVersion,
+                       absl::StrCat("protocol version ", version, ", expected ", kProtocolVersion,
+                                    " (whose headers end in a checksum trailer)"));
+  }
+  return WireError(ErrorCode::BadChecksum,
+                   "header fails its checksum: damaged on the way, none of its fields used");
+}
+
 }  // namespace
 
 absl::Status WireError(ErrorCode code, absl::string_view what) {
@@ -129,11 +179,30 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   b.add_refused_type(h.refused_type);
   b.add_values_checksum(h.values_checksum);
   fbb.Finish(b.Finish());
-  return zmq::message_t(fbb.GetBufferPointer(), fbb.GetSize());
+  return SealHeader(fbb.GetBufferPointer(), fbb.GetSize());
 }
 
 uint64_t FrameChecksum(const zmq::message_t& frame) {
   return Checksum64(frame.data(), frame.size());
+}
+
+zmq::message_t SealHeader(const void* flatbuffer, size_t size) {
+  zmq::message_t frame(size + kHeaderTrailerBytes);
+  std::memcpy(frame.data(), flatbuffer, size);
+  WriteTrailer(frame.data<uint8_t>(), frame.size());
+  return frame;
+}
+
+void ResealHeaderFrame(zmq::message_t& frame) {
+  if (frame.size() >= kHeaderTrailerBytes) WriteTrailer(frame.data<uint8_t>(), frame.size());
+}
+
+bool HeaderChecksumMatches(const void* data, size_t size) {
+  if (size < kHeaderTrailerBytes) return false;
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  const size_t summed = size - sizeof(uint64_t);
+  return std::memcmp(bytes + size - kHeaderTrailerBytes, kHeaderMagic, sizeof(kHeaderMagic)) == 0 &&
+         Checksum64(bytes, summed) == LoadLittleEndian(bytes + summed);
 }
 
 uint64_t Message::payload_bytes() const {
@@ -147,19 +216,18 @@ absl::StatusOr<const Header*> VerifyHeaderFrame(zmq::message_t& frame, const Lim
     return WireError(ErrorCode::Malformed,
                      absl::StrCat("header of ", frame.size(), " bytes exceeds the cap of ",
                                   limits.max_header_bytes));
-  if (frame.size() < 8)  // a root offset and the smallest vtable
+  if (frame.size() < 8 + kHeaderTrailerBytes)  // a root offset, the smallest vtable, a trailer
     return WireError(ErrorCode::Malformed, "header too short");
+  // Before any field is read: a damaged header must not name a message it is not.
+  if (!HeaderChecksumMatches(frame.data(), frame.size())) return RefuseUnsealed(frame);
   if (!Aligned(frame)) {
     frame = AlignedCopy(frame);
     if (!Aligned(frame)) return WireError(ErrorCode::Internal, "cannot align the header frame");
   }
   // The verifier checks alignment relative to the buffer start only; the copy above makes it
-  // absolute.
-  flatbuffers::Verifier::Options vo;
-  vo.max_depth = kVerifierMaxDepth;
-  vo.max_tables = kVerifierMaxTables;
-  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(frame.data()), frame.size(), vo);
-  if (!verifier.VerifyBuffer<Header>(nullptr))
+  // absolute. It sees the FlatBuffers bytes alone: no offset may point into the trailer.
+  if (!VerifiesAsHeader(static_cast<const uint8_t*>(frame.data()),
+                        frame.size() - kHeaderTrailerBytes))
     return WireError(ErrorCode::Malformed, "header fails the FlatBuffers verifier");
   const Header* h = GetHeader(frame.data());
   // The 2.0.8 verifier checks a vector's length prefix for 4-byte alignment only; vectors of

@@ -2,16 +2,29 @@
 // payload frames, and validating a received one. A refusal is an absl::Status carrying an
 // ErrorCode (docs/protocol.md lists them and which are retryable).
 //
+// The header frame (protocol version 3) is the FlatBuffers Header followed by a 12-byte trailer:
+// the 4 bytes kHeaderMagic, then the XXH3-64 (seed 0, little-endian) of every byte before it.
+// Payload frames carry sums listed in the header; without a sum of its own, a bit flipped in a
+// header field (seq, fragment, weight, base version) made another valid message, and TCP's
+// checksum lets such flips through at WAN scale while CURVE is optional.
+//
 // Validation order, cheapest and least trusting first (docs/protocol.md, "Validation order"):
 //   1. frame count (at least the header, at most Limits::max_payload_frames payloads)
 //   2. header size cap, before the verifier: FlatBuffers 2.0.8 only asserts its own bound
-//   3. alignment: a misaligned header frame (libzmq hands out small frames at any offset of its
+//   3. header checksum (the trailer), before any field is read or the verifier runs. A frame
+//      that fails it is refused BadChecksum, with two exceptions for a frame that does not end
+//      in kHeaderMagic: one that parses whole as a Header of another protocol_version is an
+//      older peer's (BadProtocolVersion), one that does not parse is no header (Malformed).
+//      One flipped bit never makes a version-3 header pass for another version (a fatal
+//      refusal): with its magic intact it is BadChecksum, and with the magic hit the rest is
+//      intact and parses as version 3
+//   4. alignment: a misaligned header frame (libzmq hands out small frames at any offset of its
 //      receive buffer) is copied, since FlatBuffers reads scalars in place
-//   4. FlatBuffers verifier with tight depth and table limits
-//   5. protocol version (field 0 of the root table forever, so any version can be read), then
+//   5. FlatBuffers verifier, over the bytes before the trailer, with tight depth and table limits
+//   6. protocol version (field 0 of the root table forever, so any version can be read), then
 //      enum ranges (type, ack, error_code, channel): a peer of another version is told so, not
 //      BadLength and a train chunk's place (chunk_index < num_chunks, one payload frame)
-//   6. declared vs actual frame lengths, 7. XXH3-64 checksums (the only O(bytes) step)
+//   7. declared vs actual frame lengths, 8. XXH3-64 checksums (the only O(bytes) step)
 // Plan, model and identity checks belong to the receiver, which knows what to expect.
 #pragma once
 
@@ -27,7 +40,8 @@
 
 namespace diloco::wire {
 
-inline constexpr uint16_t kProtocolVersion = 2;  // 2: quantized downloads
+// 2: quantized downloads; 3: the header checksum trailer.
+inline constexpr uint16_t kProtocolVersion = 3;
 
 // The staleness of a push based on version `base` and merged in the round that makes version
 // `round`: the rounds other pushes closed in between (0 for a push merged in the round right after
@@ -49,6 +63,9 @@ inline constexpr uint32_t kVerifierMaxDepth = 4;
 inline constexpr uint32_t kVerifierMaxTables = 4;
 // FlatBuffers reads scalars in place: a header frame must start at this alignment.
 inline constexpr size_t kHeaderAlignment = 8;
+// The header trailer: kHeaderMagic, then the XXH3-64 of the frame's bytes before the sum.
+inline constexpr char kHeaderMagic[4] = {'D', 'L', 'H', 'C'};
+inline constexpr size_t kHeaderTrailerBytes = sizeof(kHeaderMagic) + sizeof(uint64_t);
 
 // Everything a header can say; fields a message type does not use stay default.
 struct HeaderFields {
@@ -106,6 +123,15 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
                            std::span<const uint64_t> checksums);
 // The checksum BuildHeader declares for a payload frame.
 uint64_t FrameChecksum(const zmq::message_t& frame);
+// A header frame of these FlatBuffers bytes: a copy with the trailer appended (BuildHeader's
+// last step; for tests that build a Header of their own).
+zmq::message_t SealHeader(const void* flatbuffer, size_t size);
+// Rewrites the trailer of a header frame of at least kHeaderTrailerBytes to match the bytes
+// before it: for tests and the fuzzer that alter a header on purpose and want the checks behind
+// the checksum to see it.
+void ResealHeaderFrame(zmq::message_t& frame);
+// Step 3 alone: the frame ends in kHeaderMagic and the XXH3-64 of the bytes before its sum.
+bool HeaderChecksumMatches(const void* data, size_t size);
 
 // A validated message. Owns its frames; header() points into the first one.
 class Message {
@@ -131,15 +157,16 @@ class Message {
   bool joined_ = false;
 };
 
-// Validates `frames` (header first, payloads after; no routing frames), steps 1 to 7 above.
+// Validates `frames` (header first, payloads after; no routing frames), steps 1 to 8 above.
 // `ids`, when given, is set as soon as the header verifies, so that a refusal of the payload
-// (BadChecksum, BadLength) can name the message; it stays default when the header fails.
+// (BadChecksum, BadLength) can name the message; it stays default when the header fails (a
+// header that fails its checksum names nothing: none of its fields can be trusted).
 absl::StatusOr<Message> ParseMessage(std::vector<zmq::message_t> frames, const Limits& limits = {},
                                      MessageIds* ids = nullptr);
 
-// Steps 2 to 5 on a header frame alone: what a receiver may read before paying for checksums
-// (the server's CURVE identity check). May replace `frame` by an aligned copy; the Header points
-// into `frame` and lives as long as it does.
+// Steps 2 to 6 on a header frame alone: what a receiver may read before paying for payload
+// checksums (the server's CURVE identity check). May replace `frame` by an aligned copy; the Header
+// points into `frame` and lives as long as it does.
 absl::StatusOr<const Header*> VerifyHeaderFrame(zmq::message_t& frame, const Limits& limits = {});
 
 const char* MsgTypeName(MsgType t);

@@ -189,7 +189,9 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
   for (const auto& f : frames) counters_.bytes_in += f.size();
   // A header that verifies names the message even when its payload is refused (BadChecksum,
   // BadLength), and a chunk that does not continue its train names the push it claims: the
-  // worker can tell which push to resend.
+  // worker can tell which push to resend. A header that fails its own checksum names nothing
+  // (BadChecksum, ids 0, refused_type Invalid): its seq or fragment may be the damaged field,
+  // so the worker's lost-push resend, not this answer, sends the push again.
   RefusedIds ids;
   auto parsed = wire::ParseMessage(std::move(frames), {}, &ids);
   if (!parsed.ok()) {

@@ -351,6 +351,13 @@ void ShardSession::OnError(const wire::Header& h) {
     }
     return;
   }
+  if (code == ErrorCode::BadChecksum && h.refused_type() == MsgType::Invalid) {
+    // A header of ours arrived damaged: the shard could trust none of its fields, so this names
+    // no message. Whatever it was goes again by the path that recovers a lost one: a push by
+    // Resend (never acked Queued, it is sent again once the link's pace says it is lost; the
+    // shard's dedup keeps that exactly-once), a pull by Retry, a Hello by Tick's re-Hello.
+    return;
+  }
   if (code == ErrorCode::BadChecksum && it != unacked_.end() && !it->second.resent_corrupt) {
     it->second.resent_corrupt = true;  // damaged on the way: send the same bytes once more
     it->second.in_flight = false;      // PumpPushes sends it again

@@ -77,6 +77,11 @@ struct SyncOptions {
   // Test only: the first N sends of fragment 0's first push (seq 1) are dropped unsent, as if
   // lost on the way (no answer comes; the resend timer must notice).
   uint32_t test_lose_push_sends = 0;
+  // Test only: the first N sends of fragment 0's first push (seq 1), on each shard link, go
+  // whole with one bit of the header's seq field flipped under its sealed checksum, as if
+  // damaged on the way (the shard answers BadChecksum naming no message; the lost-push resend
+  // recovers it).
+  uint32_t test_corrupt_push_header_sends = 0;
 };
 
 struct SyncStats {

@@ -3,9 +3,39 @@
 #include "schema/curve.h"
 
 namespace diloco::worker {
+namespace {
+
+// Test only (SyncOptions::test_corrupt_push_header_sends): `h` and `frames` sent whole, with
+// one bit of the sealed header's seq field flipped, as a network might flip it.
+bool SendWithDamagedHeader(zmq::socket_t& s, const wire::HeaderFields& h,
+                           std::vector<zmq::message_t> frames,
+                           std::span<const uint64_t> checksums) {
+  std::vector<uint64_t> lengths, sums(checksums.begin(), checksums.end());
+  for (const auto& f : frames) lengths.push_back(f.size());
+  if (sums.empty())
+    for (const auto& f : frames) sums.push_back(wire::FrameChecksum(f));
+  zmq::message_t header = wire::BuildHeader(h, lengths, sums);
+  // Header privately derives from flatbuffers::Table, the layout GetRoot itself casts to.
+  const auto* table =
+      reinterpret_cast<const flatbuffers::Table*>(wire::GetHeader(header.data<uint8_t>()));
+  const auto at = table->GetOptionalFieldOffset(wire::Header::VT_SEQ);
+  if (at == 0) return false;  // seq 0 is not stored: nothing to flip
+  const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(table))[at] ^= 0x02;
+  frames.insert(frames.begin(), std::move(header));
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    if (!s.send(frames[i], zmq::send_flags::dontwait | more)) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 ZmqShardLink::ZmqShardLink(zmq::context_t& ctx, std::string endpoint, const SyncOptions& opt)
-    : ctx_(ctx), endpoint_(std::move(endpoint)), opt_(opt) {}
+    : ctx_(ctx),
+      endpoint_(std::move(endpoint)),
+      opt_(opt),
+      header_damages_left_(opt.test_corrupt_push_header_sends) {}
 
 // A fresh socket for one of the connections, monitored for a refused CURVE key before it
 // connects, so the first handshake's verdict is seen too.
@@ -39,6 +69,11 @@ bool ZmqShardLink::Send(bool control, const wire::HeaderFields& h,
   zmq::socket_t& s = control && control_ ? *control_ : *data_;
   std::vector<zmq::message_t> frames;
   if (payload) frames = wire::PayloadFrames(std::move(payload), codec, numel);
+  if (h.type == wire::MsgType::Push && h.fragment_id == 0 && h.seq == 1 &&
+      header_damages_left_ > 0) {
+    --header_damages_left_;
+    return SendWithDamagedHeader(s, h, std::move(frames), checksums);
+  }
   const absl::Status sent = checksums.empty()
                                 ? wire::Send(s, h, std::move(frames))
                                 : wire::SendWithChecksums(s, h, std::move(frames), checksums);

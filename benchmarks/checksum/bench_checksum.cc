@@ -7,7 +7,8 @@
 // Ceiling: the read bandwidth of the same memory in the same state, measured in the same run
 // by a plain vectorised 64-bit sum (memory can deliver no faster than that), and memcpy for
 // scale. ratio = checksum / read. CPU seconds per GiB (1 / GB/s, scaled) is what the transport
-// bench's rx column adds up.
+// bench's rx column adds up. Then the header section (header_check.cc): ns per header frame for
+// its checksum trailer against the FlatBuffers verifier it precedes.
 #include <pthread.h>
 #include <sched.h>
 
@@ -32,6 +33,13 @@ ABSL_FLAG(std::string, frames_kib, "1024,4096", "frame sizes in KiB (int8 and fp
 ABSL_FLAG(uint64_t, pool_mib, 1024, "memory cycled through for the cold state");
 ABSL_FLAG(uint64_t, bytes_mib, 2048, "bytes read per measurement");
 ABSL_FLAG(int, reps, 3, "runs per cell; the best is reported");
+ABSL_FLAG(bool, payloads, true, "the payload frame section");
+ABSL_FLAG(uint64_t, header_iters, 10000, "header checks per run (0: no header section)");
+ABSL_FLAG(int, header_reps, 300, "runs per header cell; the best is reported");
+
+namespace diloco::bench {
+void ReportHeaderChecks(int reps, uint64_t iters);  // header_check.cc
+}  // namespace diloco::bench
 
 namespace {
 
@@ -184,23 +192,28 @@ int main(int argc, char** argv) {
                   : __builtin_cpu_supports("avx2")  ? Fn(ReadSumAvx2)
                                                     : Fn(ReadSum);
 
-  std::printf(
-      "diloco-bench-checksum: GB/s, best of %d; ceiling = read (a vectorised sum over "
-      "the same memory, same state); ratio = checksum / read; pool %zu MiB\n",
-      reps, pool_bytes >> 20);
-  std::printf("%6s %-6s | %7s %7s | %7s %6s %6s\n", "frame", "state", "read", "memcpy", "impl",
-              "GB/s", "ratio");
-  const char* names[] = {"hot", "fresh", "cold"};
-  for (size_t frame : frames)
-    for (State st : {State::kHot, State::kFresh, State::kCold}) {
-      const double r = Rate(read, st, frame, pool, total, reps, writer);
-      const double c = Rate(Copy, st, frame, pool, total, reps, writer);
-      for (const auto& impl : diloco::internal::ChecksumImpls()) {
-        const double h = Rate(impl.fn, st, frame, pool, total, reps, writer);
-        std::printf("%4zuKi %-6s | %7.1f %7.1f | %7s %6.1f %5.0f%%\n", frame >> 10,
-                    names[static_cast<int>(st)], r, c, impl.name, h, 100 * h / r);
+  if (absl::GetFlag(FLAGS_payloads)) {
+    std::printf(
+        "diloco-bench-checksum: GB/s, best of %d; ceiling = read (a vectorised sum over "
+        "the same memory, same state); ratio = checksum / read; pool %zu MiB\n",
+        reps, pool_bytes >> 20);
+    std::printf("%6s %-6s | %7s %7s | %7s %6s %6s\n", "frame", "state", "read", "memcpy", "impl",
+                "GB/s", "ratio");
+    const char* names[] = {"hot", "fresh", "cold"};
+    for (size_t frame : frames)
+      for (State st : {State::kHot, State::kFresh, State::kCold}) {
+        const double r = Rate(read, st, frame, pool, total, reps, writer);
+        const double c = Rate(Copy, st, frame, pool, total, reps, writer);
+        for (const auto& impl : diloco::internal::ChecksumImpls()) {
+          const double h = Rate(impl.fn, st, frame, pool, total, reps, writer);
+          std::printf("%4zuKi %-6s | %7.1f %7.1f | %7s %6.1f %5.0f%%\n", frame >> 10,
+                      names[static_cast<int>(st)], r, c, impl.name, h, 100 * h / r);
+        }
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
-    }
+  }
+  if (absl::GetFlag(FLAGS_header_iters) > 0)
+    diloco::bench::ReportHeaderChecks(absl::GetFlag(FLAGS_header_reps),
+                                      absl::GetFlag(FLAGS_header_iters));
   return 0;
 }

@@ -30,10 +30,19 @@ constexpr double kMinStepRatio = 0.2;
 constexpr int kEvalAttempts = 3;  // a midway evaluation, when a live store changes under it
 constexpr absl::Duration kEvalRetry = absl::Seconds(2);
 
-const FaultRates kBackground{
-    .drop = 0.002, .duplicate = 0.002, .delay = 0.01, .corrupt = 0.001, .replay = 0.005};
-const FaultRates kBurst{
-    .drop = 0.05, .duplicate = 0.05, .delay = 0.1, .corrupt = 0.02, .replay = 0.03};
+// Header flips take a small share, half the rate of payload corruption.
+const FaultRates kBackground{.drop = 0.002,
+                             .duplicate = 0.002,
+                             .delay = 0.01,
+                             .corrupt = 0.001,
+                             .replay = 0.005,
+                             .header_flip = 0.0005};
+const FaultRates kBurst{.drop = 0.05,
+                        .duplicate = 0.05,
+                        .delay = 0.1,
+                        .corrupt = 0.02,
+                        .replay = 0.03,
+                        .header_flip = 0.01};
 
 // The complete lines appended to a file since the last call.
 class TailReader {
@@ -830,9 +839,9 @@ std::string ChaosReport::Text() const {
   const auto& m = messages;
   absl::StrAppendFormat(&t,
                         "messages: %d forwarded, %d dropped, %d duplicated, %d delayed, %d "
-                        "corrupted, %d replayed (%d refused, %d answered)\n",
-                        m.forwarded, m.dropped, m.duplicated, m.delayed, m.corrupted, m.replayed,
-                        m.replay_refused, m.replay_answered);
+                        "corrupted, %d header-flipped, %d replayed (%d refused, %d answered)\n",
+                        m.forwarded, m.dropped, m.duplicated, m.delayed, m.corrupted,
+                        m.header_flipped, m.replayed, m.replay_refused, m.replay_answered);
   absl::StrAppendFormat(&t, "faults in all: %d\n", total + static_cast<int>(m.faults()));
   for (const auto& [k, v] : facts) absl::StrAppend(&t, k, ": ", v, "\n");
   if (min_step_ratio < 1e9)
@@ -871,6 +880,7 @@ std::string ChaosReport::Json() const {
                       {"duplicated", messages.duplicated},
                       {"delayed", messages.delayed},
                       {"corrupted", messages.corrupted},
+                      {"header_flipped", messages.header_flipped},
                       {"replayed", messages.replayed},
                       {"replay_answered", messages.replay_answered}}},
                     {"facts", facts},

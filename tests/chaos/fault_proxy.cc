@@ -123,6 +123,13 @@ struct FaultProxy::Loop {
       Deliver(std::move(h), counts);
       return;
     }
+    if ((x -= r.header_flip) < 0 && !h.frames.empty() && h.frames[0].size() > 0) {
+      ++counts->header_flipped;
+      auto& f = h.frames[0];
+      static_cast<uint8_t*>(f.data())[rng() % f.size()] ^= uint8_t{1} << (rng() % 8);
+      Deliver(std::move(h), counts);
+      return;
+    }
     if (h.dir == kUp && (x -= r.replay) < 0 && last_push) {
       ++counts->replayed;
       SendAll(replay, Copy(*last_push));

@@ -10,9 +10,10 @@
 // repeats and reorders messages; a byte-level cut is what killing a process does.
 //
 // Corruption flips one bit of a payload frame (the frame checksum must catch it) or cuts the
-// header frame in half (FlatBuffers verification must catch it). A bit flip inside a header
-// field is not injected: the header carries no checksum of its own, so such a message would be
-// a different, valid message (integrity of headers on untrusted links is CURVE's job).
+// header frame in half (FlatBuffers verification must catch it). A header flip, a fault kind of
+// its own, flips one bit at a random byte of the header frame, so any field (seq, fragment,
+// weight, versions) or the trailer can be hit: the header checksum must catch it (protocol
+// version 3, schema/wire.h), and the worker's lost-push resend or pull must recover.
 //
 // A replay sends a copy of an earlier worker message on a connection of its own that never said
 // Hello; the shard must refuse it. Answers on that connection are counted by kind
@@ -39,17 +40,21 @@ struct FaultRates {
   double duplicate = 0;
   double delay = 0;  // held for a uniform time in (0, max_delay]
   double corrupt = 0;
-  double replay = 0;  // worker -> shard only: also replayed on a connection without Hello
+  double replay = 0;       // worker -> shard only: also replayed on a connection without Hello
+  double header_flip = 0;  // one bit of the header frame flipped, at a random byte
   absl::Duration max_delay = absl::Milliseconds(300);
 };
 
 struct FaultCounts {
   uint64_t forwarded = 0;  // messages passed on (a duplicate counts twice)
   uint64_t dropped = 0, duplicated = 0, delayed = 0, corrupted = 0, replayed = 0;
+  uint64_t header_flipped = 0;
   uint64_t replay_refused = 0;   // Error answers to replays
   uint64_t replay_answered = 0;  // any other answer to a replay: a replay was accepted
   uint64_t connections = 0;      // worker connections seen
-  uint64_t faults() const { return dropped + duplicated + delayed + corrupted + replayed; }
+  uint64_t faults() const {
+    return dropped + duplicated + delayed + corrupted + replayed + header_flipped;
+  }
   FaultCounts& operator+=(const FaultCounts& o) {
     forwarded += o.forwarded;
     dropped += o.dropped;
@@ -57,6 +62,7 @@ struct FaultCounts {
     delayed += o.delayed;
     corrupted += o.corrupted;
     replayed += o.replayed;
+    header_flipped += o.header_flipped;
     replay_refused += o.replay_refused;
     replay_answered += o.replay_answered;
     connections += o.connections;

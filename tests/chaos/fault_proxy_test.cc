@@ -174,6 +174,26 @@ TEST(FaultProxyTest, CorruptionIsWhatTheReceiverChecksCatch) {
   EXPECT_EQ((*proxy)->counts().corrupted, 2u * kMessages);
 }
 
+// A header flip may hit any byte of the header frame, trailer included: the header checksum
+// refuses every one as BadChecksum, never as another message or another protocol version. The
+// fake shard answers each push with an Error of its own, so each answer carries one flip.
+TEST(FaultProxyTest, HeaderFlipsAreWhatTheHeaderChecksumCatches) {
+  FakeShard shard(true);
+  auto proxy = FaultProxy::Start(shard.endpoint(), 5);
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  Client c((*proxy)->endpoint());
+  (*proxy)->set_rates({.header_flip = 1});  // both ways: the push's and the answer's
+  for (int i = 0; i < kMessages; ++i) c.Push(i, kPayload);
+  auto got = c.Drain(absl::Seconds(2));
+  ASSERT_EQ(got.size(), static_cast<size_t>(kMessages));
+  for (auto& m : got) {
+    auto parsed = wire::ParseMessage(std::move(m));
+    EXPECT_EQ(wire::ErrorCodeOf(parsed.status()), wire::ErrorCode::BadChecksum) << parsed.status();
+  }
+  EXPECT_EQ((*proxy)->counts().header_flipped, 2u * kMessages);
+  EXPECT_EQ((*proxy)->counts().corrupted, 0u);
+}
+
 TEST(FaultProxyTest, ReplaysGoOnAConnectionOfTheirOwnAndTheirAnswersAreCounted) {
   for (bool refuse : {false, true}) {
     FakeShard shard(refuse);

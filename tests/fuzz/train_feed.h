@@ -11,12 +11,15 @@
 
 namespace diloco::fuzz {
 
-// Returns the number of whole messages that came out.
-inline int FeedTrains(const uint8_t* data, size_t size) {
+// Returns the number of whole messages that came out. With `reseal`, each message's header
+// frame gets a matching trailer first (ResealHeaderFrame, writing into `data`), so that the
+// checks behind the header checksum see the input.
+inline int FeedTrains(const uint8_t* data, size_t size, bool reseal = false) {
   wire::TrainAssembler trains;
   absl::Time now = absl::UnixEpoch();
   int whole = 0, k = 0;
   for (auto& frames : SplitMessages(data, size)) {
+    if (reseal && !frames.empty()) wire::ResealHeaderFrame(frames[0]);
     const std::string conn = k++ % 4 == 3 ? "d" : "c";
     now += absl::Seconds(1);
     auto m = wire::ParseMessage(std::move(frames));

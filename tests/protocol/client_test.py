@@ -490,12 +490,13 @@ class Catalogue:
         fields.update(override)
         return fields
 
-    def header(self, frames, **fields):
-        """A push header declaring these frames (lengths and checksums), fields overridden."""
+    def header(self, frames, sealed=True, **fields):
+        """A push header declaring these frames (lengths and checksums), fields overridden;
+        sealed=False leaves out the checksum trailer (a peer of protocol version 2)."""
         h = self.push(frame_lengths=[len(x) for x in frames],
                       frame_checksums=[w.checksum(x) for x in frames])
         h.update(fields)
-        return w.build_header(**h)
+        return w.build_header(sealed=sealed, **h)
 
     def error(self, code, refused_type=None, **names):
         self.errors[w.enum_name(w.ErrorCode, code)] += 1
@@ -589,6 +590,15 @@ class Catalogue:
         self.case("no protocol_version (0) -> BadProtocolVersion", a,
                   raw(a, [good(protocol_version=0)] + fr),
                   [self.error(M.BadProtocolVersion, P.Invalid)])
+        self.case("a peer of protocol 2 (no header trailer) -> BadProtocolVersion", a,
+                  raw(a, [good(sealed=False, protocol_version=2)] + fr),
+                  [self.error(M.BadProtocolVersion, P.Invalid)])
+        for at in (0, len(good()) // 3, len(good()) - 1):  # root offset, a field, the trailer
+            flipped = bytearray(good())
+            flipped[at] ^= 0x04
+            self.case(f"header byte {at} with a bit flipped -> BadChecksum naming no message",
+                      a, raw(a, [bytes(flipped)] + fr),
+                      [self.error(M.BadChecksum, P.Invalid, worker_id=0, fragment_id=0, seq=0)])
         self.case("type 200 -> UnknownType", a, raw(a, [good(type=200)] + fr),
                   [self.error(M.UnknownType, P.Invalid)])
         self.case("ack out of range -> Malformed", a, raw(a, [good(ack=99)] + fr),

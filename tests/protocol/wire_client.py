@@ -8,7 +8,8 @@ client_test.py drives it against a real diloco-server.
 Parts, each following the doc section named in its docstring:
 
 * load_schema: the flatc-generated Python module of schema/protocol.fbs.
-* build_header / parse_header: the FlatBuffers header frame ("Messages", "Constants").
+* build_header / parse_header / seal_header: the header frame, a FlatBuffers table followed by
+  its checksum trailer ("Messages", "The header frame", "Constants").
 * model_manifest / model_fingerprint: the tensors of a --model spec ("The manifest of
   `--model`", "Fingerprints").
 * Plan / plan_fingerprint: fragment pieces and shard assignment ("The plan", "Fingerprints").
@@ -32,8 +33,10 @@ import zmq
 # ---------------------------------------------------------------------------------------------
 # Constants ("Writing a client" / "Constants")
 
-PROTOCOL_VERSION = 2
-MAX_HEADER_BYTES = 65536
+PROTOCOL_VERSION = 3
+MAX_HEADER_BYTES = 65536  # the whole header frame, trailer included
+HEADER_MAGIC = b"DLHC"  # the trailer: these 4 bytes, then the u64 XXH3-64 of all bytes before it
+HEADER_TRAILER_BYTES = len(HEADER_MAGIC) + 8
 MAX_PAYLOAD_FRAMES = 4096
 MAX_FRAME_BYTES = 1 << 30
 
@@ -88,13 +91,15 @@ def _camel(field):
     return "".join(part.capitalize() for part in field.split("_"))
 
 
-def build_header(**fields):
-    """Serializes one Header table; fields are the schema's field names.
+def build_header(sealed=True, **fields):
+    """Serializes one Header table into a header frame; fields are the schema's field names.
 
     Unset fields stay at their defaults (not stored). protocol_version defaults to
     PROTOCOL_VERSION unless given (pass 0 or another number to build a wrong one).
     frame_lengths and frame_checksums are lists of u64, versions a list of (id, version),
-    message a str or bytes. No size check: callers building malformed headers need none.
+    message a str or bytes. The frame ends in the checksum trailer (seal_header) unless
+    sealed=False (a peer of protocol version 2 or older). No size check: callers building
+    malformed headers need none.
     """
     unknown = set(fields) - set(ALL_FIELDS)
     if unknown:
@@ -121,7 +126,24 @@ def build_header(**fields):
     for name, off in offsets.items():
         getattr(_Header, "HeaderAdd" + _camel(name))(b, off)
     b.Finish(_Header.HeaderEnd(b))  # no file identifier
-    return bytes(b.Output())
+    table = bytes(b.Output())
+    return seal_header(table) if sealed else table
+
+
+def seal_header(table):
+    """The header frame of these FlatBuffers bytes: table + HEADER_MAGIC + u64 little-endian
+    XXH3-64 (seed 0) of table + HEADER_MAGIC."""
+    body = bytes(table) + HEADER_MAGIC
+    return body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body, 0))
+
+
+def header_intact(frame):
+    """True when a header frame ends in the magic and the checksum of the bytes before it."""
+    frame = bytes(frame)
+    if len(frame) < HEADER_TRAILER_BYTES:
+        return False
+    body, (digest,) = frame[:-8], struct.unpack("<Q", frame[-8:])
+    return body.endswith(HEADER_MAGIC) and xxhash.xxh3_64_intdigest(body, 0) == digest
 
 
 class Header:
@@ -153,8 +175,13 @@ class Header:
 
 
 def parse_header(frame):
-    """Parses a header frame (the Python runtime has no verifier: trusts the shard)."""
-    return Header(frame)
+    """Parses a header frame, after its checksum trailer (ProtocolError if it does not match:
+    damaged on the way, to be dropped). The Python runtime has no FlatBuffers verifier: beyond
+    the checksum it trusts the shard. The table is read from the front of the frame; the
+    trailer behind it is never reached."""
+    if not header_intact(frame):
+        raise ProtocolError("a header frame does not match its checksum trailer")
+    return Header(bytes(frame)[:-HEADER_TRAILER_BYTES])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,7 +481,8 @@ class Connection:
     def recv(self, timeout_s, skip_heartbeats=True):
         """The next whole message (trains joined), or None if none comes within timeout_s.
 
-        Checks each message's declared frame lengths and checksums (ProtocolError if wrong).
+        Checks each message's header checksum trailer, declared frame lengths and checksums
+        (ProtocolError if wrong).
         Heartbeats the shard sends are skipped unless skip_heartbeats is False.
         """
         deadline = time.monotonic() + timeout_s

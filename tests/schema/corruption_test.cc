@@ -91,10 +91,13 @@ TEST_F(CorruptionTest, OversizedHeader) {
   ExpectRefused(h_.SendRaw("a", Push(hf)), ErrorCode::Malformed);
 }
 
+// The verifier cases are resealed (the trailer made to match): unsealed, the header checksum
+// refuses them first (FlippedHeaderBit).
 TEST_F(CorruptionTest, BadVerifierOffsets) {
   auto f = Push(PushHeader());
   const uint32_t root = 0x7ffffff0;  // root table far outside the frame
   std::memcpy(f[0].data(), &root, 4);
+  wire::ResealHeaderFrame(f[0]);
   ExpectRefused(h_.SendRaw("a", std::move(f)), ErrorCode::Malformed);
 }
 
@@ -104,7 +107,46 @@ TEST_F(CorruptionTest, BadVtableOffset) {
   std::memcpy(&root, f[0].data(), 4);
   const int32_t vtable = -0x4000000;  // the root table's vtable outside the frame
   std::memcpy(f[0].data<uint8_t>() + root, &vtable, 4);
+  wire::ResealHeaderFrame(f[0]);
   ExpectRefused(h_.SendRaw("a", std::move(f)), ErrorCode::Malformed);
+}
+
+// A push whose header lost a bit of its seq on the way (seq 1 read as 3) is refused BadChecksum
+// naming no message and never applied; the worker's resend of the same push is applied once,
+// and a resend after that is a Duplicate.
+TEST_F(CorruptionTest, FlippedHeaderBit) {
+  auto f = Push(PushHeader(1));
+  const auto* table =
+      reinterpret_cast<const flatbuffers::Table*>(wire::GetHeader(f[0].data<uint8_t>()));
+  const auto at = table->GetOptionalFieldOffset(wire::Header::VT_SEQ);
+  ASSERT_NE(at, 0);
+  const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(table))[at] ^= 0x02;
+  const auto out = h_.SendRaw("a", std::move(f));
+  ExpectRefused(out, ErrorCode::BadChecksum);
+  const Outgoing* e = Only(out, MsgType::Error);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->header.refused_type, MsgType::Invalid);
+  EXPECT_EQ(e->header.worker_id, 0u);
+  EXPECT_EQ(e->header.fragment_id, 0u);
+  EXPECT_EQ(e->header.seq, 0u);
+  EXPECT_NE(e->header.message.find("header fails its checksum"), std::string::npos);
+  EXPECT_EQ(h_.shard().counters().refused_by_reason[static_cast<size_t>(ErrorCode::BadChecksum)],
+            1u);
+
+  const Outgoing* ack = Only(h_.SendRaw("a", Push(PushHeader(1))), MsgType::PushAck);
+  ASSERT_NE(ack, nullptr);
+  EXPECT_EQ(ack->header.ack, AckStatus::Queued);
+  EXPECT_EQ(ack->header.seq, 1u);
+  h_.clock().Advance(absl::Seconds(30));
+  h_.Tick();
+  EXPECT_EQ(h_.shard().published_version(0), before_.versions[0] + 1) << "applied once";
+  EXPECT_EQ(h_.shard().counters().rounds, before_.rounds + 1);
+  const Outgoing* again = Only(h_.SendRaw("a", Push(PushHeader(1))), MsgType::PushAck);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->header.ack, AckStatus::Duplicate);
+  h_.clock().Advance(absl::Seconds(30));
+  h_.Tick();
+  EXPECT_EQ(h_.shard().published_version(0), before_.versions[0] + 1) << "applied twice";
 }
 
 TEST_F(CorruptionTest, WrongFrameCount) {

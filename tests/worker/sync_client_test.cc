@@ -135,6 +135,38 @@ TEST_P(DamagedPushTest, IsSentAgainOnceThenGivenUp) {
 
 INSTANTIATE_TEST_SUITE_P(Sends, DamagedPushTest, ::testing::Values(1u, 2u));
 
+// A push whose header is damaged on the way (a bit of its seq flipped under the header's
+// checksum) is refused BadChecksum naming no message: nothing in it can be trusted, so the
+// worker cannot tell which push it was. It was never acked Queued, so the lost-push resend
+// sends it again, and it is applied exactly once: every push applied, none refused, and the
+// shard counts one damaged header and no duplicate.
+TEST(DamagedPushHeaderTest, IsRecoveredByTheLostPushResend) {
+  LocalShards shards;
+  worker::SyncOptions o = OneShardOptions(shards, 10);
+  o.test_corrupt_push_header_sends = 1;
+  o.resend_after = absl::Milliseconds(500);  // the lost-push wait, short for the test
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::vector<float> params(manifest->total_elements(), 0.01f);
+  auto client = worker::SyncClient::Create(o, *manifest);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
+  for (int s = 0; s < 1000 && (s < 30 || (*client)->stats().pushes < 8); ++s) {
+    for (float& p : params) p -= 1e-4f;
+    (*client)->AfterStep(params, 64, absl::Milliseconds(5));
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE((*client)->Drain(params, absl::Seconds(20)).ok());
+  const worker::SyncStats st = (*client)->stats();
+  EXPECT_EQ(shards.Stat(0, "refused_by_reason.BadChecksum"), 1u);
+  EXPECT_EQ(shards.Stat(0, "pushes.duplicate"), 0u) << "a push was applied under another seq";
+  EXPECT_GE(st.resends, 1u);
+  EXPECT_GE(st.pushes, 8u);
+  EXPECT_EQ(st.applied, st.pushes) << "the damaged push was not applied after its resend";
+  EXPECT_EQ(st.refused, 0u);
+  EXPECT_EQ(st.duplicates, 0u);
+}
+
 // An applied push whose Applied answer was lost (the shard killed between making it durable and
 // sending it, then restarted on its store) is answered Duplicate after the resend; the update
 // the worker then pulls is that push's answer, and adoption takes its delta out exactly once.
