@@ -31,18 +31,18 @@ for p in "${programs[@]}"; do
   mkdir -p "$bundle/$(dirname "$p")"
   strip -o "$bundle/$p" "$build/$p"
 done
-# What the GPU machine has of its own: glibc, the compiler runtime (gcc 13 there, newer than
-# ours) and the CUDA libraries of the same major version (13). Everything else travels.
-system='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libcuda|libcublas|libcublasLt|libnccl)\.'
-for p in "${programs[@]}"; do
-  ldd "$build/$p" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
-done | sort -u | while read -r name path; do
-  if [[ ! $name =~ $system ]]; then cp -L "$path" "$bundle/lib/$name"; fi
+# What travels: every library the programs load that the GPU machine has not of its own (glibc's
+# family, the compiler runtime and CUDA's libraries stay: benchmarks/gpu/bundle_libs.sh).
+built=()
+for p in "${programs[@]}"; do built+=("$build/$p"); done
+benchmarks/gpu/bundle_libs.sh "${built[@]}" | while read -r name path; do
+  cp -L "$path" "$bundle/lib/$name"
 done
-# Check: run from the bundle, every library outside that list resolves into the bundle.
-stray=$(for p in "${programs[@]}"; do
-  LD_LIBRARY_PATH="$bundle/lib" ldd "$bundle/$p" | awk '$2 == "=>" {print $1, $3}'
-done | sort -u | awk -v sys="$system" -v lib="$bundle/lib/" '$1 !~ sys && index($2, lib) != 1')
+# Check: run from the bundle, every library that travels resolves into the bundle.
+bundled=()
+for p in "${programs[@]}"; do bundled+=("$bundle/$p"); done
+stray=$(LD_LIBRARY_PATH="$bundle/lib" benchmarks/gpu/bundle_libs.sh "${bundled[@]}" |
+        awk -v lib="$bundle/lib/" 'index($2, lib) != 1')
 if [[ -n $stray ]]; then
   echo "prepare: libraries not resolved from $bundle/lib:" >&2
   echo "$stray" >&2
