@@ -17,18 +17,23 @@ inline constexpr int kThreads = 256;
 // with 43-64 registers a thread): the grid-stride loops then keep every SM busy to the end with
 // no tail wave; never more blocks than the work needs. Asked on every launch (a host-side
 // calculation, no synchronisation), so GPUs of different kinds in one process each get theirs.
+// An error already pending from an earlier launch is left pending for its caller to report: the
+// queries are then skipped (the default sizes serve), since clearing their own failures would
+// clear it too.
 inline unsigned GridFor(const void* kernel, size_t work_items, size_t items_per_block) {
   int device = 0, sms = 132, per_sm = 2048 / kThreads;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    sms = 132;
+  if (cudaPeekAtLastError() == cudaSuccess) {
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      sms = 132;
+    }
+    int fit = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kThreads, 0) == cudaSuccess &&
+        fit > 0) {
+      per_sm = fit;
+    }
+    (void)cudaGetLastError();  // a failed query above must not be reported as the launch's error
   }
-  int fit = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kThreads, 0) == cudaSuccess &&
-      fit > 0) {
-    per_sm = fit;
-  }
-  (void)cudaGetLastError();  // a failed query above must not be reported as the launch's error
   const size_t need = (work_items + items_per_block - 1) / items_per_block;
   const size_t cap = static_cast<size_t>(sms) * static_cast<size_t>(per_sm);
   const size_t g = need < cap ? need : cap;

@@ -46,7 +46,10 @@ __device__ float BlockReduce(float x) {
 __device__ float BlockSum(float x) { return BlockReduce<SumOp>(x); }
 __device__ float BlockMax(float x) { return BlockReduce<MaxOp>(x); }
 
-int Blocks(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
+// Blocks of kThreads covering n elements; at least one, since a launch of 0 blocks fails with
+// cudaErrorInvalidConfiguration (every kernel here returns for indexes >= n, so an empty size
+// launches one block that does nothing).
+int Blocks(int64_t n) { return n <= 0 ? 1 : static_cast<int>((n + kThreads - 1) / kThreads); }
 
 __global__ void EncoderForwardK(float* out, const int32_t* inp, const float* wte, const float* wpe,
                                 int T, int C, int64_t n) {
