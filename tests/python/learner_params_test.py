@@ -17,7 +17,9 @@ so). It checks:
     fragment due, pushes it (applied), adopts the answer, writes exactly that fragment's ranges
     (last_written() == fragments()[i]) as the adopted fp32 values rounded once to each
     parameter's dtype, and leaves every other range as it was; parameters keep their data_ptr;
-  - a second learner joining gets the fleet's values in its own parameters.
+  - a second learner joining gets the fleet's values in its own parameters; without lockstep
+    its push step copies the model down and nothing up (a push only reads), and the step after
+    the answers arrived copies it down and up: global values + the drift since the push.
 Prints after_step's cost on the steps with nothing due.
 
   /usr/bin/python3 learner_params_test.py --build=BUILD_DIR --python_dir=BUILD_DIR/python
