@@ -31,8 +31,9 @@ import torch
 from ._diloco_ps import checksum as _checksum
 from ._learner import Learner
 from ._manifest import write_manifest
+from .island import Island
 
-__all__ = ["Learner", "checksum", "write_manifest"]
+__all__ = ["Island", "Learner", "checksum", "write_manifest"]
 
 
 def checksum(tensor):
