@@ -192,14 +192,46 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
   // worker can tell which push to resend. A header that fails its own checksum names nothing
   // (BadChecksum, ids 0, refused_type Invalid): its seq or fragment may be the damaged field,
   // so the worker's lost-push resend, not this answer, sends the push again.
+  //
+  // One answer per train: the chunk that ends a train (refused at any step) answers for it, and
+  // the train's later chunks are dropped unanswered. Were each refused too (Malformed, naming
+  // the push), a worker that resends a push on a payload BadChecksum would get refusals after
+  // its resend was sent, and could not tell them from the resend's own: giving the push up
+  // then, while the resend is applied, counts its delta twice (docs/worker.md "Acks, resends,
+  // exactly once").
   RefusedIds ids;
+  zmq::message_t header;  // shares the frame's buffer: to read a refused chunk's place
+  if (!frames.empty()) header.copy(frames[0]);
+  const absl::Time now = clock_->Now();
   auto parsed = wire::ParseMessage(std::move(frames), {}, &ids);
   if (!parsed.ok()) {
     trains_.Drop(rid);  // a refused chunk ends its train
+    // Whether it was a chunk: a header that names nothing may have been one.
+    bool chunk = ids.type == MsgType::Invalid;
+    if (!chunk) {
+      auto h = wire::VerifyHeaderFrame(header);  // verified already: only its place is read
+      chunk = h.ok() && (*h)->num_chunks() > 1;
+    }
+    if (chunk) {
+      cut_trains_[rid] = {ids.type == MsgType::Invalid, ids, now};
+    } else {
+      cut_trains_.erase(rid);
+    }
     return Refuse(rid, parsed.status(), ids, out);
   }
-  auto whole = trains_.Add(rid, *std::move(parsed), clock_->Now());
-  if (!whole.ok()) return Refuse(rid, whole.status(), ids, out);
+  const bool later_chunk = parsed->is_chunk() && parsed->header().chunk_index() > 0;
+  if (!later_chunk) cut_trains_.erase(rid);  // a new train or a whole message
+  auto whole = trains_.Add(rid, *std::move(parsed), now);
+  if (!whole.ok()) {
+    if (later_chunk && ContinuesCutTrain(rid, ids)) {
+      ++counters_.messages_bad;
+      ++counters_.cut_train_chunks;
+      cut_trains_[rid].at = now;
+      return;
+    }
+    if (later_chunk) cut_trains_[rid] = {false, ids, now};  // ends its train: answers for it
+    return Refuse(rid, whole.status(), ids, out);
+  }
   if (!whole->has_value()) return;  // more chunks to come
   wire::Message* m = &**whole;
   switch (m->type()) {
@@ -225,6 +257,14 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
                               absl::StrCat("a shard does not accept ", MsgTypeName(m->type()))),
                     &m->header(), out);
   }
+}
+
+bool Shard::ContinuesCutTrain(const std::string& rid, const wire::MessageIds& ids) const {
+  auto it = cut_trains_.find(rid);
+  if (it == cut_trains_.end()) return false;
+  const wire::MessageIds& c = it->second.ids;
+  return it->second.any || (c.worker == ids.worker && c.fragment == ids.fragment &&
+                            c.seq == ids.seq && c.type == ids.type);
 }
 
 absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h, Via via) {
@@ -283,6 +323,7 @@ void Shard::Unbind(const std::string& rid) {
     if (w->control_rid == rid) w->control_rid.clear();
   }
   bound_.erase(b);
+  cut_trains_.erase(rid);
 }
 
 void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {

@@ -148,6 +148,9 @@ struct ShardCounters {
   uint64_t pushes_dropped = 0;    // ShardOptions::test_drop_pushes only
   uint64_t max_held_bytes = 0;    // the most push bytes one worker ever had held at once
   uint64_t messages_bad = 0;
+  // Chunks of a train that an earlier refused chunk ended, dropped unanswered (also in
+  // messages_bad): each send of a push gets one answer (docs/protocol.md "Trains").
+  uint64_t cut_train_chunks = 0;
   uint64_t bytes_in = 0, bytes_out = 0;
   // FragmentUpdates sent whole (fp32) and as quantized update chains, and their payload bytes.
   uint64_t updates_full = 0, updates_delta = 0;
@@ -338,6 +341,19 @@ class Shard {
   };
   absl::flat_hash_map<std::string, Binding> bound_;  // routing id -> worker; two per worker at most
   wire::TrainAssembler trains_;                      // chunks of payload trains, per connection
+  // Per connection: the train a refused chunk ended, whose later chunks are dropped unanswered
+  // (the refusal of the chunk that ended it is the train's one answer), until the connection's
+  // next first chunk or whole message. `any`: the refused chunk's header named nothing (it
+  // failed its checksum), so every later chunk is the cut train's (a sender does not interleave
+  // trains on a connection).
+  struct CutTrain {
+    bool any = false;
+    wire::MessageIds ids;
+    absl::Time at;
+  };
+  absl::flat_hash_map<std::string, CutTrain> cut_trains_;
+  // Whether a train chunk the assembler refused continues the cut train of `rid`.
+  bool ContinuesCutTrain(const std::string& rid, const wire::MessageIds& ids) const;
   std::unique_ptr<storage::CheckpointStore> store_;
   std::unique_ptr<CheckpointWriter> writer_;  // after store_ and fragments_: joined first
   struct InFlight {

@@ -61,6 +61,7 @@ std::string Shard::StatsJson() const {
   j["max_held_bytes"] = c.max_held_bytes;
   j["trains_cut"] = trains_.trains_cut();
   j["partial_trains"] = trains_.partial_trains();
+  j["cut_train_chunks"] = c.cut_train_chunks;
   j["store_rollback"] = store_ && !store_->rollback().empty();
   j["round_share"] = c.round_share;
   j["checkpoint_error"] = c.checkpoint_error;

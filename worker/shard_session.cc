@@ -171,8 +171,30 @@ void ShardSession::Finish(Kept::iterator it, bool applied) {
   // e was e0 + delta - deQ(q); back to e0, as if the push had never been taken.
   if (!applied)
     UndoErrorFeedback(opt_.codec, deltas_[job.fragment], frags_.at(job.fragment).error, job.push);
+  copies_.erase(it->first);
   unacked_.erase(it);
   shared_.PushEnded();
+}
+
+bool ShardSession::OtherCopiesUnanswered(std::pair<uint32_t, uint64_t> key) {
+  auto c = copies_.find(key);
+  if (c == copies_.end()) return false;
+  if (c->second.unanswered > 0) --c->second.unanswered;
+  return c->second.unanswered > 0;
+}
+
+void ShardSession::GiveUp(Kept::iterator it, ErrorCode code, const std::string& what) {
+  const uint32_t fragment = it->first.first;
+  shared_.Add(&SyncStats::refused);
+  shared_.Event(
+      {SyncEvent::kRefused, index_, fragment, it->first.second, it->second.base_version, 0, what});
+  Finish(it, /*applied=*/false);
+  shared_.Deliver({Arrival::kDone, fragment, 0, true, std::nullopt});
+  if (code == ErrorCode::NotInitialized) {
+    shared_.Deliver({Arrival::kNeedInit, fragment, 0, false, std::nullopt});
+  } else {
+    SendPull(fragment);
+  }
 }
 
 void ShardSession::SendPush(PushJob& job) {
@@ -190,8 +212,10 @@ void ShardSession::SendPush(PushJob& job) {
   h.steps = job.steps;
   wire::SetPayloadLayout(h, opt_.codec, f.numel);
   std::shared_ptr<const wire::Bytes> bytes = job.push.bytes;
+  Copies& copies = copies_[{job.fragment, job.seq}];
   if (job.fragment == 0 && job.seq == 1 && lose_sends_left_ > 0) {
     --lose_sends_left_;  // test only (SyncOptions::test_lose_push_sends): lost on the way
+    ++copies.unanswered;
     return;
   }
   if (job.fragment == 0 && job.seq == 1 && corrupt_sends_left_ > 0 && !bytes->empty()) {
@@ -200,8 +224,10 @@ void ShardSession::SendPush(PushJob& job) {
     damaged->back() ^= 0x01;
     bytes = std::move(damaged);
   }
-  if (transport_.Send(false, h, std::move(bytes), opt_.codec, f.numel, job.push.checksums))
+  if (transport_.Send(false, h, std::move(bytes), opt_.codec, f.numel, job.push.checksums)) {
+    ++copies.unanswered;
     shared_.Add(&SyncStats::bytes_sent, job.push.bytes->size());
+  }
 }
 
 void ShardSession::PumpPushes() {
@@ -259,6 +285,9 @@ void ShardSession::OnWelcome(const wire::Header& h) {
       Finish(it, /*applied=*/false);
       shared_.Deliver({Arrival::kDone, fragment, 0, true, std::nullopt});
     } else if (it->second.in_flight) {
+      // Answers to copies sent on the old connection never come back on this one: the copy
+      // sent now is the one whose answer decides.
+      copies_.erase(it->first);
       it->second.in_flight = false;  // counted afresh against the (new) credit
       it->second.queued = false;
       it->second.resend_interval = opt_.resend_after;
@@ -290,6 +319,9 @@ void ShardSession::OnPushAck(const wire::Header& h) {
   switch (h.ack()) {
     case AckStatus::Queued:  // keep it until Applied: a crash before then means resend
       if (auto it = unacked_.find(key); it != unacked_.end()) {
+        // A copy is taken: a refusal of another copy no longer ends the push.
+        (void)OtherCopiesUnanswered(key);
+        copies_[key].refusal.reset();
         if (!it->second.queued && it->second.push.bytes)
           up_.Arrived(it->second.push.bytes->size(), clock_.Now(), /*awaiting=*/true);
         it->second.sent = clock_.Now();
@@ -308,6 +340,7 @@ void ShardSession::OnPushAck(const wire::Header& h) {
       auto it = unacked_.find(key);
       if (it == unacked_.end()) return;
       const bool stale = h.ack() == AckStatus::Stale;
+      (void)OtherCopiesUnanswered(key);  // final either way: applied, or never applicable
       const PushJob& job = it->second;
       shared_.Add(stale ? &SyncStats::stale : &SyncStats::duplicates);
       shared_.Event({stale ? SyncEvent::kStale : SyncEvent::kDuplicate, index_, job.fragment,
@@ -342,20 +375,23 @@ void ShardSession::OnError(const wire::Header& h) {
     welcomed_ = false;
     return;
   }
-  if (code == ErrorCode::Unavailable) return;  // retried: resend timer, join retry
-  auto it = unacked_.find({h.fragment_id(), h.seq()});
-  if (code == ErrorCode::NoCredit) {  // back in line; sent again once an answer frees credit
-    if (it != unacked_.end()) {
-      it->second.in_flight = false;
-      it->second.not_before = clock_.Now() + absl::Milliseconds(200);
-    }
-    return;
-  }
+  const auto key = std::make_pair(h.fragment_id(), h.seq());
+  auto it = unacked_.find(key);
   if (code == ErrorCode::BadChecksum && h.refused_type() == MsgType::Invalid) {
     // A header of ours arrived damaged: the shard could trust none of its fields, so this names
     // no message. Whatever it was goes again by the path that recovers a lost one: a push by
     // Resend (never acked Queued, it is sent again once the link's pace says it is lost; the
     // shard's dedup keeps that exactly-once), a pull by Retry, a Hello by Tick's re-Hello.
+    return;
+  }
+  // Every other refusal of a push answers one of its copies.
+  const bool others = it != unacked_.end() && OtherCopiesUnanswered(key);
+  if (code == ErrorCode::Unavailable) return;  // retried: resend timer, join retry
+  if (code == ErrorCode::NoCredit) {  // back in line; sent again once an answer frees credit
+    if (it != unacked_.end()) {
+      it->second.in_flight = false;
+      it->second.not_before = clock_.Now() + absl::Milliseconds(200);
+    }
     return;
   }
   if (code == ErrorCode::BadChecksum && it != unacked_.end() && !it->second.resent_corrupt) {
@@ -366,19 +402,18 @@ void ShardSession::OnError(const wire::Header& h) {
   }
   if (code == ErrorCode::NotInitialized && frags_.contains(h.fragment_id()))
     versions_[h.fragment_id()] = 0;
-  // Any other refusal of a push is final for that push: release the fragment, undo its error
-  // feedback, and pull (a shard that lost the fragment gets our values first).
+  // Any other refusal of a push ends it: release the fragment, undo its error feedback, and
+  // pull (a shard that lost the fragment gets our values first). Not while a later copy of the
+  // same seq (a resend) has no answer: the refusal may be an earlier copy's, and the later one
+  // may still be taken and applied; undoing the error feedback then would count the delta
+  // twice, once applied and once again in the next push. It waits for that copy's answer, or
+  // for the copy to be taken as lost (Resend).
   if (h.seq() == 0 || it == unacked_.end()) return;
-  shared_.Add(&SyncStats::refused);
-  shared_.Event(
-      {SyncEvent::kRefused, index_, h.fragment_id(), h.seq(), it->second.base_version, 0, what});
-  Finish(it, /*applied=*/false);
-  shared_.Deliver({Arrival::kDone, h.fragment_id(), 0, true, std::nullopt});
-  if (code == ErrorCode::NotInitialized) {
-    shared_.Deliver({Arrival::kNeedInit, h.fragment_id(), 0, false, std::nullopt});
-  } else {
-    SendPull(h.fragment_id());
+  if (others) {
+    copies_[key].refusal.emplace(code, what);
+    return;
   }
+  GiveUp(it, code, what);
 }
 
 void ShardSession::OnUpdate(wire::Message m) {
@@ -476,7 +511,8 @@ void ShardSession::Tick(bool drained) {
   }
 }
 
-void ShardSession::Resend(PushJob& job, absl::Time now) {
+bool ShardSession::Resend(Kept::iterator it, absl::Time now) {
+  PushJob& job = it->second;
   // A push the shard has not taken (no Queued yet) is taken as lost, and sent again, once the
   // push bytes that were ahead of it when it was sent could have gone up at the uplink's
   // measured rate and its Queued answer come down behind the other fragments' answers at the
@@ -489,7 +525,7 @@ void ShardSession::Resend(PushJob& job, absl::Time now) {
   // least the push's resend interval, which doubles with each resend, and at most retry_max. A
   // Queued push waits for its round (and, per-round durability, its checkpoint) up to
   // retry_max.
-  if (!job.in_flight) return;
+  if (!job.in_flight) return true;
   absl::Duration wait = opt_.retry_max;
   if (!job.queued) {
     const absl::Duration paced =
@@ -498,14 +534,26 @@ void ShardSession::Resend(PushJob& job, absl::Time now) {
     const bool busy = now - last_data_ <= opt_.resend_after;
     wait = std::min(std::max(job.resend_interval, busy ? 4 * paced : paced), opt_.retry_max);
   }
-  if (now - job.sent <= wait) return;
+  if (now - job.sent <= wait) return true;
+  // A refusal that waited for later copies: they are taken as lost now, so it was the last
+  // answer there will be.
+  if (auto c = copies_.find(it->first); c != copies_.end() && c->second.refusal) {
+    const auto [code, what] = *c->second.refusal;
+    GiveUp(it, code, what);
+    return false;
+  }
   SendPush(job);
   if (!job.queued) job.resend_interval = std::min(job.resend_interval * 2, opt_.retry_max);
   shared_.Add(&SyncStats::resends);
+  return true;
 }
 
 void ShardSession::Retry(absl::Time now) {
-  for (auto& [_, job] : unacked_) Resend(job, now);
+  for (auto it = unacked_.begin(); it != unacked_.end();) {
+    auto next = std::next(it);
+    (void)Resend(it, now);
+    it = next;
+  }
   // Ask again only after the interval passed with nothing arriving on the data connection: at
   // real sizes and on slow links, the answers to the first asks take longer than join_retry to
   // arrive, and each re-ask costs a whole fragment.

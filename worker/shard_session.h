@@ -114,7 +114,15 @@ class ShardSession {
   void ReadVersions(const wire::Header& h);
   // Removes a kept push after its final answer; `applied` false undoes its error feedback.
   void Finish(Kept::iterator it, bool applied);
-  void Resend(PushJob& job, absl::Time now);
+  // A push refused for good: finished unapplied, the fragment released and pulled (or, when the
+  // shard has no values for it, ours asked for).
+  void GiveUp(Kept::iterator it, wire::ErrorCode code, const std::string& what);
+  // Counts one answer (Queued, Duplicate, Stale or an Error naming it) to one copy of the push
+  // `key`; true when other copies of it are still unanswered, so that this answer may be an
+  // earlier copy's and a later one can still be applied.
+  bool OtherCopiesUnanswered(std::pair<uint32_t, uint64_t> key);
+  // False when the push was given up instead (a refusal waited for copies now taken as lost).
+  bool Resend(Kept::iterator it, absl::Time now);
   void Retry(absl::Time now);
   // Bytes that may arrive on the data connection before an answer asked for now: the whole
   // fragments the asks of unjoined fragments bring.
@@ -150,6 +158,18 @@ class ShardSession {
   LinkPace down_, up_;
   // At most one per fragment of this shard (the training thread's outstanding rule).
   Kept unacked_;
+  // Per kept push: how many of its copies (the first send and each resend, same seq) went out
+  // on this connection and have no answer yet, and a refusal that arrived while some had none.
+  // The shard answers each copy once, in the order it receives them (a train once, however it
+  // was cut: docs/protocol.md "Trains"), but an answer does not say which copy it is for: a
+  // refusal is final only once no later copy can still be taken and applied. A refusal that
+  // waits is final when the copies after it are answered with refusals too, or are taken as
+  // lost (their resend wait passes); a Queued, Duplicate or Applied answer supersedes it.
+  struct Copies {
+    uint32_t unanswered = 0;
+    std::optional<std::pair<wire::ErrorCode, std::string>> refusal;
+  };
+  std::map<std::pair<uint32_t, uint64_t>, Copies> copies_;
   std::vector<uint32_t> fragments_;        // the shard's, in id order
   std::map<uint32_t, FragmentIo> frags_;   // by fragment id, this shard's only
   std::map<uint32_t, uint64_t> versions_;  // last published version the shard told us

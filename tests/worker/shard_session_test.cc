@@ -383,6 +383,109 @@ TEST_F(ShardSessionTest, ADamagedPushIsSentOnceMoreThenGivenUp) {
   EXPECT_TRUE(shared_.fatal().empty()) << "a refused push is not a refused worker";
 }
 
+// The shard answers each copy of a push (the first send, each resend with the same seq) once,
+// in order, but an answer does not say which copy it is for. A refusal while a later copy has
+// no answer may be an earlier copy's: the later one can still be taken and applied, so giving
+// the push up then (its error feedback undone, its steps handed back) would count the delta
+// twice, applied and again in the next push.
+TEST_F(ShardSessionTest, ARefusalWhileAResendIsUnansweredWaitsAndTheAppliedResendKeepsItsResidual) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  const auto first = transport_.Take(MsgType::Push);
+  ASSERT_EQ(first.size(), 1u);
+  clock_.Advance(opt_.resend_after + absl::Milliseconds(1));
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u) << "the lost-push resend, same seq";
+
+  Refuse(0, 1, ErrorCode::Malformed);  // the first copy's answer (say, its train was cut)
+  session_->Tick(false);
+  EXPECT_EQ(session_->unacked(), 1u) << "given up while its resend can still be applied";
+  EXPECT_TRUE(Arrivals().empty());
+  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty());
+  EXPECT_EQ(shared_.stats().refused, 0u);
+
+  Update(0, 2, /*seq=*/1);  // the resend, applied
+  EXPECT_EQ(session_->unacked(), 0u);
+  EXPECT_EQ(shared_.stats().applied, 1u);
+  EXPECT_EQ(Arrivals(), std::vector<Arrival::Kind>{Arrival::kUpdate});
+  // Its residual stays (the next push carries it), not undone as for a refused push, which
+  // would send the same bytes again.
+  Push(0, 2, 2);
+  session_->Tick(false);
+  const auto next = transport_.Take(MsgType::Push);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_NE(*next[0].payload, *first[0].payload);
+}
+
+TEST_F(ShardSessionTest, AWaitingRefusalEndsThePushOnceTheResendIsRefusedToo) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  const auto first = transport_.Take(MsgType::Push);
+  ASSERT_EQ(first.size(), 1u);
+  clock_.Advance(opt_.resend_after + absl::Milliseconds(1));
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Refuse(0, 1, ErrorCode::Malformed);
+  EXPECT_EQ(session_->unacked(), 1u);
+  Refuse(0, 1, ErrorCode::Malformed);  // the resend's own answer: no copy is left
+  EXPECT_EQ(session_->unacked(), 0u);
+  EXPECT_EQ(Arrivals(), std::vector<Arrival::Kind>{Arrival::kDone});
+  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 1u);
+  EXPECT_EQ(shared_.stats().refused, 1u);
+  // Its error feedback was undone: the same delta encodes to the same bytes.
+  Push(0, 2);
+  session_->Tick(false);
+  const auto next = transport_.Take(MsgType::Push);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(*next[0].payload, *first[0].payload);
+}
+
+TEST_F(ShardSessionTest, AWaitingRefusalEndsThePushWhenTheResendIsTakenAsLost) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  clock_.Advance(opt_.resend_after + absl::Milliseconds(1));
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Refuse(0, 1, ErrorCode::Malformed);
+  // The resend's wait (twice the first) passes with no answer: it is taken as lost, so the
+  // refusal was the last answer; nothing is sent again.
+  clock_.Advance(2 * opt_.resend_after - absl::Milliseconds(1));
+  session_->Tick(false);
+  EXPECT_EQ(session_->unacked(), 1u);
+  clock_.Advance(absl::Milliseconds(2));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+  EXPECT_EQ(session_->unacked(), 0u);
+  EXPECT_EQ(Arrivals(), std::vector<Arrival::Kind>{Arrival::kDone});
+  EXPECT_EQ(shared_.stats().refused, 1u);
+}
+
+TEST_F(ShardSessionTest, AResendTakenQueuedSupersedesAnEarlierCopysRefusal) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Refuse(0, 1, ErrorCode::BadChecksum);  // damaged on the way: sent again at once
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  clock_.Advance(opt_.resend_after + absl::Milliseconds(1));
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u) << "and once more when unanswered";
+  Refuse(0, 1, ErrorCode::BadChecksum);  // the second copy damaged too
+  EXPECT_EQ(session_->unacked(), 1u);
+  Ack(0, 1, AckStatus::Queued);  // the third taken: the shard's now
+  clock_.Advance(opt_.retry_max + absl::Seconds(1));
+  session_->Tick(false);
+  EXPECT_EQ(session_->unacked(), 1u);
+  EXPECT_EQ(transport_.Take(MsgType::Push).size(), 1u) << "only the last-resort resend";
+  EXPECT_TRUE(Arrivals().empty());
+  EXPECT_EQ(shared_.stats().refused, 0u);
+}
+
 TEST_F(ShardSessionTest, APushRefusedForCreditGoesAgainAfterItsPause) {
   Joined();
   Push(0, 1);
