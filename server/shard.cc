@@ -206,30 +206,29 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
   auto parsed = wire::ParseMessage(std::move(frames), {}, &ids);
   if (!parsed.ok()) {
     trains_.Drop(rid);  // a refused chunk ends its train
-    // Whether it was a chunk: a header that names nothing may have been one.
-    bool chunk = ids.type == MsgType::Invalid;
-    if (!chunk) {
-      auto h = wire::VerifyHeaderFrame(header);  // verified already: only its place is read
-      chunk = h.ok() && (*h)->num_chunks() > 1;
-    }
-    if (chunk) {
-      cut_trains_[rid] = {ids.type == MsgType::Invalid, ids, now};
-    } else {
-      cut_trains_.erase(rid);
+    cut_trains_.erase(rid);
+    if (ids.type == MsgType::Invalid) {
+      // Its header named nothing: it may have been a chunk of any train.
+      cut_trains_[rid] = {true, ids, 0, 0, now};
+    } else if (auto h = wire::VerifyHeaderFrame(header); h.ok() && (*h)->num_chunks() > 1) {
+      // Verified already: only its place in its train is read.
+      CutTrainAt(rid, ids, (*h)->chunk_index(), (*h)->num_chunks());
     }
     return Refuse(rid, parsed.status(), ids, out);
   }
-  const bool later_chunk = parsed->is_chunk() && parsed->header().chunk_index() > 0;
+  const uint32_t index = parsed->header().chunk_index();
+  const uint32_t num_chunks = parsed->header().num_chunks();
+  const bool later_chunk = parsed->is_chunk() && index > 0;
   if (!later_chunk) cut_trains_.erase(rid);  // a new train or a whole message
   auto whole = trains_.Add(rid, *std::move(parsed), now);
   if (!whole.ok()) {
-    if (later_chunk && ContinuesCutTrain(rid, ids)) {
+    if (later_chunk && ContinuesCutTrain(rid, ids, index, num_chunks)) {
       ++counters_.messages_bad;
       ++counters_.cut_train_chunks;
-      cut_trains_[rid].at = now;
       return;
     }
-    if (later_chunk) cut_trains_[rid] = {false, ids, now};  // ends its train: answers for it
+    cut_trains_.erase(rid);
+    if (later_chunk) CutTrainAt(rid, ids, index, num_chunks);  // its refusal answers for it
     return Refuse(rid, whole.status(), ids, out);
   }
   if (!whole->has_value()) return;  // more chunks to come
@@ -259,12 +258,23 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
   }
 }
 
-bool Shard::ContinuesCutTrain(const std::string& rid, const wire::MessageIds& ids) const {
+void Shard::CutTrainAt(const std::string& rid, const wire::MessageIds& ids, uint32_t index,
+                       uint32_t num_chunks) {
+  if (index + 1 < num_chunks) cut_trains_[rid] = {false, ids, index + 1, num_chunks, clock_->Now()};
+}
+
+bool Shard::ContinuesCutTrain(const std::string& rid, const wire::MessageIds& ids, uint32_t index,
+                              uint32_t num_chunks) {
   auto it = cut_trains_.find(rid);
   if (it == cut_trains_.end()) return false;
-  const wire::MessageIds& c = it->second.ids;
-  return it->second.any || (c.worker == ids.worker && c.fragment == ids.fragment &&
-                            c.seq == ids.seq && c.type == ids.type);
+  const CutTrain& c = it->second;
+  const bool continues = c.any || (c.ids.worker == ids.worker && c.ids.fragment == ids.fragment &&
+                                   c.ids.seq == ids.seq && c.ids.type == ids.type &&
+                                   c.next == index && c.num_chunks == num_chunks);
+  if (!continues) return false;
+  cut_trains_.erase(it);
+  CutTrainAt(rid, ids, index, num_chunks);  // its next chunk, unless this was the last
+  return true;
 }
 
 absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h, Via via) {

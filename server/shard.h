@@ -341,19 +341,26 @@ class Shard {
   };
   absl::flat_hash_map<std::string, Binding> bound_;  // routing id -> worker; two per worker at most
   wire::TrainAssembler trains_;                      // chunks of payload trains, per connection
-  // Per connection: the train a refused chunk ended, whose later chunks are dropped unanswered
-  // (the refusal of the chunk that ended it is the train's one answer), until the connection's
-  // next first chunk or whole message. `any`: the refused chunk's header named nothing (it
-  // failed its checksum), so every later chunk is the cut train's (a sender does not interleave
-  // trains on a connection).
+  // Per connection: the train a refused chunk ended, whose later chunks (the same ids, the next
+  // index each, up to num_chunks) are dropped unanswered: the refusal of the chunk that ended it
+  // is the train's one answer. Forgotten at the connection's next first chunk or whole message,
+  // or once the train's last chunk passed. `any`: the refused chunk's header named nothing (it
+  // failed its checksum), so the next later chunk is taken as the cut train's, whatever it names
+  // (a sender does not interleave trains on a connection), and sets the ids and place.
   struct CutTrain {
     bool any = false;
     wire::MessageIds ids;
+    uint32_t next = 0, num_chunks = 0;  // the index the train's next chunk has; its length
     absl::Time at;
   };
   absl::flat_hash_map<std::string, CutTrain> cut_trains_;
-  // Whether a train chunk the assembler refused continues the cut train of `rid`.
-  bool ContinuesCutTrain(const std::string& rid, const wire::MessageIds& ids) const;
+  // Notes that the chunk `index` of `num_chunks` named `ids` ended its train on `rid`.
+  void CutTrainAt(const std::string& rid, const wire::MessageIds& ids, uint32_t index,
+                  uint32_t num_chunks);
+  // Whether a train chunk the assembler refused continues the cut train of `rid` (and, if so,
+  // moves the cut train's place past it).
+  bool ContinuesCutTrain(const std::string& rid, const wire::MessageIds& ids, uint32_t index,
+                         uint32_t num_chunks);
   std::unique_ptr<storage::CheckpointStore> store_;
   std::unique_ptr<CheckpointWriter> writer_;  // after store_ and fragments_: joined first
   struct InFlight {
