@@ -133,7 +133,8 @@ TEST_F(CorruptionTest, FlippedHeaderBit) {
   EXPECT_EQ(h_.shard().counters().refused_by_reason[static_cast<size_t>(ErrorCode::BadChecksum)],
             1u);
 
-  const Outgoing* ack = Only(h_.SendRaw("a", Push(PushHeader(1))), MsgType::PushAck);
+  const auto resent = h_.SendRaw("a", Push(PushHeader(1)));  // Only() points into it
+  const Outgoing* ack = Only(resent, MsgType::PushAck);
   ASSERT_NE(ack, nullptr);
   EXPECT_EQ(ack->header.ack, AckStatus::Queued);
   EXPECT_EQ(ack->header.seq, 1u);
@@ -141,7 +142,8 @@ TEST_F(CorruptionTest, FlippedHeaderBit) {
   h_.Tick();
   EXPECT_EQ(h_.shard().published_version(0), before_.versions[0] + 1) << "applied once";
   EXPECT_EQ(h_.shard().counters().rounds, before_.rounds + 1);
-  const Outgoing* again = Only(h_.SendRaw("a", Push(PushHeader(1))), MsgType::PushAck);
+  const auto resent_again = h_.SendRaw("a", Push(PushHeader(1)));
+  const Outgoing* again = Only(resent_again, MsgType::PushAck);
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->header.ack, AckStatus::Duplicate);
   h_.clock().Advance(absl::Seconds(30));
