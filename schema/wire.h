@@ -107,8 +107,9 @@ struct MessageIds {
   uint32_t worker = 0, fragment = 0;
   uint64_t seq = 0;
   MsgType type = MsgType::Invalid;
+  uint32_t chunk_index = 0, num_chunks = 0;  // its place in a train (num_chunks 0: none)
   static MessageIds Of(const Header& h) {
-    return {h.worker_id(), h.fragment_id(), h.seq(), h.type()};
+    return {h.worker_id(), h.fragment_id(), h.seq(), h.type(), h.chunk_index(), h.num_chunks()};
   }
 };
 

@@ -200,8 +200,6 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
   // then, while the resend is applied, counts its delta twice (docs/worker.md "Acks, resends,
   // exactly once").
   RefusedIds ids;
-  zmq::message_t header;  // shares the frame's buffer: to read a refused chunk's place
-  if (!frames.empty()) header.copy(frames[0]);
   const absl::Time now = clock_->Now();
   auto parsed = wire::ParseMessage(std::move(frames), {}, &ids);
   if (!parsed.ok()) {
@@ -210,9 +208,8 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
     if (ids.type == MsgType::Invalid) {
       // Its header named nothing: it may have been a chunk of any train.
       cut_trains_[rid] = {true, ids, 0, 0, now};
-    } else if (auto h = wire::VerifyHeaderFrame(header); h.ok() && (*h)->num_chunks() > 1) {
-      // Verified already: only its place in its train is read.
-      CutTrainAt(rid, ids, (*h)->chunk_index(), (*h)->num_chunks());
+    } else if (ids.num_chunks > 1) {  // ids come from its verified header
+      CutTrainAt(rid, ids, ids.chunk_index, ids.num_chunks);
     }
     return Refuse(rid, parsed.status(), ids, out);
   }

@@ -511,7 +511,7 @@ void ShardSession::Tick(bool drained) {
   }
 }
 
-bool ShardSession::Resend(Kept::iterator it, absl::Time now) {
+void ShardSession::Resend(Kept::iterator it, absl::Time now) {
   PushJob& job = it->second;
   // A push the shard has not taken (no Queued yet) is taken as lost, and sent again, once the
   // push bytes that were ahead of it when it was sent could have gone up at the uplink's
@@ -525,7 +525,7 @@ bool ShardSession::Resend(Kept::iterator it, absl::Time now) {
   // least the push's resend interval, which doubles with each resend, and at most retry_max. A
   // Queued push waits for its round (and, per-round durability, its checkpoint) up to
   // retry_max.
-  if (!job.in_flight) return true;
+  if (!job.in_flight) return;
   absl::Duration wait = opt_.retry_max;
   if (!job.queued) {
     const absl::Duration paced =
@@ -534,24 +534,23 @@ bool ShardSession::Resend(Kept::iterator it, absl::Time now) {
     const bool busy = now - last_data_ <= opt_.resend_after;
     wait = std::min(std::max(job.resend_interval, busy ? 4 * paced : paced), opt_.retry_max);
   }
-  if (now - job.sent <= wait) return true;
+  if (now - job.sent <= wait) return;
   // A refusal that waited for later copies: they are taken as lost now, so it was the last
   // answer there will be.
   if (auto c = copies_.find(it->first); c != copies_.end() && c->second.refusal) {
     const auto [code, what] = *c->second.refusal;
     GiveUp(it, code, what);
-    return false;
+    return;
   }
   SendPush(job);
   if (!job.queued) job.resend_interval = std::min(job.resend_interval * 2, opt_.retry_max);
   shared_.Add(&SyncStats::resends);
-  return true;
 }
 
 void ShardSession::Retry(absl::Time now) {
   for (auto it = unacked_.begin(); it != unacked_.end();) {
     auto next = std::next(it);
-    (void)Resend(it, now);
+    Resend(it, now);  // may erase `it`
     it = next;
   }
   // Ask again only after the interval passed with nothing arriving on the data connection: at

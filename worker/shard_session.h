@@ -121,8 +121,9 @@ class ShardSession {
   // `key`; true when other copies of it are still unanswered, so that this answer may be an
   // earlier copy's and a later one can still be applied.
   bool OtherCopiesUnanswered(std::pair<uint32_t, uint64_t> key);
-  // False when the push was given up instead (a refusal waited for copies now taken as lost).
-  bool Resend(Kept::iterator it, absl::Time now);
+  // Sends the push again once it is taken as lost; or gives it up, when a refusal was waiting
+  // for copies that are now taken as lost (`it` is then erased).
+  void Resend(Kept::iterator it, absl::Time now);
   void Retry(absl::Time now);
   // Bytes that may arrive on the data connection before an answer asked for now: the whole
   // fragments the asks of unjoined fragments bring.

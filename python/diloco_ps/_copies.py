@@ -24,6 +24,17 @@ Slices are taken from each parameter when copying (not kept as views), so a para
 import torch
 
 
+def merged_ranges(ranges):
+    """(tensor, start, stop) ranges sorted by tensor and start, adjacent ones merged into one."""
+    merged = []
+    for t, start, stop in sorted(ranges):
+        if merged and merged[-1][0] == t and merged[-1][2] == start:
+            merged[-1] = (t, merged[-1][1], stop)
+        else:
+            merged.append((t, start, stop))
+    return merged
+
+
 class Copier:
     def __init__(self, tensors, host):
         self._tensors = tensors  # the parameters, in manifest order
@@ -82,12 +93,5 @@ class Copier:
 
     def slices(self, fragments):
         """(tensor index, start, stop) of the fragments' slices, by tensor, adjacent ones merged."""
-        out = sorted((t, start, stop) for f in fragments
-                     for t, start, stop, _ in self._fragments[f])
-        merged = []
-        for t, start, stop in out:
-            if merged and merged[-1][0] == t and merged[-1][2] == start:
-                merged[-1] = (t, merged[-1][1], stop)
-            else:
-                merged.append((t, start, stop))
-        return merged
+        return merged_ranges((t, start, stop) for f in fragments
+                             for t, start, stop, _ in self._fragments[f])

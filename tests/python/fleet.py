@@ -1,10 +1,13 @@
 """Test helpers for the Python learner: a shard on 127.0.0.1 (a free port it picks), stopped by
-its PID, and a way to import the built diloco_ps package.
+its PID, a way to import the built diloco_ps package, bounded waits on processes, and the
+verdict every test prints.
 
     with Shard(build, tmp, ["--model=manifest:m.json", "--fragments=4"]) as shard:
         learner = diloco_ps.Learner(servers=shard.endpoint, ...)
 """
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +27,50 @@ def wait_for_file(path, timeout):
             return open(path).read().strip()
         time.sleep(0.05)
     raise AssertionError(f"{path} did not appear in {timeout}s")
+
+
+def jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def wait_bounded(p, timeout, what, log):
+    """Waits for process `p` at most `timeout` s (then kills it and raises); returns its exit
+    status."""
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise AssertionError(f"{what} ran past {timeout}s; log {log}")
+
+
+def run_bounded(cmd, log, timeout):
+    """Runs `cmd` with its output in `log`, at most `timeout` s; returns its exit status."""
+    with open(log, "w") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+    return wait_bounded(p, timeout, cmd[0], log)
+
+
+def kill_all(procs):
+    """SIGKILLs (by PID) and reaps every process of `procs` still running."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def verdict(failures, tmp):
+    """Prints FAIL with the failures (a list of messages, or a count) and where the logs are, or
+    PASS and removes `tmp`; returns the exit status."""
+    if failures:
+        what = (f"{failures} checks" if isinstance(failures, int)
+                else "\n" + "\n".join(failures))
+        print(f"FAIL: {what}\nlogs in {tmp}")
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("PASS")
+    return 0
 
 
 class Shard:

@@ -18,7 +18,6 @@ Exit status 0 pass, 1 fail, 77 skip (no torch for this interpreter).
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ except ImportError:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fleet import Shard, import_diloco_ps  # noqa: E402
+from fleet import Shard, import_diloco_ps, kill_all, verdict  # noqa: E402
 from mlp_learner import CLASSES, HIDDEN, IN  # noqa: E402
 
 
@@ -97,16 +96,8 @@ def main():
                     failures.append(f"bf16 loss {b16:.5f} is {100 * rel:.2f}% from fp32's "
                                     f"{f32:.5f}")
         finally:
-            for _, _, p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-    if failures:
-        print("FAIL:\n" + "\n".join(failures) + f"\nlogs in {tmp}")
-        return 1
-    shutil.rmtree(tmp, ignore_errors=True)
-    print("PASS")
-    return 0
+            kill_all(p for _, _, p in procs)
+    return verdict(failures, tmp)
 
 
 if __name__ == "__main__":

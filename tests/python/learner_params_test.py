@@ -28,7 +28,6 @@ Exit status 0 pass, 1 fail, 77 skip (no torch for this interpreter).
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -42,7 +41,7 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fleet import Shard, import_diloco_ps  # noqa: E402
+from fleet import Shard, import_diloco_ps, verdict  # noqa: E402
 
 # name, shape, dtype: 12,960 values; at 4 fragments the plan splits embed.weight into pieces.
 LAYOUT = [("embed.weight", [256, 32], torch.float32), ("block.w1", [64, 32], torch.bfloat16),
@@ -293,12 +292,7 @@ def main():
         scenario(ps, check, a.build, tmp, "cuda")
     else:
         print("-- CUDA: not available to this torch, the CUDA copies are not tested here")
-    if check.failures:
-        print(f"FAIL: {len(check.failures)} checks; logs in {tmp}")
-        return 1
-    shutil.rmtree(tmp, ignore_errors=True)
-    print("PASS")
-    return 0
+    return verdict(len(check.failures), tmp)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,30 +29,8 @@ except ImportError:
     sys.exit(77)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def wait_for_file(path, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        if os.path.exists(path) and open(path).read().strip():
-            return open(path).read().strip()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} did not appear in {timeout}s")
-
-
-def run(cmd, log, timeout):
-    with open(log, "w") as f:
-        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
-    try:
-        return p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        raise AssertionError(f"{cmd[0]} ran past {timeout}s; log {log}")
-
-
-def jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fleet import jsonl, kill_all, run_bounded, verdict, wait_for_file  # noqa: E402
 
 
 def main():
@@ -76,7 +53,7 @@ def main():
         cpp = [worker, *common, f"--servers={endpoint}", "--threads=1", "--lr=3e-3",
                "--num_workers=2", "--log_sync_events"]
         # theta(0): uploaded by a C++ worker that leaves after one step, pushing nothing.
-        rc = run(cpp + ["--worker_id=0", "--steps=1", "--inner_steps=1000",
+        rc = run_bounded(cpp + ["--worker_id=0", "--steps=1", "--inner_steps=1000",
                         f"--metrics_jsonl={tmp}/first.jsonl"], f"{tmp}/first.log", 60)
         assert rc == 0, open(f"{tmp}/first.log").read()
         theta0 = [e for e in jsonl(f"{tmp}/first.jsonl") if e["event"] == "joined"][0]
@@ -96,7 +73,7 @@ def main():
                 raise AssertionError("the PyTorch learner did not join:\n" +
                                      open(f"{tmp}/py.log").read())
             time.sleep(0.05)
-        rc = run(cpp + ["--worker_id=0", "--steps=300", "--inner_steps=25",
+        rc = run_bounded(cpp + ["--worker_id=0", "--steps=300", "--inner_steps=25",
                         f"--metrics_jsonl={tmp}/cpp.jsonl"], f"{tmp}/cpp.log", 180)
         try:
             py_rc = py.wait(timeout=180)
@@ -149,15 +126,8 @@ def main():
             print(f"theta(0) {start_loss:.4f} -> global model {float(m.group(1)):.4f} over "
                   f"{m.group(2)} tokens; theta(0) checksum {theta0['params_checksum']} on both")
     finally:
-        if shard.poll() is None:
-            shard.kill()
-            shard.wait()
-    if failures:
-        print("FAIL:\n" + "\n".join(failures) + f"\nlogs in {tmp}")
-        return 1
-    shutil.rmtree(tmp, ignore_errors=True)
-    print("PASS")
-    return 0
+        kill_all([shard])
+    return verdict(failures, tmp)
 
 
 if __name__ == "__main__":

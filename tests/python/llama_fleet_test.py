@@ -25,12 +25,10 @@ Exit status 0 pass, 1 fail, 77 skip (no torch for this interpreter).
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 try:
     import torch
@@ -43,14 +41,8 @@ EXAMPLES = os.path.join(ROOT, "python", "examples")
 sys.path.insert(0, EXAMPLES)
 import llama  # noqa: E402
 
-
-def wait_for_file(path, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        if os.path.exists(path) and open(path).read().strip():
-            return open(path).read().strip()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} did not appear in {timeout}s")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fleet import kill_all, verdict, wait_bounded, wait_for_file  # noqa: E402
 
 
 def last_json(path):
@@ -61,13 +53,7 @@ def last_json(path):
 
 
 def wait(p, timeout, what, log):
-    try:
-        rc = p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        raise AssertionError(f"{what} ran past {timeout}s; log {log}")
-    if rc != 0:
+    if (rc := wait_bounded(p, timeout, what, log)) != 0:
         raise AssertionError(f"{what} exited {rc}:\n{open(log).read()[-3000:]}")
 
 
@@ -199,16 +185,8 @@ def main():
     except AssertionError as e:
         failures.append(str(e))
     finally:
-        for p in procs + shards:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    if failures:
-        print("FAIL:\n" + "\n".join(failures) + f"\nlogs in {tmp}")
-        return 1
-    shutil.rmtree(tmp, ignore_errors=True)
-    print("PASS")
-    return 0
+        kill_all(procs + shards)
+    return verdict(failures, tmp)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,21 @@ class ShardSessionTest : public ::testing::Test {
     (void)shared_.TakeArrivals();
   }
 
+  // Joined, then fragment 0's push seq 1 sent, unanswered, and sent again by the lost-push
+  // resend: the copies the answer-matching tests refuse one by one. Returns the first copy, for
+  // comparing the bytes of a later push with it.
+  Sent PushThenItsResend() {
+    Joined();
+    Push(0, 1);
+    session_->Tick(false);
+    auto first = transport_.Take(MsgType::Push);
+    EXPECT_EQ(first.size(), 1u);
+    clock_.Advance(opt_.resend_after + absl::Milliseconds(1));
+    session_->Tick(false);
+    EXPECT_EQ(transport_.Take(MsgType::Push).size(), 1u) << "the lost-push resend, same seq";
+    return first.empty() ? Sent{} : std::move(first[0]);
+  }
+
   std::vector<Arrival::Kind> Arrivals() {
     std::vector<Arrival::Kind> kinds;
     for (const Arrival& a : shared_.TakeArrivals()) kinds.push_back(a.kind);
@@ -389,14 +404,8 @@ TEST_F(ShardSessionTest, ADamagedPushIsSentOnceMoreThenGivenUp) {
 // the push up then (its error feedback undone, its steps handed back) would count the delta
 // twice, applied and again in the next push.
 TEST_F(ShardSessionTest, ARefusalWhileAResendIsUnansweredWaitsAndTheAppliedResendKeepsItsResidual) {
-  Joined();
-  Push(0, 1);
-  session_->Tick(false);
-  const auto first = transport_.Take(MsgType::Push);
-  ASSERT_EQ(first.size(), 1u);
-  clock_.Advance(opt_.resend_after + absl::Milliseconds(1));
-  session_->Tick(false);
-  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u) << "the lost-push resend, same seq";
+  const Sent first = PushThenItsResend();
+  ASSERT_TRUE(first.payload);
 
   Refuse(0, 1, ErrorCode::Malformed);  // the first copy's answer (say, its train was cut)
   session_->Tick(false);
@@ -415,18 +424,12 @@ TEST_F(ShardSessionTest, ARefusalWhileAResendIsUnansweredWaitsAndTheAppliedResen
   session_->Tick(false);
   const auto next = transport_.Take(MsgType::Push);
   ASSERT_EQ(next.size(), 1u);
-  EXPECT_NE(*next[0].payload, *first[0].payload);
+  EXPECT_NE(*next[0].payload, *first.payload);
 }
 
 TEST_F(ShardSessionTest, AWaitingRefusalEndsThePushOnceTheResendIsRefusedToo) {
-  Joined();
-  Push(0, 1);
-  session_->Tick(false);
-  const auto first = transport_.Take(MsgType::Push);
-  ASSERT_EQ(first.size(), 1u);
-  clock_.Advance(opt_.resend_after + absl::Milliseconds(1));
-  session_->Tick(false);
-  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  const Sent first = PushThenItsResend();
+  ASSERT_TRUE(first.payload);
   Refuse(0, 1, ErrorCode::Malformed);
   EXPECT_EQ(session_->unacked(), 1u);
   Refuse(0, 1, ErrorCode::Malformed);  // the resend's own answer: no copy is left
@@ -439,17 +442,11 @@ TEST_F(ShardSessionTest, AWaitingRefusalEndsThePushOnceTheResendIsRefusedToo) {
   session_->Tick(false);
   const auto next = transport_.Take(MsgType::Push);
   ASSERT_EQ(next.size(), 1u);
-  EXPECT_EQ(*next[0].payload, *first[0].payload);
+  EXPECT_EQ(*next[0].payload, *first.payload);
 }
 
 TEST_F(ShardSessionTest, AWaitingRefusalEndsThePushWhenTheResendIsTakenAsLost) {
-  Joined();
-  Push(0, 1);
-  session_->Tick(false);
-  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
-  clock_.Advance(opt_.resend_after + absl::Milliseconds(1));
-  session_->Tick(false);
-  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  ASSERT_TRUE(PushThenItsResend().payload);
   Refuse(0, 1, ErrorCode::Malformed);
   // The resend's wait (twice the first) passes with no answer: it is taken as lost, so the
   // refusal was the last answer; nothing is sent again.

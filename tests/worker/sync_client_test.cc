@@ -96,27 +96,36 @@ TEST(SyncClientTest, AfterStepReachesOnlyThePiecesItAdoptsOrPushes) {
 // up (refused) and the worker pulls and goes on; the other pushes are unaffected.
 class DamagedPushTest : public ::testing::TestWithParam<uint32_t> {};
 
-TEST_P(DamagedPushTest, IsSentAgainOnceThenGivenUp) {
-  const uint32_t damaged_sends = GetParam();
-  LocalShards shards;
-  worker::SyncOptions o = OneShardOptions(shards, 10);
-  o.test_corrupt_push_sends = damaged_sends;
+// A tiny-GPT sync client with options `o` (one of `OneShardOptions`' shards): joined, stepped
+// until it has sent at least two push steps of 4 pushes each (bounded: answers may be slow under
+// load), drained. Its stats and events go to `stats` and `events`.
+void PushTwoRounds(const worker::SyncOptions& o, worker::SyncStats* stats,
+                   std::vector<worker::SyncEvent>* events) {
   auto manifest = GptManifest(*ParseGptConfig("tiny"));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   std::vector<float> params(manifest->total_elements(), 0.01f);
   auto client = worker::SyncClient::Create(o, *manifest);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
-  // At least two push steps of 4 pushes each (bounded: answers may be slow under load).
   for (int s = 0; s < 1000 && (s < 30 || (*client)->stats().pushes < 8); ++s) {
     for (float& p : params) p -= 1e-4f;
     (*client)->AfterStep(params, 64, absl::Milliseconds(5));
     absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_TRUE((*client)->Drain(params, absl::Seconds(20)).ok());
-  const worker::SyncStats st = (*client)->stats();
-  std::vector<worker::SyncEvent> refused;
-  for (auto& e : (*client)->TakeEvents())
+  *stats = (*client)->stats();
+  *events = (*client)->TakeEvents();
+}
+
+TEST_P(DamagedPushTest, IsSentAgainOnceThenGivenUp) {
+  const uint32_t damaged_sends = GetParam();
+  LocalShards shards;
+  worker::SyncOptions o = OneShardOptions(shards, 10);
+  o.test_corrupt_push_sends = damaged_sends;
+  worker::SyncStats st;
+  std::vector<worker::SyncEvent> events, refused;
+  ASSERT_NO_FATAL_FAILURE(PushTwoRounds(o, &st, &events));
+  for (auto& e : events)
     if (e.kind == worker::SyncEvent::kRefused) refused.push_back(e);
   EXPECT_EQ(shards.Stat(0, "refused_by_reason.BadChecksum"), damaged_sends);
   EXPECT_GE(st.resends, 1u);
@@ -145,19 +154,9 @@ TEST(DamagedPushHeaderTest, IsRecoveredByTheLostPushResend) {
   worker::SyncOptions o = OneShardOptions(shards, 10);
   o.test_corrupt_push_header_sends = 1;
   o.resend_after = absl::Milliseconds(500);  // the lost-push wait, short for the test
-  auto manifest = GptManifest(*ParseGptConfig("tiny"));
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  std::vector<float> params(manifest->total_elements(), 0.01f);
-  auto client = worker::SyncClient::Create(o, *manifest);
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
-  for (int s = 0; s < 1000 && (s < 30 || (*client)->stats().pushes < 8); ++s) {
-    for (float& p : params) p -= 1e-4f;
-    (*client)->AfterStep(params, 64, absl::Milliseconds(5));
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_TRUE((*client)->Drain(params, absl::Seconds(20)).ok());
-  const worker::SyncStats st = (*client)->stats();
+  worker::SyncStats st;
+  std::vector<worker::SyncEvent> events;
+  ASSERT_NO_FATAL_FAILURE(PushTwoRounds(o, &st, &events));
   EXPECT_EQ(shards.Stat(0, "refused_by_reason.BadChecksum"), 1u);
   EXPECT_EQ(shards.Stat(0, "pushes.duplicate"), 0u) << "a push was applied under another seq";
   EXPECT_GE(st.resends, 1u);
