@@ -35,6 +35,11 @@ Design:
     out: the fragments that joined) is broadcast first, so the ranks stay identical.
   - Construction is collective too: the ranks' parameter lists (names, shapes, dtypes) must be
     rank 0's, checked once; the fragment layout is sent from rank 0.
+  - Every tensor handed to a collective is held by the island for its life (the header, one
+    staging buffer per dtype and device of at most bucket_mb, the object messages): with
+    torch 1.13's gloo a tensor whose last reference a worker thread drops can hang the process
+    at exit (python/diloco_ps/_held.py says how). End with drain() and
+    dist.destroy_process_group() while the island is alive.
 
 Not supported: FSDP (a rank holds a shard of the parameters; the learner needs the whole
 fragment on rank 0 at each push, i.e. an all-gather of the fragment due at push time and a
@@ -46,7 +51,9 @@ import torch
 import torch.distributed as dist
 
 from . import _params
+from ._copies import merged_ranges
 from ._diloco_ps import checksum as _checksum
+from ._held import HeldCollectives
 from ._learner import Learner
 
 # Header status: what rank 0's call did.
@@ -109,6 +116,8 @@ class Island:
                                  "the same ranks (new_group(ranks, backend='gloo'))")
         self._control = control_group
         self._bucket = max(1, int(bucket_mb * 2**20))  # bytes per data broadcast, at most
+        self._held_control = HeldCollectives(control_group, self._src, self.rank, self.size)
+        self._held_data = HeldCollectives(group, self._src, self.rank, self.size)
         self.learner = None
         self.counters = dict(calls=0, header_broadcasts=0, header_bytes=0, data_broadcasts=0,
                              data_bytes=0, written_calls=0)
@@ -133,16 +142,14 @@ class Island:
             index = {n: i for i, n in enumerate(description[0])}
             layout = [[(index[n], s.start, s.stop) for n, s in frag]
                       for frag in self.learner.fragments()]
-        sent = [(ok0, _status(error), str(error) if error else "", description, layout)]
-        dist.broadcast_object_list(sent, src=self._src, group=self._control)
-        ok0, status0, message0, description0, layout = sent[0]
+        sent = (ok0, _status(error), str(error) if error else "", description, layout)
+        ok0, status0, message0, description0, layout = self._held_control.broadcast_object(sent)
         mine = ""
         if error is not None and self.rank != 0:
             mine = f"rank {self.rank}: {error}"
         elif self.rank != 0 and ok0 and description != description0:
             mine = f"rank {self.rank}: its parameters (names, shapes, dtypes) are not rank 0's"
-        gathered = [None] * self.size
-        dist.all_gather_object(gathered, mine, group=self._control)
+        gathered = self._held_control.all_gather_object(mine)
         if not ok0:
             if self.rank == 0:
                 raise error
@@ -154,6 +161,10 @@ class Island:
         self.names = description0[0]
         self._tensors = [p for _, p in named]
         self._layout = layout  # per fragment: [(tensor index, start, stop)]
+        self._header = torch.zeros(1 + len(layout), dtype=torch.int64)  # held, reused
+        self._elements = {}  # dtype -> the model's elements of it (staging: at most a bucket)
+        for p in self._tensors:
+            self._elements[p.dtype] = self._elements.get(p.dtype, 0) + p.numel()
 
     # The calls every rank makes.
 
@@ -194,6 +205,11 @@ class Island:
                               for p in self._tensors])
         return _checksum(flat.contiguous().numpy())
 
+    def checksums(self):
+        """Every rank's checksum(), in rank order; a collective: every rank calls it. (Use this,
+        not dist.all_gather_object, near the end of a run: see _held.py.)"""
+        return self._held_control.all_gather_object(self.checksum())
+
     @property
     def is_leader(self):
         """True on rank 0, the rank that holds the learner."""
@@ -203,7 +219,7 @@ class Island:
 
     def _call(self, fn, whole):
         fragments = len(self._layout)
-        header = torch.zeros(1 + fragments, dtype=torch.int64)
+        header = self._header
         error = None
         if self.rank == 0:
             try:
@@ -215,18 +231,19 @@ class Island:
                 written = range(fragments)  # a refused join wrote nothing
             else:
                 written = self._fragments_of(self.learner.last_written())
+            header.zero_()
             header[0] = status
             for f in written:
                 header[1 + f] = 1
-        dist.broadcast(header, src=self._src, group=self._control)
+        self._held_control.broadcast(header)
         self.counters["calls"] += 1
         self.counters["header_broadcasts"] += 1
         self.counters["header_bytes"] += header.numel() * header.element_size()
         flags = header.tolist()
         status = flags[0]
-        message = [str(error) if error is not None else ""]
+        message = str(error) if error is not None else ""
         if status != OK:  # only on a failure: the reason, for the other ranks' exception
-            dist.broadcast_object_list(message, src=self._src, group=self._control)
+            message = self._held_control.broadcast_object(message)
         written = [f for f in range(fragments) if flags[1 + f]]
         self._written = self._named(written)
         if written:
@@ -235,7 +252,7 @@ class Island:
         if status != OK:
             if self.rank == 0:
                 raise error
-            raise _RAISES[status](f"the island's learner (rank 0) failed: {message[0]}")
+            raise _RAISES[status](f"the island's learner (rank 0) failed: {message}")
         return list(self._written)
 
     def _fragments_of(self, ranges):
@@ -252,14 +269,7 @@ class Island:
 
     def _ranges(self, fragments):
         """(tensor, start, stop) of the fragments, by tensor, adjacent ones merged."""
-        out = sorted(r for f in fragments for r in self._layout[f])
-        merged = []
-        for t, start, stop in out:
-            if merged and merged[-1][0] == t and merged[-1][2] == start:
-                merged[-1] = (t, merged[-1][1], stop)
-            else:
-                merged.append((t, start, stop))
-        return merged
+        return merged_ranges(r for f in fragments for r in self._layout[f])
 
     def _named(self, fragments):
         return [(self.names[t], slice(start, stop)) for t, start, stop in self._ranges(fragments)]
@@ -268,7 +278,8 @@ class Island:
     def _broadcast(self, ranges):
         """Rank 0's values of `ranges` to every rank: per dtype (in the order the ranges first
         meet it, the same on every rank), in buckets of at most bucket_mb, each one broadcast
-        over the group on the first piece's device."""
+        over the group through the held staging buffer of its dtype on the first piece's
+        device."""
         by_dtype = {}
         for t, start, stop in ranges:
             p = self._tensors[t]
@@ -277,12 +288,15 @@ class Island:
             cap = max(1, self._bucket // torch.empty((), dtype=dtype).element_size())
             for bucket in _buckets(pieces, cap):
                 device = bucket[0][0].device
+                capacity = min(cap, self._elements[dtype])
+                buf = self._held_data.staging(dtype, device, sum(b - a for _, a, b in bucket),
+                                              capacity)
                 if self.rank == 0:
-                    buf = torch.cat([p.detach().view(-1)[a:b].to(device) for p, a, b in bucket])
-                else:
-                    buf = torch.empty(sum(b - a for _, a, b in bucket), dtype=dtype,
-                                      device=device)
-                dist.broadcast(buf, src=self._src, group=self.group)
+                    at = 0
+                    for p, a, b in bucket:
+                        buf[at:at + b - a].copy_(p.detach().view(-1)[a:b])
+                        at += b - a
+                self._held_data.broadcast(buf)
                 self.counters["data_broadcasts"] += 1
                 self.counters["data_bytes"] += buf.numel() * buf.element_size()
                 if self.rank != 0:

@@ -85,8 +85,7 @@ def rank_main(rank, a, init, tokens):
                   f"applied {st['applied']} adopted {st['adoptions']} "
                   f"({time.time() - start:.1f}s)", flush=True)
     island.drain()
-    sums = [None] * a.ranks
-    dist.all_gather_object(sums, island.checksum())
+    sums = island.checksums()
     if rank == 0:
         done = {"event": "done", "worker": a.worker_id, "ranks": a.ranks, "checksums": sums,
                 "train_loss": ema, **island.learner.stats}
