@@ -359,6 +359,12 @@ void ShardSession::OnPushAck(const wire::Header& h) {
   }
 }
 
+void ShardSession::Unreadable(const absl::Status& why) {
+  if (wire::ErrorCodeOf(why) == ErrorCode::BadProtocolVersion)
+    shared_.Fatal(absl::StrCat(Who(), " answers in another protocol (", why.message(),
+                               "): upgrade the worker or the shard so both speak one version"));
+}
+
 void ShardSession::OnError(const wire::Header& h) {
   const ErrorCode code = h.error_code();
   const std::string what = h.message() ? h.message()->str() : "";

@@ -72,6 +72,11 @@ class ShardSession {
   // `bytes` of a message or of a train's chunk crossed the data connection (before OnMessage).
   void DataArrived(uint64_t bytes);
   void OnMessage(wire::Message m, bool via_control);
+  // A message from the shard that did not parse (`why`: ParseMessage's status). One of another
+  // protocol version stops the worker naming both versions: its fields cannot be read, but its
+  // version can (field 0 of every version's header), and no retry changes it. Anything else is
+  // only counted (damage; the lost-message paths recover what it was).
+  void Unreadable(const absl::Status& why);
   // From the training thread: a due push (encoded here, with this fragment's error feedback),
   // a fragment to pull whole, theta(0) or the fleet's values for a shard that has none.
   void AddPush(PushJob job);

@@ -221,6 +221,7 @@ void SyncClient::Impl::Receive(uint32_t shard) {
       if (!control && r.arrived) session.DataArrived(r.bytes);
       if (!r.message.ok()) {
         shared.Add(&SyncStats::errors);
+        session.Unreadable(r.message.status());
         continue;
       }
       if (!r.message->has_value()) break;
