@@ -24,6 +24,7 @@ import json
 import math
 import os
 import struct
+import time
 
 import torch
 import torch.nn as nn
@@ -152,6 +153,15 @@ def read_bin(path):
         if int(header[0]) != 20240520 or int(header[1]) != 1:
             raise ValueError(f"{path}: not an llm.c token file")
         return torch.frombuffer(bytearray(f.read()), dtype=torch.int16).to(torch.int64) & 0xFFFF
+
+
+def wait_for_go(path, timeout=300):
+    """Waits until `path` exists (a test starts a fleet's learners together once all joined)."""
+    end = time.time() + timeout
+    while path and not os.path.exists(path):
+        if time.time() > end:
+            raise TimeoutError(f"{path} did not appear in {timeout} s")
+        time.sleep(0.02)
 
 
 def heldout_loss(model, tokens, windows, T):

@@ -9,8 +9,8 @@ DIR/config.json and DIR/model.safetensors (the folder the shards serve as --mode
 broadcast to the other ranks (python/diloco_ps/island.py). The island's data is the worker's
 share of the built-in synthetic data (`diloco-ctl gen-data --worker=W --workers=N`), each rank
 sampling its batches from it with its own generator. The last line is rank 0's JSON: the
-learner's stats and each rank's parameter checksum after the drain (they must all be equal,
-else this exits 1).
+learner's stats and each rank's parameter checksum after the join and after the drain (those
+after the drain must all be equal, else this exits 1).
 
   PYTHONPATH=build/dev/python /usr/bin/python3 python/examples/llama_island.py \\
       --servers=tcp://127.0.0.1:5550,tcp://127.0.0.1:5551 --worker_id=0 --num_workers=2 \\
@@ -67,6 +67,10 @@ def rank_main(rank, a, init, tokens):
                              {"params": others, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     island.join()
+    joined = island.checksums()  # every rank's parameters after the join: theta(0), the same
+    if rank == 0:
+        print(f"island {a.worker_id} joined: parameters checksums {joined}", flush=True)
+    llama.wait_for_go(a.go_file)
     gen = torch.Generator().manual_seed(a.seed * 31 + a.worker_id * 1000 + rank + 1)
     start, ema = time.time(), None
     for step in range(1, a.steps + 1):
@@ -88,7 +92,7 @@ def rank_main(rank, a, init, tokens):
     sums = island.checksums()
     if rank == 0:
         done = {"event": "done", "worker": a.worker_id, "ranks": a.ranks, "checksums": sums,
-                "train_loss": ema, **island.learner.stats}
+                "joined_checksums": joined, "train_loss": ema, **island.learner.stats}
         print(json.dumps(done), flush=True)
     dist.destroy_process_group()
     if len(set(sums)) != 1:
@@ -113,6 +117,7 @@ def main():
     ap.add_argument("--ctl", default="diloco-ctl", help="diloco-ctl, for the synthetic data")
     ap.add_argument("--progress", type=int, default=50)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--go_file", default="", help="after the join, wait for this file to exist")
     a = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

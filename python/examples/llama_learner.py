@@ -60,6 +60,7 @@ def main():
     ap.add_argument("--save", default="", help="write the module's tensors here at the end")
     ap.add_argument("--progress", type=int, default=50)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--go_file", default="", help="after the join, wait for this file to exist")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -93,6 +94,7 @@ def main():
     learner.join()
     joined_checksum = checksum(model)
     print(f"learner {a.worker_id} joined: parameters checksum {joined_checksum}", flush=True)
+    llama.wait_for_go(a.go_file)
     gen = torch.Generator().manual_seed(a.seed * 31 + a.worker_id + 1)
     start, ema = time.time(), None
     for step in range(1, a.steps + 1):

@@ -4,9 +4,12 @@ by a fleet that has never seen a GPT, exported as a Hugging Face folder, loaded 
 
 Two shards serve the model's folder (--model=hf:DIR: config.json, model.safetensors and a
 generation_config.json). diloco-worker --device=synthetic --init_from uploads theta(0) from
-another folder of the model, in BF16; two PyTorch learners (python/examples/llama_learner.py)
-join (each must hold that theta(0), widened: checksum) and train 60 steps each at H = 10,
-then drain. A third learner joins with
+another folder of the model, in BF16; two learners join (each must hold that theta(0),
+widened: checksum; neither trains before both joined, --go_file) and train 60 steps each at
+H = 10, then drain: a PyTorch learner
+(python/examples/llama_learner.py) and an island of 2 gloo ranks under DDP
+(python/examples/llama_island.py: one worker id, every rank holding theta(0) after the join and
+the same parameters after the drain). A third learner joins with
 --steps=0: its module then holds the fleet's global model, whole, in fp32; it scores it on fixed
 held-out tokens and saves it. The shards are stopped by PID (SIGTERM: a final checkpoint), and
 `diloco-ctl export --format=hf --model=hf:DIR` writes the stores' model. Checked:
@@ -29,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 try:
     import torch
@@ -50,6 +54,14 @@ def last_json(path):
     if not lines:
         raise AssertionError(f"no JSON line in {path}:\n{open(path).read()[-3000:]}")
     return json.loads(lines[-1])
+
+
+def wait_for_line(p, log, text, timeout):
+    end = time.time() + timeout
+    while text not in open(log).read():
+        if p.poll() is not None or time.time() > end:
+            raise AssertionError(f"{log}: no '{text}' line:\n{open(log).read()[-3000:]}")
+        time.sleep(0.05)
 
 
 def wait(p, timeout, what, log):
@@ -102,19 +114,27 @@ def main():
             stdout=open(f"{tmp}/init.log", "w"), stderr=subprocess.STDOUT)
         procs.append(init)
         wait(init, 60, "diloco-worker --init_from", f"{tmp}/init.log")
-        for w in range(2):
+        # Both join before either trains (--go_file), so both must join theta(0).
+        island = [sys.executable, f"{EXAMPLES}/llama_island.py", "--ranks=2", *learner[2:]]
+        for w, cmd in enumerate([learner, island]):
             procs.append(subprocess.Popen(
-                learner + [f"--servers={servers}", f"--worker_id={w}", "--steps=60",
-                           "--inner_steps=10", "--progress=20"],
+                cmd + [f"--servers={servers}", f"--worker_id={w}", "--steps=60",
+                       "--inner_steps=10", "--progress=20", f"--go_file={tmp}/go"],
                 stdout=open(f"{tmp}/learner{w}.log", "w"), stderr=subprocess.STDOUT, env=env))
+        for w in range(2):
+            wait_for_line(procs[1 + w], f"{tmp}/learner{w}.log", " joined: ", 300)
+        open(f"{tmp}/go", "w").close()
         for w, p in enumerate(procs):
             wait(p, 300, f"learner {w}", f"{tmp}/learner{w}.log")
         want = diloco_ps.checksum(torch.cat([p.reshape(-1) for p in theta0.parameters()]))
         for w in range(2):
             d = last_json(f"{tmp}/learner{w}.log")
-            if d["joined_checksum"] != want:
-                failures.append(f"learner {w} joined {d['joined_checksum']}, not theta(0) of "
-                                f"--init_from ({want})")
+            joined = d["joined_checksums"] if w == 1 else [d["joined_checksum"]]
+            if joined != [want] * (2 if w == 1 else 1):
+                failures.append(f"learner {w} joined {joined}, not theta(0) of --init_from "
+                                f"({want})")
+            if w == 1 and (len(d["checksums"]) != 2 or len(set(d["checksums"])) != 1):
+                failures.append(f"the island's ranks differ after the drain: {d['checksums']}")
             if d["pushes"] < 4 or d["applied"] < 4 or d["refused"] != 0:
                 failures.append(f"learner {w}: pushes {d['pushes']} applied {d['applied']} "
                                 f"refused {d['refused']}")
