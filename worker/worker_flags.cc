@@ -91,7 +91,7 @@ ABSL_FLAG(std::string, init_from, "",
 ABSL_FLAG(std::string, data, "synthetic",
           "synthetic, bin:PATH (llm.c token file) or text:PATH (bytes)");
 ABSL_FLAG(int, num_workers, 0, "workers sharing the data (0: the number of --worker_id + 1)");
-ABSL_FLAG(int, threads, 1, "CPU threads for the matrix products");
+ABSL_FLAG(int, threads, 1, "CPU threads for the model's matrix products and attention");
 ABSL_FLAG(Device, device, Device::kCpu,
           "cpu; cuda: train on this node's GPUs (cuBLAS; --gpus data-parallel with NCCL); or "
           "synthetic: no model math, each step waits --synthetic_step_time and moves 1/H of the "

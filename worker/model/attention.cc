@@ -1,20 +1,40 @@
 // Causal self-attention as batched GEMMs per (batch, head): scores = q k^T / sqrt(hs), a causal
 // softmax in place, out = att v. The strided q/k/v slices of qkv are passed to BLAS through
-// their leading dimension (3C), so nothing is copied.
+// their leading dimension (3C), so nothing is copied. The (batch, head) pairs run on the CPU
+// trainer's threads (cpu_threads.h); their products are then not split further.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
+#include "worker/model/cpu_threads.h"
 #include "worker/model/fast_f32.h"
 #include "worker/model/layers.h"
 
 namespace diloco::model {
 
+namespace {
+
+// fn(b, h, part) for every (batch, head) pair, the pairs in `parts` contiguous blocks run on
+// the CPU trainer's threads (each pair writes only its own slices of the outputs).
+template <typename Fn>
+void ForEachHead(int B, int NH, int parts, const Fn& fn) {
+  const int pairs = B * NH;
+  parts = std::max(1, std::min(parts, pairs));
+  const int per = (pairs + parts - 1) / parts;
+  ParallelFor(parts, [&](int p) {
+    for (int bh = p * per; bh < std::min(pairs, (p + 1) * per); ++bh) fn(bh / NH, bh % NH, p);
+  });
+}
+
+}  // namespace
+
 template <typename F>
 void AttentionForward(F* out, F* att, const F* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
+  ForEachHead(B, NH, CpuThreads(), [&](int b, int h, int) {
+    {
       const F* q = qkv + int64_t(b) * T * C3 + h * hs;
       const F* k = q + C;
       const F* v = q + 2 * C;
@@ -38,22 +58,22 @@ void AttentionForward(F* out, F* att, const F* qkv, int B, int T, int C, int NH)
       Gemm<F>(false, false, T, hs, T, F(1), a, T, v, C3, F(0), out + int64_t(b) * T * C + h * hs,
               C);
     }
-  }
+  });
 }
 
 template <typename F>
 void AttentionBackward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* att, int B, int T,
-                       int C, int NH) {
+                       int C, int NH, int scratch_parts) {
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
+  ForEachHead(B, NH, std::min(scratch_parts, CpuThreads()), [&](int b, int h, int part) {
+    {
       const int64_t off = int64_t(b) * T * C3 + h * hs;
       const F *q = qkv + off, *k = q + C, *v = q + 2 * C;
       F *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
       const F* a = att + (int64_t(b) * NH + h) * T * T;
       const F* dy = dout + int64_t(b) * T * C + h * hs;
-      F* da = scratch;
+      F* da = scratch + int64_t(part) * T * T;
       Gemm<F>(false, true, T, T, hs, F(1), dy, C, v, C3, F(0), da, T);  // datt = dy v^T
       Gemm<F>(true, false, T, hs, T, F(1), a, T, dy, C, F(1), dv, C3);  // dv += att^T dy
       // Softmax backward in place: dpre = att * (datt - sum_j att * datt), zero above diagonal.
@@ -68,12 +88,12 @@ void AttentionBackward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F
       Gemm<F>(false, false, T, hs, T, scale, da, T, k, C3, F(1), dq, C3);  // dq += s dpre k
       Gemm<F>(true, false, T, hs, T, scale, da, T, q, C3, F(1), dk, C3);   // dk += s dpre^T q
     }
-  }
+  });
 }
 
 #define DILOCO_INSTANTIATE(F)                                              \
   template void AttentionForward<F>(F*, F*, const F*, int, int, int, int); \
-  template void AttentionBackward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int);
+  template void AttentionBackward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int, int);
 DILOCO_INSTANTIATE(float)
 DILOCO_INSTANTIATE(double)
 #undef DILOCO_INSTANTIATE

@@ -1,7 +1,5 @@
 #include "worker/model/cpu_trainer.h"
 
-#include <cblas.h>
-
 #include <cmath>
 #include <optional>
 
@@ -79,8 +77,6 @@ class CpuTrainer final : public Trainer {
 };
 
 }  // namespace
-
-void SetCpuThreads(int n) { openblas_set_num_threads(n); }
 
 absl::StatusOr<std::unique_ptr<Trainer>> MakeCpuTrainer(const TrainerOptions& options) {
   absl::StatusOr<TrainerOptions> o = ResolveOptions(options);

@@ -5,15 +5,12 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "worker/model/cpu_threads.h"  // SetCpuThreads: the trainer calls it with options.threads > 0
 #include "worker/model/trainer_options.h"
 #include "worker/trainer.h"
 
 namespace diloco::model {
 
 absl::StatusOr<std::unique_ptr<Trainer>> MakeCpuTrainer(const TrainerOptions& options);
-
-// Sets OpenBLAS's thread count for the whole process (n >= 1); the CPU trainer calls it with
-// options.threads when that is > 0.
-void SetCpuThreads(int n);
 
 }  // namespace diloco::model

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "worker/model/cpu_threads.h"
 #include "worker/model/layers.h"
 
 namespace diloco::model {
@@ -27,7 +28,8 @@ absl::StatusOr<std::unique_ptr<Gpt<F>>> Gpt<F>::Create(const GptConfig& config, 
   if (training) {
     g->grads_.assign(g->layout_.total, F(0));
     g->AllocateGrads();
-    g->scratch_.assign(size_t(seq_len) * seq_len, F(0));
+    g->scratch_parts_ = CpuThreads();  // the attention backward's threads, a T*T slice each
+    g->scratch_.assign(size_t(g->scratch_parts_) * seq_len * seq_len, F(0));
   }
   g->inputs_.assign(size_t(batch) * seq_len, 0);
   g->targets_.assign(size_t(batch) * seq_len, 0);
@@ -159,7 +161,7 @@ void Gpt<F>::Backward() {
                    p + o.attprojw, N, C, C, kOverwrite);
     zero(d_.dqkv);
     AttentionBackward(d_.dqkv.data(), scratch_.data(), d_.datty.data(), a.qkv.data(), a.att.data(),
-                      B, T, C, NH);
+                      B, T, C, NH, scratch_parts_);
     LinearBackward(d_.dln1.data(), g + o.qkvw, g + o.qkvb, d_.dqkv.data(), a.ln1.data(), p + o.qkvw,
                    N, C, 3 * C, kOverwrite);
     LayerNormBackward(dresid, g + o.ln1w, g + o.ln1b, d_.dln1.data(), x, p + o.ln1w,

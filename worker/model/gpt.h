@@ -66,7 +66,8 @@ class Gpt {
   std::vector<F> params_, grads_;
   Acts acts_;
   Grads d_;
-  std::vector<F> scratch_;  // T*T for the attention backward
+  std::vector<F> scratch_;  // scratch_parts_ * T*T for the attention backward
+  int scratch_parts_ = 1;
   std::vector<int32_t> inputs_, targets_;
 };
 

@@ -41,12 +41,13 @@ void LinearBackward(F* dinp, F* dw, F* dbias, const F* dout, const F* inp, const
 
 // Causal multi-head self-attention. qkv is (B,T,3C) = [q | k | v], heads are contiguous slices
 // of C/NH channels; att (B,NH,T,T) keeps the softmax probabilities for the backward pass;
-// out is (B,T,C). scratch holds T*T values.
+// out is (B,T,C). scratch holds scratch_parts * T*T values: the backward runs its (batch, head)
+// pairs on up to that many of the CPU trainer's threads (cpu_threads.h), one T*T slice each.
 template <typename F>
 void AttentionForward(F* out, F* att, const F* qkv, int B, int T, int C, int NH);
 template <typename F>
 void AttentionBackward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* att, int B, int T,
-                       int C, int NH);
+                       int C, int NH, int scratch_parts = 1);
 
 // GELU, tanh approximation (as GPT-2).
 template <typename F>

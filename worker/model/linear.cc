@@ -1,15 +1,47 @@
 // Matrix products through OpenBLAS (sgemm / dgemm) and the Linear layer built on them.
+// Large float products are split over the CPU trainer's threads (cpu_threads.h).
 #include <cblas.h>
 
+#include <algorithm>
+#include <cstdint>
+
+#include "worker/model/cpu_threads.h"
 #include "worker/model/layers.h"
 
 namespace diloco::model {
 
+// A product below this many FLOPs is not split: waking a thread costs microseconds.
+constexpr double kSplitFlops = 4e6;
+
+// With CpuThreads() > 1 a large product is split into that many blocks of C's rows (or columns,
+// when C has more of them), each one single-threaded sgemm on the pool (cpu_threads.h).
 template <>
 void Gemm<float>(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, alpha, A, lda, B, ldb, beta, C, ldc);
+  const auto op_a = ta ? CblasTrans : CblasNoTrans, op_b = tb ? CblasTrans : CblasNoTrans;
+  const int parts = CpuThreads();
+  if (parts == 1 || 2.0 * M * N * K < kSplitFlops) {
+    cblas_sgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (M >= N) {  // rows i0.. of C: rows of op(A) (columns of A when transposed)
+    const int rows = (M + parts - 1) / parts;
+    ParallelFor(parts, [&](int p) {
+      const int i0 = p * rows, m = std::min(M, i0 + rows) - i0;
+      if (m <= 0) return;
+      const float* a = ta ? A + i0 : A + int64_t(i0) * lda;
+      cblas_sgemm(CblasRowMajor, op_a, op_b, m, N, K, alpha, a, lda, B, ldb, beta,
+                  C + int64_t(i0) * ldc, ldc);
+    });
+  } else {  // columns j0.. of C: columns of op(B) (rows of B when transposed)
+    const int cols = (N + parts - 1) / parts;
+    ParallelFor(parts, [&](int p) {
+      const int j0 = p * cols, n = std::min(N, j0 + cols) - j0;
+      if (n <= 0) return;
+      const float* b = tb ? B + int64_t(j0) * ldb : B + j0;
+      cblas_sgemm(CblasRowMajor, op_a, op_b, M, n, K, alpha, A, lda, b, ldb, beta, C + j0, ldc);
+    });
+  }
 }
 
 template <>

@@ -28,7 +28,8 @@ struct TrainerOptions {
   uint64_t init_seed = 1234;  // initial parameters (GPT-2 init)
   data::DataOptions data;
   int eval_batches = 8;  // held-out batches of (batch_size, seq_len) per EvalLoss
-  int threads = 0;       // CPU: OpenBLAS threads (process-wide); 0 = leave OpenBLAS's default
+  int threads = 0;       // CPU: the trainer's threads (cpu_threads.h, process-wide); 0 = leave
+                         // OpenBLAS's own threading as it is
   int gpus = 1;          // CUDA: GPUs of this worker, data-parallel with NCCL all-reduce
 };
 
