@@ -100,8 +100,9 @@ TEST(CpuThreads, ASplitProductEqualsOneCall) {
   SetCpuThreads(1);
 }
 
-// The (batch, head) pairs on 3 threads, each with its own scratch slice, give the serial result
-// bit for bit (double: no product is split, each pair computes exactly as alone).
+// The (batch, head) pairs on 3 threads, each thread with its own scratch slice, give the serial
+// result bit for bit (double: no product is split, each pair computes exactly as alone); so do 3
+// threads given one slice (the backward then runs the pairs one after the other).
 TEST(CpuThreads, AttentionOverThreadsEqualsSerial) {
   const int B = 2, T = 16, C = 24, NH = 3;
   std::vector<double> qkv(size_t(B) * T * 3 * C), dout(size_t(B) * T * C);
@@ -109,20 +110,22 @@ TEST(CpuThreads, AttentionOverThreadsEqualsSerial) {
   std::normal_distribution<double> d;
   for (double& x : qkv) x = d(g);
   for (double& x : dout) x = d(g);
-  auto run = [&](int threads, std::vector<double>* out, std::vector<double>* dqkv) {
+  auto run = [&](int threads, std::vector<double>* out, std::vector<double>* dqkv, int slices) {
     SetCpuThreads(threads);
-    std::vector<double> att(size_t(B) * NH * T * T), scratch(size_t(threads) * T * T);
+    std::vector<double> att(size_t(B) * NH * T * T), scratch(size_t(slices) * T * T);
     out->assign(size_t(B) * T * C, 0);
     dqkv->assign(qkv.size(), 0);
     AttentionForward(out->data(), att.data(), qkv.data(), B, T, C, NH);
     AttentionBackward(dqkv->data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C,
-                      NH, threads);
+                      NH, slices);
   };
-  std::vector<double> out1, dqkv1, out3, dqkv3;
-  run(1, &out1, &dqkv1);
-  run(3, &out3, &dqkv3);
+  std::vector<double> out1, dqkv1, out3, dqkv3, outs, dqkvs;
+  run(1, &out1, &dqkv1, 1);
+  run(3, &out3, &dqkv3, 3);
+  run(3, &outs, &dqkvs, 1);  // one scratch slice for 3 threads: the pairs one after the other
   EXPECT_EQ(out1, out3);
   EXPECT_EQ(dqkv1, dqkv3);
+  EXPECT_EQ(dqkv1, dqkvs);
   SetCpuThreads(1);
 }
 

@@ -15,15 +15,21 @@ namespace diloco::model {
 
 namespace {
 
-// fn(b, h, part) for every (batch, head) pair, the pairs in `parts` contiguous blocks run on
-// the CPU trainer's threads (each pair writes only its own slices of the outputs).
+// fn(b, h, slot) for every (batch, head) pair, the pairs in contiguous blocks (several per
+// thread) on the CPU trainer's threads; `slot` is the running thread's (cpu_threads.h). Each pair
+// writes only its own slices of the outputs. With `slots` below the pool's width (too little
+// scratch), one pair after the other in slot 0.
 template <typename Fn>
-void ForEachHead(int B, int NH, int parts, const Fn& fn) {
+void ForEachHead(int B, int NH, int slots, const Fn& fn) {
   const int pairs = B * NH;
-  parts = std::max(1, std::min(parts, pairs));
+  if (slots < CpuThreads()) {
+    for (int bh = 0; bh < pairs; ++bh) fn(bh / NH, bh % NH, 0);
+    return;
+  }
+  const int parts = std::max(1, std::min(kPartsPerThread * CpuThreads(), pairs));
   const int per = (pairs + parts - 1) / parts;
-  ParallelFor(parts, [&](int p) {
-    for (int bh = p * per; bh < std::min(pairs, (p + 1) * per); ++bh) fn(bh / NH, bh % NH, p);
+  ParallelForSlots(parts, [&](int p, int slot) {
+    for (int bh = p * per; bh < std::min(pairs, (p + 1) * per); ++bh) fn(bh / NH, bh % NH, slot);
   });
 }
 
@@ -66,14 +72,14 @@ void AttentionBackward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F
                        int C, int NH, int scratch_parts) {
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));
-  ForEachHead(B, NH, std::min(scratch_parts, CpuThreads()), [&](int b, int h, int part) {
+  ForEachHead(B, NH, scratch_parts, [&](int b, int h, int slot) {
     {
       const int64_t off = int64_t(b) * T * C3 + h * hs;
       const F *q = qkv + off, *k = q + C, *v = q + 2 * C;
       F *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
       const F* a = att + (int64_t(b) * NH + h) * T * T;
       const F* dy = dout + int64_t(b) * T * C + h * hs;
-      F* da = scratch + int64_t(part) * T * T;
+      F* da = scratch + int64_t(slot) * T * T;
       Gemm<F>(false, true, T, T, hs, F(1), dy, C, v, C3, F(0), da, T);  // datt = dy v^T
       Gemm<F>(true, false, T, hs, T, F(1), a, T, dy, C, F(1), dv, C3);  // dv += att^T dy
       // Softmax backward in place: dpre = att * (datt - sum_j att * datt), zero above diagonal.

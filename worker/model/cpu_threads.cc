@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -15,11 +16,16 @@ namespace diloco::model {
 namespace {
 
 thread_local bool in_part = false;  // this thread is running a part: ParallelFor runs inline
+thread_local int my_slot = 0;       // 0 on the caller, i on the pool's thread i
 
 class Pool {
  public:
   explicit Pool(int width) {
-    for (int i = 1; i < width; ++i) threads_.emplace_back([this] { Serve(); });
+    for (int i = 1; i < width; ++i)
+      threads_.emplace_back([this, i] {
+        my_slot = i;
+        Serve();
+      });
   }
   ~Pool() {
     {
@@ -30,7 +36,7 @@ class Pool {
   }
   int width() const { return static_cast<int>(threads_.size()) + 1; }
 
-  void Run(int parts, absl::FunctionRef<void(int)> fn) {
+  void Run(int parts, absl::FunctionRef<void(int, int)> fn) {
     absl::MutexLock l(&mu_);
     fn_ = &fn;
     parts_ = parts;
@@ -47,10 +53,10 @@ class Pool {
   // Runs the next part with mu_ released; mu_ is held on entry and on return.
   void RunOne() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const int i = next_++;
-    const absl::FunctionRef<void(int)>* fn = fn_;
+    const absl::FunctionRef<void(int, int)>* fn = fn_;
     mu_.Unlock();
     in_part = true;
-    (*fn)(i);
+    (*fn)(i, my_slot);
     in_part = false;
     mu_.Lock();
     --unfinished_;
@@ -67,7 +73,7 @@ class Pool {
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || next_ < parts_; }
 
   absl::Mutex mu_;
-  const absl::FunctionRef<void(int)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
+  const absl::FunctionRef<void(int, int)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
   int parts_ ABSL_GUARDED_BY(mu_) = 0;
   int next_ ABSL_GUARDED_BY(mu_) = 0;
   int unfinished_ ABSL_GUARDED_BY(mu_) = 0;
@@ -91,13 +97,23 @@ void SetCpuThreads(int n) {
 
 int CpuThreads() { return ThePool()->width(); }
 
-void ParallelFor(int parts, absl::FunctionRef<void(int)> fn) {
+void ParallelForSlots(int parts, absl::FunctionRef<void(int, int)> fn) {
   if (parts <= 0) return;
   if (parts == 1 || in_part || CpuThreads() == 1) {
-    for (int i = 0; i < parts; ++i) fn(i);
+    for (int i = 0; i < parts; ++i) fn(i, my_slot);
     return;
   }
   ThePool()->Run(parts, fn);
+}
+
+void ParallelFor(int parts, absl::FunctionRef<void(int)> fn) {
+  ParallelForSlots(parts, [&](int part, int) { fn(part); });
+}
+
+int PartsFor(double flops) {
+  const int width = CpuThreads();
+  if (width == 1) return 1;
+  return static_cast<int>(std::clamp(flops / 1e6, 1.0, double(kPartsPerThread * width)));
 }
 
 }  // namespace diloco::model

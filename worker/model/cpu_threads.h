@@ -19,8 +19,17 @@ void SetCpuThreads(int n);
 // The pool's width (1 until SetCpuThreads).
 int CpuThreads();
 // Runs fn(0), ..., fn(parts - 1) on the pool and the calling thread; returns when every part
-// has returned. Called from inside a part it runs the parts inline, one after the other. One
-// caller at a time (the training thread).
+// has returned. Parts are handed out one at a time as threads come free, so with several parts
+// per thread a thread that the kernel set aside holds up only the part it is running. Called
+// from inside a part it runs the parts inline, one after the other. One caller at a time (the
+// training thread).
 void ParallelFor(int parts, absl::FunctionRef<void(int)> fn);
+// The same, with the slot of the thread running each part: 0 for the caller, 1 .. CpuThreads()
+// - 1 for the pool's threads (per-thread scratch: no two parts run in one slot at once).
+void ParallelForSlots(int parts, absl::FunctionRef<void(int part, int slot)> fn);
+// How many parts to cut `flops` of work into: about 1 MFLOP each at least, at most
+// kPartsPerThread per thread, 1 when the pool has one thread.
+inline constexpr int kPartsPerThread = 4;
+int PartsFor(double flops);
 
 }  // namespace diloco::model

@@ -42,7 +42,8 @@ void LinearBackward(F* dinp, F* dw, F* dbias, const F* dout, const F* inp, const
 // Causal multi-head self-attention. qkv is (B,T,3C) = [q | k | v], heads are contiguous slices
 // of C/NH channels; att (B,NH,T,T) keeps the softmax probabilities for the backward pass;
 // out is (B,T,C). scratch holds scratch_parts * T*T values: the backward runs its (batch, head)
-// pairs on up to that many of the CPU trainer's threads (cpu_threads.h), one T*T slice each.
+// pairs on the CPU trainer's threads (cpu_threads.h), a T*T slice per thread, when scratch_parts
+// is at least CpuThreads(), and one after the other otherwise.
 template <typename F>
 void AttentionForward(F* out, F* att, const F* qkv, int B, int T, int C, int NH);
 template <typename F>

@@ -13,14 +13,16 @@ namespace diloco::model {
 // A product below this many FLOPs is not split: waking a thread costs microseconds.
 constexpr double kSplitFlops = 4e6;
 
-// With CpuThreads() > 1 a large product is split into that many blocks of C's rows (or columns,
-// when C has more of them), each one single-threaded sgemm on the pool (cpu_threads.h).
+// With CpuThreads() > 1 a large product is split into blocks of C's rows (or columns, when C
+// has more of them), PartsFor(its FLOPs) of them, each one single-threaded sgemm on the pool
+// (cpu_threads.h).
 template <>
 void Gemm<float>(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
   const auto op_a = ta ? CblasTrans : CblasNoTrans, op_b = tb ? CblasTrans : CblasNoTrans;
-  const int parts = CpuThreads();
-  if (parts == 1 || 2.0 * M * N * K < kSplitFlops) {
+  const double flops = 2.0 * M * N * K;
+  const int parts = std::min(PartsFor(flops), std::max(M, N));
+  if (parts == 1 || flops < kSplitFlops) {
     cblas_sgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
