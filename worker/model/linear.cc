@@ -10,8 +10,10 @@
 
 namespace diloco::model {
 
-// A product below this many FLOPs is not split: waking a thread costs microseconds.
-constexpr double kSplitFlops = 4e6;
+// A product below this many FLOPs is not split: waking the threads and waiting for them costs
+// tens of microseconds (on the tiny GPT, splitting its 4-17 MFLOP products made a 2-thread step
+// 10% slower than not splitting them; RESULTS.md, "The CPU trainer's threads").
+constexpr double kSplitFlops = 2e7;
 
 // With CpuThreads() > 1 a large product is split into blocks of C's rows (or columns, when C
 // has more of them), PartsFor(its FLOPs) of them, each one single-threaded sgemm on the pool
