@@ -57,9 +57,10 @@ QUICK_GATES = [
     ("c.naive4", "a.sync4", "min", 1.5,
      "the study can see a broken rule: naive per-push Nesterov (no round normalisation, "
      "adoption by replacement) must end far worse than lockstep DiLoCo"),
-    ("g.main.1", "g.lone.1", "max", 1.05,
+    ("g.main.1", "g.lone.1", "max", 1.02,
      "the main job as shipped (3 workers, 2 shards) vs one worker on both cores, equal wall "
-     "time: timing-dependent; the full study's target is 0.95"),
+     "time: timing-dependent (0.985-1.004 in eight runs, quiet and loaded); the full study's "
+     "target is 0.95"),
 ]
 
 
