@@ -40,30 +40,27 @@ void AttentionForward(F* out, F* att, const F* qkv, int B, int T, int C, int NH)
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));
   ForEachHead(B, NH, CpuThreads(), [&](int b, int h, int) {
-    {
-      const F* q = qkv + int64_t(b) * T * C3 + h * hs;
-      const F* k = q + C;
-      const F* v = q + 2 * C;
-      F* a = att + (int64_t(b) * NH + h) * T * T;
-      Gemm<F>(false, true, T, T, hs, scale, q, C3, k, C3, F(0), a, T);
-      for (int i = 0; i < T; ++i) {
-        F* row = a + int64_t(i) * T;
-        if constexpr (std::is_same_v<F, float>) {
-          f32::SoftmaxRow(row, i + 1);
-          for (int j = i + 1; j < T; ++j) row[j] = 0;
-          continue;
-        }
-        F mx = row[0];
-        for (int j = 1; j <= i; ++j) mx = row[j] > mx ? row[j] : mx;
-        F sum = 0;
-        for (int j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - mx));
-        const F inv = F(1) / sum;
-        for (int j = 0; j <= i; ++j) row[j] *= inv;
+    const F* q = qkv + int64_t(b) * T * C3 + h * hs;
+    const F* k = q + C;
+    const F* v = q + 2 * C;
+    F* a = att + (int64_t(b) * NH + h) * T * T;
+    Gemm<F>(false, true, T, T, hs, scale, q, C3, k, C3, F(0), a, T);
+    for (int i = 0; i < T; ++i) {
+      F* row = a + int64_t(i) * T;
+      if constexpr (std::is_same_v<F, float>) {
+        f32::SoftmaxRow(row, i + 1);
         for (int j = i + 1; j < T; ++j) row[j] = 0;
+        continue;
       }
-      Gemm<F>(false, false, T, hs, T, F(1), a, T, v, C3, F(0), out + int64_t(b) * T * C + h * hs,
-              C);
+      F mx = row[0];
+      for (int j = 1; j <= i; ++j) mx = row[j] > mx ? row[j] : mx;
+      F sum = 0;
+      for (int j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - mx));
+      const F inv = F(1) / sum;
+      for (int j = 0; j <= i; ++j) row[j] *= inv;
+      for (int j = i + 1; j < T; ++j) row[j] = 0;
     }
+    Gemm<F>(false, false, T, hs, T, F(1), a, T, v, C3, F(0), out + int64_t(b) * T * C + h * hs, C);
   });
 }
 
@@ -73,27 +70,25 @@ void AttentionBackward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));
   ForEachHead(B, NH, scratch_parts, [&](int b, int h, int slot) {
-    {
-      const int64_t off = int64_t(b) * T * C3 + h * hs;
-      const F *q = qkv + off, *k = q + C, *v = q + 2 * C;
-      F *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-      const F* a = att + (int64_t(b) * NH + h) * T * T;
-      const F* dy = dout + int64_t(b) * T * C + h * hs;
-      F* da = scratch + int64_t(slot) * T * T;
-      Gemm<F>(false, true, T, T, hs, F(1), dy, C, v, C3, F(0), da, T);  // datt = dy v^T
-      Gemm<F>(true, false, T, hs, T, F(1), a, T, dy, C, F(1), dv, C3);  // dv += att^T dy
-      // Softmax backward in place: dpre = att * (datt - sum_j att * datt), zero above diagonal.
-      for (int i = 0; i < T; ++i) {
-        const F* ar = a + int64_t(i) * T;
-        F* dr = da + int64_t(i) * T;
-        F dot = 0;
-        for (int j = 0; j <= i; ++j) dot += ar[j] * dr[j];
-        for (int j = 0; j <= i; ++j) dr[j] = ar[j] * (dr[j] - dot);
-        for (int j = i + 1; j < T; ++j) dr[j] = 0;
-      }
-      Gemm<F>(false, false, T, hs, T, scale, da, T, k, C3, F(1), dq, C3);  // dq += s dpre k
-      Gemm<F>(true, false, T, hs, T, scale, da, T, q, C3, F(1), dk, C3);   // dk += s dpre^T q
+    const int64_t off = int64_t(b) * T * C3 + h * hs;
+    const F *q = qkv + off, *k = q + C, *v = q + 2 * C;
+    F *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+    const F* a = att + (int64_t(b) * NH + h) * T * T;
+    const F* dy = dout + int64_t(b) * T * C + h * hs;
+    F* da = scratch + int64_t(slot) * T * T;
+    Gemm<F>(false, true, T, T, hs, F(1), dy, C, v, C3, F(0), da, T);  // datt = dy v^T
+    Gemm<F>(true, false, T, hs, T, F(1), a, T, dy, C, F(1), dv, C3);  // dv += att^T dy
+    // Softmax backward in place: dpre = att * (datt - sum_j att * datt), zero above diagonal.
+    for (int i = 0; i < T; ++i) {
+      const F* ar = a + int64_t(i) * T;
+      F* dr = da + int64_t(i) * T;
+      F dot = 0;
+      for (int j = 0; j <= i; ++j) dot += ar[j] * dr[j];
+      for (int j = 0; j <= i; ++j) dr[j] = ar[j] * (dr[j] - dot);
+      for (int j = i + 1; j < T; ++j) dr[j] = 0;
     }
+    Gemm<F>(false, false, T, hs, T, scale, da, T, k, C3, F(1), dq, C3);  // dq += s dpre k
+    Gemm<F>(true, false, T, hs, T, scale, da, T, q, C3, F(1), dk, C3);   // dk += s dpre^T q
   });
 }
 
