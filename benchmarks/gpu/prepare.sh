@@ -2,8 +2,10 @@
 # Builds everything the GPU machine runs (CUDA tests, GPU benchmarks, a one-shard cluster with a
 # GPU worker, the transport benchmarks) into one folder, and packs it for the device tool
 # (that machine has CUDA, cuBLAS, NCCL and PyTorch, but no ZeroMQ, RocksDB,
-# FlatBuffers, Abseil or OpenBLAS, and no network). Then, on the GPU machine:
-#   benchmarks/gpu/run.sh build-gpu-carry/bundle.tgz "$OUT"      (carry: build-gpu-carry)
+# FlatBuffers, Abseil or OpenBLAS, and no network). Then, on the GPU machine, one device command
+# per part (carry: build-gpu-carry), kernels first (benchmarks/gpu/run.sh says why and the limits):
+#   benchmarks/gpu/run.sh build-gpu-carry/bundle.tgz "$OUT" kernels      (then model, cluster,
+#   transport)
 # Usage: benchmarks/gpu/prepare.sh [BUNDLE]     (default build-gpu-bundle, ignored by git)
 # The bundle mirrors the build tree for the programs below, so the per-part scripts
 # (benchmarks/kernels/gpu_check.sh, benchmarks/model/gpu_check.sh) run on it unchanged, plus

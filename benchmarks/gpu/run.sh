@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# Every GPU check and benchmark in one call, for the GPU machine (device tool):
+# The GPU checks and benchmarks, for the GPU machine (device tool):
 #   benchmarks/gpu/run.sh BUNDLE OUT [PART...]
 # BUNDLE comes from benchmarks/gpu/prepare.sh: its folder, or the packed build-gpu-carry/
-# bundle.tgz that the device tool carries; OUT is the device tool's $OUT. Parts, in order
-# (default all): transport (the transport and checksum benchmarks, on cores the development
-# machine lacks), kernels (CUDA kernel tests and benchmark), model (CUDA model tests, the GPT-2
-# benchmark and PyTorch eager on the same model), cluster (a one-shard cluster with a
-# --device=cuda worker). Each runs under its own time limit, 575 s in all, so that the call
-# fits one device command (600 s). Logs under OUT/<part>, one line per part in
-# OUT/summary.txt; exits non-zero if any part failed.
+# bundle.tgz that the device tool carries; OUT is the device tool's $OUT. Parts (default all,
+# in this order): kernels (CUDA kernel tests and benchmark, 150 s at most), model (CUDA model
+# tests, the GPT-2 benchmark and PyTorch eager on the same model, 240 s), cluster (a one-shard
+# cluster with a --device=cuda worker, 90 s), transport (the transport and checksum benchmarks on
+# cores the development machine lacks, 45 s). Run each part as its own device command, in that
+# order (the first verdicts are the ones no other machine can give), e.g.
+#   run.sh build-gpu-carry/bundle.tgz $OUT kernels
+# and rerun a part that failed alone the same way. Every part writes its logs under OUT/<part>
+# as it goes, so one killed at its limit still returns what it measured; one line per part in
+# OUT/summary.txt; exits non-zero if any part failed. All four together: 525 s of limits, under
+# 9 of a session's 15 device minutes with the start-up.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 bundle=${1:?usage: run.sh BUNDLE OUT [PART...]}
 out=${2:?usage: run.sh BUNDLE OUT [PART...]}
 shift 2
 parts=("$@")
-((${#parts[@]} > 0)) || parts=(transport kernels model cluster)
+((${#parts[@]} > 0)) || parts=(kernels model cluster transport)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 if [[ -f $bundle ]]; then  # the packed bundle: unpack it beside itself
@@ -67,8 +71,8 @@ part() {  # part NAME LIMIT_S COMMAND...
 for p in "${parts[@]}"; do
   case $p in
     transport) part transport 45 benchmarks/gpu/transport_check.sh "$bundle" "$out/transport" ;;
-    kernels) part kernels 180 benchmarks/kernels/gpu_check.sh "$bundle" "$out/kernels" ;;
-    model) part model 260 benchmarks/model/gpu_check.sh "$bundle" "$out/model" ;;
+    kernels) part kernels 150 benchmarks/kernels/gpu_check.sh "$bundle" "$out/kernels" ;;
+    model) part model 240 benchmarks/model/gpu_check.sh "$bundle" "$out/model" ;;
     cluster) part cluster 90 benchmarks/gpu/cluster_check.sh "$bundle" "$out/cluster" ;;
     *)
       echo "unknown part $p (transport, kernels, model, cluster)" | tee -a "$out/summary.txt"
