@@ -2,11 +2,11 @@
 """Rejoin time: how long a restarted learner and a restarted shard take to be useful again.
 
 Two shards of --model on 127.0.0.1 (a RocksDB store each, --durability=per-round, an audit log)
-and --workers (2) synthetic learners (diloco-worker --device=synthetic: the real sync client and wire,
-no model math; --step_time a step, H = --inner_steps, int8 pushes, 8 fragments). Once both train
-and the shards have applied a round of pushes:
-  learner: the last worker is killed (SIGKILL) and started again at once. Measured from its start to
-    its "joined" event (theta(0) known, every fragment pulled: its first step is on the fleet's
+and --workers (2) synthetic learners (diloco-worker --device=synthetic: the real sync client
+and wire, no model math; --step_time a step, H = --inner_steps, int8 pushes, 8 fragments). Once
+they train and the shards have applied a round of pushes:
+  learner: the last worker is killed (SIGKILL) and started again at once. Measured from its start
+    to its "joined" event (theta(0) known, every fragment pulled: its first step is on the fleet's
     model). Peer, the same run: the same worker's first join, from its first start.
   shard: shard 1 is killed (SIGKILL) and started again on its store at once. Measured from its
     start to listening (its port file: the store recovered) and to the first push it applies
