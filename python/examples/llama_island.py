@@ -60,7 +60,8 @@ def rank_main(rank, a, init, tokens):
     T = model.config["max_position_embeddings"]
     ddp = DistributedDataParallel(model, device_ids=[rank] if cuda else None)
     island = diloco_ps.Island(servers=a.servers, worker_id=a.worker_id, params=ddp,
-                              codec=a.codec, inner_steps=a.inner_steps, fragments=a.fragments)
+                              codec=a.codec, inner_steps=a.inner_steps, fragments=a.fragments,
+                              lockstep=a.lockstep)
     decayed = [p for p in model.parameters() if p.dim() == 2]
     others = [p for p in model.parameters() if p.dim() != 2]
     opt = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.1},
@@ -118,6 +119,8 @@ def main():
     ap.add_argument("--progress", type=int, default=50)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--go_file", default="", help="after the join, wait for this file to exist")
+    ap.add_argument("--lockstep", action="store_true",
+                    help="wait at each push for its round's answer (synchronous DiLoCo)")
     a = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

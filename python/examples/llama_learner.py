@@ -61,6 +61,8 @@ def main():
     ap.add_argument("--progress", type=int, default=50)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--go_file", default="", help="after the join, wait for this file to exist")
+    ap.add_argument("--lockstep", action="store_true",
+                    help="wait at each push for its round's answer (synchronous DiLoCo)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -85,7 +87,8 @@ def main():
 
     learner = diloco_ps.Learner(servers=a.servers, worker_id=a.worker_id,
                                 params=model.named_parameters(), codec=a.codec,
-                                inner_steps=a.inner_steps, fragments=a.fragments)
+                                inner_steps=a.inner_steps, fragments=a.fragments,
+                                lockstep=a.lockstep)
     decayed = [p for p in model.parameters() if p.dim() == 2]
     others = [p for p in model.parameters() if p.dim() != 2]
     opt = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.1},

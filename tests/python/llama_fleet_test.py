@@ -6,7 +6,8 @@ Two shards serve the model's folder (--model=hf:DIR: config.json, model.safetens
 generation_config.json). diloco-worker --device=synthetic --init_from uploads theta(0) from
 another folder of the model, in BF16; two learners join (each must hold that theta(0),
 widened: checksum; neither trains before both joined, --go_file) and train 60 steps each at
-H = 10, then drain: a PyTorch learner
+H = 10 in lockstep (shards at quorum 2: every round holds a push of each, so the global model's
+progress does not depend on the two learners' relative speed), then drain: a PyTorch learner
 (python/examples/llama_learner.py) and an island of 2 gloo ranks under DDP
 (python/examples/llama_island.py: one worker id, every rank holding theta(0) after the join and
 the same parameters after the drain). A third learner joins with
@@ -104,8 +105,9 @@ def main():
         for i in range(2):
             shards.append(subprocess.Popen(
                 [server, *plan, f"--shard={i}", "--shards=2", "--bind=tcp://127.0.0.1:*",
-                 f"--port_file={tmp}/port{i}", f"--store={tmp}/store{i}", "--grace_cap=1s",
-                 "--worker_timeout=5s", "--durability=per-round", "--progress_interval=1000s"],
+                 f"--port_file={tmp}/port{i}", f"--store={tmp}/store{i}", "--quorum=2",
+                 "--grace_cap=60s", "--worker_timeout=5s", "--durability=per-round",
+                 "--progress_interval=1000s"],
                 stdout=open(f"{tmp}/shard{i}.log", "w"), stderr=subprocess.STDOUT))
         servers = ",".join(wait_for_file(f"{tmp}/port{i}", 20) for i in range(2))
         init = subprocess.Popen(
@@ -119,7 +121,8 @@ def main():
         for w, cmd in enumerate([learner, island]):
             procs.append(subprocess.Popen(
                 cmd + [f"--servers={servers}", f"--worker_id={w}", "--steps=60",
-                       "--inner_steps=10", "--progress=20", f"--go_file={tmp}/go"],
+                       "--inner_steps=10", "--progress=20", f"--go_file={tmp}/go",
+                       "--lockstep"],
                 stdout=open(f"{tmp}/learner{w}.log", "w"), stderr=subprocess.STDOUT, env=env))
         for w in range(2):
             wait_for_line(procs[1 + w], f"{tmp}/learner{w}.log", " joined: ", 300)
