@@ -1,6 +1,8 @@
 # CUDA is optional. AUTO builds the CUDA paths when nvcc is found (PATH, CUDACXX or
-# /usr/local/cuda); nothing that runs in CI links the driver API, so binaries start without a
-# GPU and GPU tests skip.
+# /usr/local/cuda). A CUDA-built program starts on a machine without any CUDA library: the CUDA
+# runtime is linked statically (it loads the driver, libcuda.so.1, only when first asked about a
+# device), and cuBLAS and NCCL are loaded with dlopen when a GPU trainer needs them
+# (worker/model/cuda/library_search.h). So binaries start without a GPU and GPU tests skip.
 set(DILOCO_HAVE_CUDA OFF)
 if(NOT DILOCO_CUDA STREQUAL "OFF")
   if(NOT DEFINED ENV{CUDACXX} AND NOT CMAKE_CUDA_COMPILER)
@@ -12,7 +14,7 @@ if(NOT DILOCO_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 90)
     endif()
@@ -20,12 +22,11 @@ if(NOT DILOCO_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD 17)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-    if(NCCL_LIBRARY AND NCCL_INCLUDE_DIR)
+    # NCCL's header only: the library is loaded at run time (worker/model/cuda/nccl_loader.h).
+    if(NCCL_INCLUDE_DIR)
       add_library(diloco_nccl INTERFACE)
       target_include_directories(diloco_nccl INTERFACE ${NCCL_INCLUDE_DIR})
-      target_link_libraries(diloco_nccl INTERFACE ${NCCL_LIBRARY})
       set(DILOCO_HAVE_NCCL ON)
     endif()
     set(DILOCO_HAVE_CUDA ON)

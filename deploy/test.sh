@@ -40,6 +40,13 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR
 ninja -C "$build" -j"$jobs"
 ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600 --no-tests=error
 
+# The GPU run's rehearsal where nvcc is (about 15 s): the bundle for the GPU machine is packed
+# from this build and every part of the GPU run ends with its "no GPU" verdict here, with the
+# CUDA toolkit hidden (benchmarks/gpu/rehearse.sh).
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  "$root/benchmarks/gpu/rehearse.sh" "$build"
+fi
+
 # Training quality: the convergence study's quick mode (about 6 minutes on 2 cores) fails the
 # run when one of its gates is missed (benchmarks/quality/summarize.py, QUICK_GATES: the
 # exported models against synchronous DiLoCo and a lone worker).

@@ -147,10 +147,12 @@ absl::StatusOr<std::unique_ptr<diloco::Trainer>> MakeTrainer(
   }
   if (to.gpus < 1) return absl::InvalidArgumentError("--gpus must be at least 1");
 #if defined(DILOCO_MODEL_HAVE_CUDA)
-  const int found = diloco::model::CudaDeviceCount();
+  std::string why;
+  const int found = diloco::model::CudaDeviceCount(&why);
   if (found < to.gpus)
-    return absl::FailedPreconditionError(absl::StrCat("--device=cuda --gpus=", to.gpus, ": ", found,
-                                                      " CUDA GPUs usable on this machine"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=cuda --gpus=", to.gpus, ": ", found, " CUDA GPUs usable on this machine",
+        why.empty() ? "" : " (CUDA: ", why, why.empty() ? "" : ")"));
   auto t = diloco::model::MakeCudaTrainer(to);
   if (!t.ok()) return t.status();
   return std::unique_ptr<diloco::Trainer>(*std::move(t));

@@ -11,7 +11,9 @@
 #   run.sh build-gpu-carry/bundle.tgz $OUT kernels
 # and rerun a part that failed alone the same way. Every part writes its logs under OUT/<part>
 # as it goes, so one killed at its limit still returns what it measured; one line per part in
-# OUT/summary.txt; exits non-zero if any part failed. All four together: 525 s of limits, under
+# OUT/summary.txt; exits 1 if any part failed, 3 if there was no GPU (every GPU part's programs
+# started and said so: benchmarks/gpu/no_gpu_check.sh), else 0. benchmarks/gpu/rehearse.sh runs
+# this driver here, without a GPU, against the packed bundle. All four together: 525 s of limits, under
 # 9 of a session's 15 device minutes with the start-up.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -43,28 +45,42 @@ done
   ldconfig -p 2>&1 | grep -E 'lib(cudart|cublas|cublasLt|nccl)\.so' || echo "  none in ld.so.cache"
 } > "$out/machine.txt"
 cat "$out/machine.txt"
-# The bundle leaves the CUDA libraries out (the machine's own, same major version): say where
-# each program resolves them, and stop here, clearly, when one is missing (cuBLAS is loaded
-# with dlopen: the ldconfig lines above and the CublasLoader test show where).
-for p in tests/model/model_cuda_test tests/kernels/kernels_cuda_test worker/diloco-worker; do
+# The bundle leaves the CUDA libraries out: the runtime is linked statically and cuBLAS and
+# NCCL are loaded when a GPU trainer needs them (worker/model/cuda/library_search.h; the ldconfig
+# lines above show what the loader knows). Every other library must resolve from the bundle or
+# the machine: stop here, clearly, when one does not.
+for p in tests/model/model_cuda_test tests/kernels/kernels_cuda_test worker/diloco-worker \
+  server/diloco-server; do
   [[ -x $bundle/$p ]] || continue
-  echo "$p:"
-  ldd "$bundle/$p" 2>&1 | grep -E 'lib(cudart|cublas|cublasLt|nccl)' | sed 's/^/  /'
-  ldd "$bundle/$p" 2>&1 | grep 'not found' | sed 's/^/  /'
+  ldd "$bundle/$p" 2>&1 | grep 'not found' | sed "s|^|$p: |"
 done 2>&1 | tee "$out/libraries.txt"
-if grep -q 'not found' "$out/libraries.txt"; then
+if [[ -s $out/libraries.txt ]]; then
   echo "a shared library is missing (see $out/libraries.txt): set LD_LIBRARY_PATH to the" \
-    "folder that holds it (/usr/local/cuda/lib64 on most machines)" | tee -a "$out/summary.txt"
+    "folder that holds it" | tee -a "$out/summary.txt"
   exit 1
 fi
+# Without a usable GPU (nvidia-smi lists none) the GPU parts give the verdict "no GPU" once their
+# programs have shown that they start (benchmarks/gpu/no_gpu_check.sh), and run.sh exits 3.
+gpu=0
+nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && gpu=1
 
 status=0
 part() {  # part NAME LIMIT_S COMMAND...
   local name=$1 limit=$2
   shift 2
-  local start=$SECONDS
-  timeout "$limit" "$@"
-  local rc=$?
+  local start=$SECONDS rc
+  if ((gpu == 0)) && [[ $name != transport ]]; then
+    timeout "$limit" benchmarks/gpu/no_gpu_check.sh "$bundle" "$out/$name" "$name" |
+      tee -a "$out/summary.txt"
+    rc=${PIPESTATUS[0]}
+    if ((rc == 3)); then
+      ((status == 0)) && status=3
+      return
+    fi
+  else
+    timeout "$limit" "$@"
+    rc=$?
+  fi
   echo "$name: exit $rc in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
   ((rc == 0)) || status=1
 }

@@ -21,9 +21,9 @@ struct CublasApi {
   decltype(&::cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
 };
 
-// Loads libcublas.so.<the major version compiled against> once per process (the dynamic
-// loader's search path first, then the toolkit directory found at build time) and resolves
-// every entry point. Thread-safe. Null with *error saying what is missing.
+// Loads libcublas.so.<the major version compiled against> once per process (where: see
+// library_search.h) and resolves every entry point. Thread-safe. Null with *error saying what is
+// missing.
 const CublasApi* LoadCublas(std::string* error);
 
 }  // namespace diloco::model::cuda

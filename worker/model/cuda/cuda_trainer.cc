@@ -7,7 +7,7 @@
 
 namespace diloco::model {
 
-int CudaDeviceCount() { return cuda::DeviceCount(); }
+int CudaDeviceCount(std::string* why) { return cuda::DeviceCount(why); }
 
 std::span<float> CudaTrainer::params() { return ParamRange(0, host_params_.size()); }
 

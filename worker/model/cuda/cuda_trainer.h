@@ -61,8 +61,9 @@ class CudaTrainer final : public Trainer {
   absl::Status error_;
 };
 
-// Number of CUDA GPUs usable now (0 without a driver or device: any runtime error counts as 0).
-int CudaDeviceCount();
+// Number of CUDA GPUs usable now (0 without a driver or device: any runtime error counts as 0,
+// and its reason is written to *why when given).
+int CudaDeviceCount(std::string* why = nullptr);
 
 absl::StatusOr<std::unique_ptr<CudaTrainer>> MakeCudaTrainer(const TrainerOptions& options);
 

@@ -4,12 +4,11 @@
 #include <cmath>
 #include <string>
 
+#include "worker/model/cuda/cublas_loader.h"
 #include "worker/model/cuda/gpt_cuda.h"
 #ifdef DILOCO_HAVE_NCCL
-#include <nccl.h>
+#include "worker/model/cuda/nccl_loader.h"
 #endif
-
-#include "worker/model/cuda/cublas_loader.h"
 #include "worker/model/cuda/kernels.cuh"
 
 namespace diloco::model::cuda {
@@ -67,6 +66,7 @@ struct GptCuda::Impl {
   const CublasApi* blas = nullptr;  // loaded by Init, before any handle exists
   std::vector<Replica> replicas;
 #ifdef DILOCO_HAVE_NCCL
+  const NcclApi* nccl = nullptr;  // loaded by Init when it trains on more than one GPU
   std::vector<ncclComm_t> comms;
 #endif
   ~Impl();
@@ -86,9 +86,11 @@ struct GptCuda::Impl {
   std::string Upload(Replica& r, const int32_t* inputs, const int32_t* targets);
 };
 
-int DeviceCount() {
+int DeviceCount(std::string* why) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why != nullptr) *why = cudaGetErrorString(e);
     cudaGetLastError();  // clear the sticky error
     return 0;
   }
@@ -103,7 +105,7 @@ GptCuda::Impl::~Impl() {
     if (r.stream) cudaStreamSynchronize(r.stream);
   }
 #ifdef DILOCO_HAVE_NCCL
-  for (ncclComm_t c : comms) ncclCommDestroy(c);
+  for (ncclComm_t c : comms) nccl->comm_destroy(c);
 #endif
   for (Replica& r : replicas) {
     cudaSetDevice(r.device);
@@ -215,13 +217,16 @@ std::string GptCuda::Impl::Init(int gpus) {
   }
   if (gpus > 1) {
 #ifdef DILOCO_HAVE_NCCL
+    std::string error;
+    nccl = LoadNccl(&error);
+    if (nccl == nullptr) return "--gpus=" + std::to_string(gpus) + " needs NCCL: " + error;
     comms.resize(gpus);
     std::vector<int> devs(gpus);
     for (int g = 0; g < gpus; ++g) devs[g] = g;
-    const ncclResult_t rc = ncclCommInitAll(comms.data(), gpus, devs.data());
+    const ncclResult_t rc = nccl->comm_init_all(comms.data(), gpus, devs.data());
     if (rc != ncclSuccess) {
       comms.clear();
-      return std::string("ncclCommInitAll: ") + ncclGetErrorString(rc);
+      return std::string("ncclCommInitAll: ") + nccl->error_string(rc);
     }
 #else
     return "more than one GPU needs NCCL, and this build has none";
@@ -369,8 +374,9 @@ int GptCuda::gpus() const { return static_cast<int>(impl_->replicas.size()); }
 
 std::string GptCuda::Create(const GpuShape& shape, const GpuLayout& layout, int gpus,
                             std::unique_ptr<GptCuda>* out) {
-  const int have = DeviceCount();
-  if (have < 1) return "no CUDA device";
+  std::string why;
+  const int have = DeviceCount(&why);
+  if (have < 1) return "no CUDA device" + (why.empty() ? std::string() : " (" + why + ")");
   if (gpus < 1 || gpus > have)
     return "asked for " + std::to_string(gpus) + " GPUs, " + std::to_string(have) + " present";
   auto impl = std::make_unique<Impl>();
@@ -441,18 +447,19 @@ std::string GptCuda::TrainStep(const int32_t* inputs, const int32_t* targets, co
   }
 #ifdef DILOCO_HAVE_NCCL
   if (G > 1) {
-    ncclResult_t rc = ncclGroupStart();
-    if (rc != ncclSuccess) return std::string("ncclGroupStart: ") + ncclGetErrorString(rc);
+    const NcclApi& nccl = *im.nccl;
+    ncclResult_t rc = nccl.group_start();
+    if (rc != ncclSuccess) return std::string("ncclGroupStart: ") + nccl.error_string(rc);
     for (int gi = 0; gi < G && rc == ncclSuccess; ++gi) {
       Replica& r = im.replicas[gi];
-      rc = ncclAllReduce(r.grads, r.grads, im.layout.total, ncclFloat, ncclSum, im.comms[gi],
-                         r.stream);
+      rc = nccl.all_reduce(r.grads, r.grads, im.layout.total, ncclFloat, ncclSum, im.comms[gi],
+                           r.stream);
     }
     // The group is closed either way (an open group would swallow the next step's calls); the
     // first failure is the one reported.
-    const ncclResult_t end = ncclGroupEnd();
-    if (rc != ncclSuccess) return std::string("ncclAllReduce: ") + ncclGetErrorString(rc);
-    if (end != ncclSuccess) return std::string("ncclGroupEnd: ") + ncclGetErrorString(end);
+    const ncclResult_t end = nccl.group_end();
+    if (rc != ncclSuccess) return std::string("ncclAllReduce: ") + nccl.error_string(rc);
+    if (end != ncclSuccess) return std::string("ncclGroupEnd: ") + nccl.error_string(end);
   }
 #endif
   const float bc1 = 1.f - std::pow(adamw.beta1, float(step));

@@ -48,8 +48,9 @@ struct GpuAdamW {
   float lr, beta1, beta2, eps, weight_decay;
 };
 
-// Number of usable GPUs; 0 when the runtime reports any error (no driver, no device).
-int DeviceCount();
+// Number of usable GPUs; 0 when the runtime reports any error (no driver, no device), with the
+// runtime's reason in *why when given.
+int DeviceCount(std::string* why = nullptr);
 
 class GptCuda {
  public:

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU run's rehearsal, on a machine without a GPU: what the GPU machine will run, run here
+# first, so that a session lent a GPU spends its minutes measuring, not finding that a program
+# does not start. It
+#   1. builds and packs the bundle exactly as for the GPU machine (prepare.sh), which checks that
+#      every library that travels resolves from the bundle and that the pack fits the 64 MiB the
+#      device tool carries;
+#   2. checks the bundle's lib/ by the package manager's list: nothing of glibc's family
+#      (libc6) nor of the compiler runtime (libgcc-s1, libstdc++6) travels;
+#   3. unpacks the pack in a fresh folder and runs the driver (run.sh) on it one part per call,
+#      in the GPU run's order, inside a private mount namespace where the CUDA toolkit's folder
+#      is an empty tmpfs: every GPU part must end with the verdict "no GPU" once its programs
+#      have started and said so (no_gpu_check.sh), the transport part must pass in its short
+#      form, and each within its limit.
+# Usage: benchmarks/gpu/rehearse.sh [BUILD]   (BUILD: a CUDA build folder; default build-gpu)
+# deploy/test.sh runs it on its own build when that build has the CUDA paths.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build-gpu}
+fail() { echo "rehearse: $*" >&2; exit 1; }
+work=$(mktemp -d /tmp/diloco-rehearsal.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+DILOCO_GPU_BUILD=$build benchmarks/gpu/prepare.sh "$work/bundle"
+
+owned=$(dpkg-query -L libc6 libgcc-s1 libstdc++6 | grep -E '\.so(\.|$)' | xargs -n1 basename |
+        sort -u)
+[[ -n $owned ]] || fail "dpkg lists no library of libc6"
+bad=$(find "$work/bundle/lib" -type f -printf '%f\n' | grep -Fxf <(echo "$owned") || true)
+[[ -z $bad ]] || fail "the bundle carries libraries of glibc or the compiler runtime: $bad"
+echo "rehearse: $(find "$work/bundle/lib" -type f | wc -l) libraries travel, none of glibc's" \
+  "or the compiler's"
+
+mkdir -p "$work/machine"
+cp build-gpu-carry/bundle.tgz "$work/machine/"
+toolkit=$(readlink -f "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/..")
+[[ -d $toolkit ]] || fail "no CUDA toolkit folder to hide ($toolkit)"
+unshare -rm true || fail "cannot make a private mount namespace (unshare -rm) to hide $toolkit"
+declare -A limit=([kernels]=150 [model]=240 [cluster]=90 [transport]=45)
+for part in kernels model cluster transport; do
+  start=$SECONDS
+  set +e
+  unshare -rm bash -c 'mount -t tmpfs none "$1" && shift && exec "$@"' _ "$toolkit" \
+    env DILOCO_REHEARSAL=1 benchmarks/gpu/run.sh "$work/machine/bundle.tgz" "$work/out" "$part" \
+    >"$work/$part.log" 2>&1
+  rc=$?
+  set -e
+  took=$((SECONDS - start))
+  verdict=$(grep "^$part: " "$work/out/summary.txt" | tail -n 1 || true)
+  echo "rehearse: $part: exit $rc in $took s: ${verdict:-no verdict}"
+  want=3 pattern="^$part: no GPU \\("
+  [[ $part == transport ]] && want=0 pattern="^transport: exit 0 "
+  if ((rc != want)) || ! grep -qE "$pattern" <<<"$verdict" || ((took > limit[$part])); then
+    tail -n 20 "$work/$part.log" >&2
+    fail "$part: expected exit $want and /$pattern/ within ${limit[$part]} s"
+  fi
+done
+echo "rehearse: every part ended with its verdict; the bundle starts without CUDA's libraries"
