@@ -4,7 +4,7 @@
 # Runs the CUDA model tests (CUDA vs CPU reference, CUDA trainer), the GPU benchmark
 # (GPT-2 124M and 350M, TF32) and the same model in PyTorch eager (explicit attention and
 # scaled_dot_product_attention), and prints our/PyTorch tokens/s ratios. Logs go to OUT_DIR.
-# Fails when any part fails, when a CUDA test was skipped (all but the two-GPU test, which needs
+# Fails when any part fails, when a CUDA test was skipped (all but the two-GPU test and NCCL's loader, which need
 # a second GPU), or when a benchmark printed no RESULT line: a machine whose CUDA runtime does
 # not work skips every test and measures nothing, and that is not a pass. The binaries need the Abseil/OpenBLAS .so files of the
 # build machine: put them in BUILD_DIR/lib (or set LD_LIBRARY_PATH) when that machine lacks them.
@@ -18,7 +18,7 @@ nvidia-smi > "$out/nvidia-smi.log" 2>&1
 status=0
 "$build/tests/model/model_cuda_test" > "$out/model_cuda_test.log" 2>&1 || status=1
 tail -5 "$out/model_cuda_test.log"
-skipped=$(grep -E '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$out/model_cuda_test.log" | grep -v 'TwoGpusDataParallel')
+skipped=$(grep -E '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$out/model_cuda_test.log" | grep -vE 'TwoGpusDataParallel|NcclLoader')
 if [ -n "$skipped" ]; then
   echo "model_cuda_test: tests were SKIPPED (no usable GPU?):"
   echo "$skipped"
@@ -57,7 +57,8 @@ def results(path):
     return r
 ours, torch = results(sys.argv[1]), results(sys.argv[2])
 for name in ours:
-    for peer, what in ((name, "PyTorch eager"), (name + "-sdpa", "PyTorch eager + SDPA")):
+    model = name.removesuffix("-materialized")  # both attentions against the same PyTorch runs
+    for peer, what in ((model, "PyTorch eager"), (model + "-sdpa", "PyTorch eager + SDPA")):
         if peer in torch:
             print(f"{name}: ours {ours[name][0]:.0f} tok/s ({ours[name][1]:.1f} TFLOP/s), "
                   f"{what} {torch[peer][0]:.0f} tok/s ({torch[peer][1]:.1f} TFLOP/s), "

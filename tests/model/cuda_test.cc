@@ -72,7 +72,8 @@ cuda::GpuLayout ToGpu(const ParamLayout& l) {
 }
 
 // Forward (loss, logits) and backward (every tensor's gradient) of one batch of B x T tokens.
-void ExpectForwardBackwardMatchesCpu(const GptConfig& c, int B, int T) {
+void ExpectForwardBackwardMatchesCpu(const GptConfig& c, int B, int T,
+                                     cuda::GpuAttention attention) {
   auto cpu = Gpt<float>::Create(c, B, T);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   std::mt19937_64 rng(11);
@@ -90,7 +91,7 @@ void ExpectForwardBackwardMatchesCpu(const GptConfig& c, int B, int T) {
 
   const ParamLayout& layout = (*cpu)->layout();
   std::unique_ptr<cuda::GptCuda> gpu;
-  ASSERT_EQ(cuda::GptCuda::Create({c.vocab, c.context, c.layers, c.heads, c.width, B, T},
+  ASSERT_EQ(cuda::GptCuda::Create({c.vocab, c.context, c.layers, c.heads, c.width, B, T, attention},
                                   ToGpu(layout), 1, &gpu),
             "");
   ASSERT_EQ(gpu->Upload((*cpu)->params().data()), "");
@@ -115,21 +116,45 @@ void ExpectForwardBackwardMatchesCpu(const GptConfig& c, int B, int T) {
   }
 }
 
-TEST(ModelCuda, ForwardBackwardMatchesCpu) {
+class ModelCudaAttention : public ::testing::TestWithParam<cuda::GpuAttention> {};
+
+TEST_P(ModelCudaAttention, ForwardBackwardMatchesCpu) {
   SKIP_WITHOUT_GPU();
   ExpectForwardBackwardMatchesCpu(
-      {.vocab = 100, .context = 32, .layers = 2, .heads = 4, .width = 64}, 4, 32);
+      {.vocab = 100, .context = 32, .layers = 2, .heads = 4, .width = 64}, 4, 32, GetParam());
 }
 
 // Sizes that make every loop of the kernels run more than once or stop mid-way: rows of V = 1000
 // for the softmax and cross-entropy lanes, T = 100 of a context of 128 (sequences shorter than
 // the context), C = 96 over 3 heads (head width 32) for LayerNorm backward's block cap and
-// multi-row loop, and B = 3.
-TEST(ModelCuda, ForwardBackwardMatchesCpuAtUnevenSizes) {
+// multi-row loop, and B = 3. Streaming attention: T = 100 ends mid-tile (64-row tiles).
+TEST_P(ModelCudaAttention, ForwardBackwardMatchesCpuAtUnevenSizes) {
   SKIP_WITHOUT_GPU();
   ExpectForwardBackwardMatchesCpu(
-      {.vocab = 1000, .context = 128, .layers = 2, .heads = 3, .width = 96}, 3, 100);
+      {.vocab = 1000, .context = 128, .layers = 2, .heads = 3, .width = 96}, 3, 100, GetParam());
 }
+
+// Head sizes the streaming kernels pad: 24 (compiled for 32), 40 (for 64) and 80 (for 128, where
+// tiles are 32 rows), with sequence lengths that end mid-tile, and T = 1.
+TEST_P(ModelCudaAttention, ForwardBackwardMatchesCpuAtPaddedHeadSizes) {
+  SKIP_WITHOUT_GPU();
+  ExpectForwardBackwardMatchesCpu(
+      {.vocab = 300, .context = 80, .layers = 1, .heads = 3, .width = 72}, 2, 77, GetParam());
+  ExpectForwardBackwardMatchesCpu(
+      {.vocab = 300, .context = 80, .layers = 1, .heads = 2, .width = 80}, 2, 65, GetParam());
+  ExpectForwardBackwardMatchesCpu(
+      {.vocab = 300, .context = 80, .layers = 1, .heads = 2, .width = 160}, 2, 45, GetParam());
+  ExpectForwardBackwardMatchesCpu(
+      {.vocab = 300, .context = 80, .layers = 1, .heads = 2, .width = 64}, 3, 1, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, ModelCudaAttention,
+                         ::testing::Values(cuda::GpuAttention::kStreaming,
+                                           cuda::GpuAttention::kMaterialized),
+                         [](const auto& info) {
+                           return info.param == cuda::GpuAttention::kStreaming ? "Streaming"
+                                                                               : "Materialized";
+                         });
 
 // The GPU's AdamW and device-side gradient clipping against the CPU trainer: the same options,
 // init and batches, three steps, a clip far below the gradient norm so it binds on every step,

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "worker/model/cuda/cublas_loader.h"
+#include "worker/model/cuda/flash_attention.cuh"
 #include "worker/model/cuda/gpt_cuda.h"
 #ifdef DILOCO_HAVE_NCCL
 #include "worker/model/cuda/nccl_loader.h"
@@ -32,7 +33,9 @@ namespace {
   } while (0)
 
 struct LayerActs {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *q, *k, *v, *att, *atty, *attproj, *res2;
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *q, *k, *v, *atty, *attproj, *res2;
+  float* att = nullptr;  // materialized attention: the softmax, B x NH x T x T
+  float* lse = nullptr;  // streaming attention: each row's log-sum-exp, B x NH x T
   float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
 };
 struct LayerGrads {
@@ -54,7 +57,9 @@ struct Replica {
   size_t dblock_floats = 0;
   float *dencoded, *dlnf, *dlogits;
   std::vector<LayerGrads> dacts;
-  float *y, *dy, *datt, *dq, *dk, *dv;  // attention scratch
+  float *y, *dy, *dq, *dk, *dv;  // attention scratch
+  float* datt = nullptr;         // materialized: B x NH x T x T
+  float* dsum = nullptr;         // streaming: B x NH x T
   int32_t *inputs, *targets;
   float* scalars;    // [0] loss sum, [1] gradient sum of squares
   float* host_loss;  // pinned
@@ -84,6 +89,11 @@ struct GptCuda::Impl {
   std::string Forward(Replica& r);
   std::string Backward(Replica& r);
   std::string Upload(Replica& r, const int32_t* inputs, const int32_t* targets);
+  // Streaming attention where the head size allows (flash_attention.cuh).
+  bool Streaming() const {
+    return shape.attention == GpuAttention::kStreaming &&
+           FlashAttentionSupports(shape.width / shape.heads);
+  }
 };
 
 int DeviceCount(std::string* why) {
@@ -131,6 +141,9 @@ std::string GptCuda::Impl::Init(int gpus) {
   const GpuShape& s = shape;
   const size_t N = size_t(s.batch) * s.seq_len, C = s.width, V = s.vocab;
   const size_t att = size_t(s.batch) * s.heads * s.seq_len * s.seq_len;
+  const size_t rows = size_t(s.batch) * s.heads * s.seq_len;
+  if (!Streaming() && shape.attention == GpuAttention::kStreaming)
+    shape.attention = GpuAttention::kMaterialized;  // a head size the kernels do not take
   std::string load_error;
   blas = LoadCublas(&load_error);
   if (blas == nullptr) return load_error;
@@ -159,7 +172,11 @@ std::string GptCuda::Impl::Init(int gpus) {
       TRY(Alloc(r, N * C, &a.q));
       TRY(Alloc(r, N * C, &a.k));
       TRY(Alloc(r, N * C, &a.v));
-      TRY(Alloc(r, att, &a.att));
+      if (Streaming()) {
+        TRY(Alloc(r, rows, &a.lse));
+      } else {
+        TRY(Alloc(r, att, &a.att));
+      }
       TRY(Alloc(r, N * C, &a.atty));
       TRY(Alloc(r, N * C, &a.attproj));
       TRY(Alloc(r, N * C, &a.res2));
@@ -205,7 +222,11 @@ std::string GptCuda::Impl::Init(int gpus) {
     r.dlogits = take(N * V);
     TRY(Alloc(r, N * C, &r.y));
     TRY(Alloc(r, N * C, &r.dy));
-    TRY(Alloc(r, att, &r.datt));
+    if (Streaming()) {
+      TRY(Alloc(r, rows, &r.dsum));
+    } else {
+      TRY(Alloc(r, att, &r.datt));
+    }
     TRY(Alloc(r, N * C, &r.dq));
     TRY(Alloc(r, N * C, &r.dk));
     TRY(Alloc(r, N * C, &r.dv));
@@ -292,12 +313,16 @@ std::string GptCuda::Impl::Forward(Replica& r) {
     LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p + o.ln1w, p + o.ln1b, N, C, s);
     TRY(Linear(r, a.qkv, a.ln1, p + o.qkvw, p + o.qkvb, N, C, 3 * C));
     SplitHeads(a.q, a.k, a.v, a.qkv, B, T, C, NH, s);
-    const long long th = (long long)T * hs, tt = (long long)T * T;
-    TRY(GemmBatched(r, false, true, T, T, hs, scale, a.q, hs, th, a.k, hs, th, 0.f, a.att, T, tt,
-                    B * NH));
-    CausalSoftmaxForward(a.att, B * NH, T, s);
-    TRY(GemmBatched(r, false, false, T, hs, T, 1.f, a.att, T, tt, a.v, hs, th, 0.f, r.y, hs, th,
-                    B * NH));
+    if (Streaming()) {
+      FlashAttentionForward(r.y, a.lse, a.q, a.k, a.v, B * NH, T, hs, scale, s);
+    } else {
+      const long long th = (long long)T * hs, tt = (long long)T * T;
+      TRY(GemmBatched(r, false, true, T, T, hs, scale, a.q, hs, th, a.k, hs, th, 0.f, a.att, T, tt,
+                      B * NH));
+      CausalSoftmaxForward(a.att, B * NH, T, s);
+      TRY(GemmBatched(r, false, false, T, hs, T, 1.f, a.att, T, tt, a.v, hs, th, 0.f, r.y, hs, th,
+                      B * NH));
+    }
     MergeHeads(a.atty, r.y, B, T, C, NH, s);
     TRY(Linear(r, a.attproj, a.atty, p + o.attprojw, p + o.attprojb, N, C, C));
     ResidualForward(a.res2, x, a.attproj, int64_t(N) * C, s);
@@ -345,18 +370,25 @@ std::string GptCuda::Impl::Backward(Replica& r) {
     ResidualBackward(dx, d.attproj, d.res2, int64_t(N) * C, s);
     TRY(LinearBackward(r, d.atty, g + o.attprojw, g + o.attprojb, d.attproj, a.atty, p + o.attprojw,
                        N, C, C));
-    // Attention: dy (B,NH,T,hs); datt = dy v^T; dv = att^T dy; softmax backward; dq, dk.
-    const long long th = (long long)T * hs, tt = (long long)T * T;
     SplitHeadsGrad(r.dy, d.atty, B, T, C, NH, s);
-    TRY(GemmBatched(r, false, true, T, T, hs, 1.f, r.dy, hs, th, a.v, hs, th, 0.f, r.datt, T, tt,
-                    B * NH));
-    TRY(GemmBatched(r, true, false, T, hs, T, 1.f, a.att, T, tt, r.dy, hs, th, 0.f, r.dv, hs, th,
-                    B * NH));
-    CausalSoftmaxBackward(r.datt, a.att, B * NH, T, s);
-    TRY(GemmBatched(r, false, false, T, hs, T, scale, r.datt, T, tt, a.k, hs, th, 0.f, r.dq, hs, th,
-                    B * NH));
-    TRY(GemmBatched(r, true, false, T, hs, T, scale, r.datt, T, tt, a.q, hs, th, 0.f, r.dk, hs, th,
-                    B * NH));
+    if (Streaming()) {
+      // The forward's y of this layer, split by head again (r.y holds the last layer's).
+      SplitHeadsGrad(r.y, a.atty, B, T, C, NH, s);
+      FlashAttentionBackward(r.dq, r.dk, r.dv, r.dsum, a.q, a.k, a.v, r.y, a.lse, r.dy, B * NH, T,
+                             hs, scale, s);
+    } else {
+      // dy (B,NH,T,hs); datt = dy v^T; dv = att^T dy; softmax backward; dq, dk.
+      const long long th = (long long)T * hs, tt = (long long)T * T;
+      TRY(GemmBatched(r, false, true, T, T, hs, 1.f, r.dy, hs, th, a.v, hs, th, 0.f, r.datt, T, tt,
+                      B * NH));
+      TRY(GemmBatched(r, true, false, T, hs, T, 1.f, a.att, T, tt, r.dy, hs, th, 0.f, r.dv, hs, th,
+                      B * NH));
+      CausalSoftmaxBackward(r.datt, a.att, B * NH, T, s);
+      TRY(GemmBatched(r, false, false, T, hs, T, scale, r.datt, T, tt, a.k, hs, th, 0.f, r.dq, hs,
+                      th, B * NH));
+      TRY(GemmBatched(r, true, false, T, hs, T, scale, r.datt, T, tt, a.q, hs, th, 0.f, r.dk, hs,
+                      th, B * NH));
+    }
     MergeQkvGrads(d.qkv, r.dq, r.dk, r.dv, B, T, C, NH, s);
     TRY(LinearBackward(r, d.ln1, g + o.qkvw, g + o.qkvb, d.qkv, a.ln1, p + o.qkvw, N, C, 3 * C));
     LayerNormBackward(dx, g + o.ln1w, g + o.ln1b, d.ln1, x, p + o.ln1w, a.ln1_mean, a.ln1_rstd, N,

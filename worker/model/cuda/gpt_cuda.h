@@ -18,9 +18,15 @@
 
 namespace diloco::model::cuda {
 
+// How attention runs: streaming (flash_attention.cuh: scores never stored, B x NH x T floats
+// kept per layer) for head sizes it takes (up to 128), else materialized (scores and softmax as
+// B x NH x T x T per layer through cuBLAS batched GEMMs, the reference it is tested against).
+enum class GpuAttention { kStreaming, kMaterialized };
+
 struct GpuShape {
   int vocab, context, layers, heads, width;  // the GptConfig
   int batch, seq_len;                        // per replica
+  GpuAttention attention = GpuAttention::kStreaming;
 };
 
 struct GpuLayout {
