@@ -10,6 +10,7 @@
 #include "kernels/fast_ops.h"
 #include "kernels/quant_math.h"
 #include "kernels/thread_pool.h"
+#include "kernels/topk.h"
 
 namespace diloco::kernels {
 namespace {
@@ -62,7 +63,10 @@ absl::Status DecodeImpl(Codec c, std::span<const uint8_t> in, float weight, bool
                         std::span<float> out) {
   const size_t n = out.size();
   if (absl::Status st = internal::CheckSizes(c, n, in.size()); !st.ok()) return st;
-  if (absl::Status st = CheckScales(c, in, n); !st.ok()) return st;
+  if (absl::Status st =
+          c.kind == CodecKind::kTopK ? internal::CheckTopK(c, in, n) : CheckScales(c, in, n);
+      !st.ok())
+    return st;
   ParallelFor(Units(c, n), MinUnits(c), [&](size_t b0, size_t b1) {
     internal::Ops().decode(c, in.data(), n, b0, b1, weight, accumulate, out.data());
   });

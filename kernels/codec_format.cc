@@ -1,6 +1,8 @@
 #include "kernels/codec_format.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -13,11 +15,48 @@ struct KindName {
   CodecKind kind;
   const char* name;
 };
-constexpr KindName kKindNames[] = {{CodecKind::kFp32, "fp32"},
-                                   {CodecKind::kBf16, "bf16"},
-                                   {CodecKind::kFp8E4M3, "fp8"},
-                                   {CodecKind::kInt8, "int8"},
-                                   {CodecKind::kInt4, "int4"}};
+constexpr KindName kKindNames[] = {{CodecKind::kFp32, "fp32"},   {CodecKind::kBf16, "bf16"},
+                                   {CodecKind::kFp8E4M3, "fp8"}, {CodecKind::kInt8, "int8"},
+                                   {CodecKind::kInt4, "int4"},   {CodecKind::kTopK, "topk"}};
+
+// Top-k's default block: the largest, so the scales cost least and the choice is the most global.
+constexpr uint32_t kTopKDefaultBlock = kMaxBlock;
+
+// Parses all of [first, last) as a T; false on anything else.
+template <typename T>
+bool ParseAll(const char* first, const char* last, T* v) {
+  const auto [ptr, ec] = std::from_chars(first, last, *v);
+  return ec == std::errc() && ptr == last && first != last;
+}
+
+// "topk:<fraction>[:<block>]" (k = ceil(fraction * block), at least 1) or the exact form
+// CodecName prints, "topk:<k>/<block>".
+absl::StatusOr<Codec> ParseTopK(const std::string& s) {
+  const std::string args = s.size() > 5 ? s.substr(5) : "";
+  const std::string usage = absl::StrCat(
+      "codec '", s, "': want topk:<fraction>[:<block>] (fraction in (0, 1], e.g. topk:0.02) or ",
+      "topk:<k>/<block>");
+  Codec c{CodecKind::kTopK, kTopKDefaultBlock, 0};
+  const char* p = args.data();
+  const char* end = p + args.size();
+  if (const size_t slash = args.find('/'); slash != std::string::npos) {
+    if (!ParseAll(p, p + slash, &c.k) || !ParseAll(p + slash + 1, end, &c.block))
+      return absl::InvalidArgumentError(usage);
+  } else {
+    const size_t colon = args.find(':');
+    const char* f_end = colon == std::string::npos ? end : p + colon;
+    double fraction = 0;
+    if (!ParseAll(p, f_end, &fraction) || !(fraction > 0 && fraction <= 1))
+      return absl::InvalidArgumentError(usage);
+    if (colon != std::string::npos && !ParseAll(f_end + 1, end, &c.block))
+      return absl::InvalidArgumentError(usage);
+    if (absl::Status st = ValidateCodec(Codec{CodecKind::kInt8, c.block}); !st.ok()) return st;
+    c.k = static_cast<uint32_t>(
+        std::clamp(std::ceil(fraction * c.block), 1.0, static_cast<double>(c.block)));
+  }
+  if (absl::Status st = ValidateCodec(c); !st.ok()) return st;
+  return c;
+}
 
 }  // namespace
 
@@ -27,6 +66,15 @@ absl::Status ValidateCodec(Codec c) {
   if (!known) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown codec kind ", static_cast<int>(c.kind)));
+  }
+  if (c.kind == CodecKind::kTopK && (c.k < 1 || c.k > c.block)) {
+    return absl::InvalidArgumentError(absl::StrCat("topk keeps k entries per block of ", c.block,
+                                                   ": k must be in [1, ", c.block, "], got ", c.k));
+  }
+  if (c.kind != CodecKind::kTopK && c.k != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("codec kind ", static_cast<int>(c.kind),
+                                                   " takes no k (got ", c.k,
+                                                   "): k is for topk only"));
   }
   if (c.block < kMinBlock || c.block > kMaxBlock || c.block % kBlockMultiple != 0) {
     return absl::InvalidArgumentError(absl::StrCat("codec block ", c.block,
@@ -39,6 +87,7 @@ absl::Status ValidateCodec(Codec c) {
 absl::StatusOr<Codec> ParseCodec(const std::string& s) {
   const size_t colon = s.find(':');
   const std::string kind = s.substr(0, colon);
+  if (kind == "topk") return ParseTopK(s);
   Codec c;
   bool found = false;
   for (const KindName& k : kKindNames) {
@@ -49,7 +98,8 @@ absl::StatusOr<Codec> ParseCodec(const std::string& s) {
   }
   if (!found) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown codec '", s, "' (want fp32, bf16, fp8, int8 or int4[:block])"));
+        absl::StrCat("unknown codec '", s,
+                     "' (want fp32, bf16, fp8, int8 or int4[:block], or topk:<fraction>[:block])"));
   }
   if (colon != std::string::npos) {
     const char* first = s.data() + colon + 1;
@@ -68,6 +118,7 @@ absl::StatusOr<Codec> ParseCodec(const std::string& s) {
 std::string CodecName(Codec c) {
   for (const KindName& k : kKindNames) {
     if (k.kind == c.kind) {
+      if (c.kind == CodecKind::kTopK) return absl::StrCat(k.name, ":", c.k, "/", c.block);
       return HasScales(c.kind) ? absl::StrCat(k.name, ":", c.block) : std::string(k.name);
     }
   }

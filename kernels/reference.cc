@@ -7,6 +7,8 @@
 
 #include "kernels/codec_format.h"
 #include "kernels/quant_math.h"
+#include "kernels/reference_topk.h"
+#include "kernels/topk.h"
 
 namespace diloco::kernels::ref {
 namespace {
@@ -30,6 +32,7 @@ float LoadScale(const uint8_t* in, size_t b) {
 
 // Quantizes x[0, n) into `out`; x must be finite.
 void EncodeFinite(Codec c, const float* x, size_t n, uint8_t* out) {
+  if (c.kind == CodecKind::kTopK) return TopKEncode(c, x, n, out);
   if (c.kind == CodecKind::kFp32) {
     if (n > 0) std::memcpy(out, x, n * sizeof(float));
     return;
@@ -95,6 +98,7 @@ float DecodeOne(Codec c, const uint8_t* in, size_t n, size_t i) {
 }
 
 absl::Status CheckScales(Codec c, std::span<const uint8_t> in, size_t n) {
+  if (c.kind == CodecKind::kTopK) return kernels::internal::CheckTopK(c, in, n);
   for (size_t b = 0; b < internal::NumBlocks(c, n); ++b) {
     const float s = LoadScale(in.data(), b);
     if (!(s >= 0.0f) || qm::AbsBits(s) >= qm::kInfBits) {
@@ -118,6 +122,10 @@ absl::Status Encode(Codec c, std::span<const float> x, std::span<uint8_t> out) {
 absl::Status Decode(Codec c, std::span<const uint8_t> in, std::span<float> out) {
   if (absl::Status st = internal::CheckSizes(c, out.size(), in.size()); !st.ok()) return st;
   if (absl::Status st = CheckScales(c, in, out.size()); !st.ok()) return st;
+  if (c.kind == CodecKind::kTopK) {
+    TopKDecode(c, in.data(), out.size(), 1.0f, false, out.data());
+    return absl::OkStatus();
+  }
   for (size_t i = 0; i < out.size(); ++i) out[i] = DecodeOne(c, in.data(), out.size(), i);
   return absl::OkStatus();
 }
@@ -126,6 +134,10 @@ absl::Status DecodeAccumulate(Codec c, std::span<const uint8_t> in, float weight
                               std::span<float> acc) {
   if (absl::Status st = internal::CheckSizes(c, acc.size(), in.size()); !st.ok()) return st;
   if (absl::Status st = CheckScales(c, in, acc.size()); !st.ok()) return st;
+  if (c.kind == CodecKind::kTopK) {
+    TopKDecode(c, in.data(), acc.size(), weight, true, acc.data());
+    return absl::OkStatus();
+  }
   for (size_t i = 0; i < acc.size(); ++i) {
     acc[i] = acc[i] + weight * DecodeOne(c, in.data(), acc.size(), i);
   }
@@ -143,6 +155,12 @@ absl::Status ErrorFeedbackEncode(Codec c, std::span<const float> delta, std::spa
     if (qm::AbsBits(e[i]) >= qm::kInfBits) return internal::NonFiniteError("err + delta");
   }
   EncodeFinite(c, e.data(), n, out.data());
+  if (c.kind == CodecKind::kTopK) {
+    std::vector<float> sent(n);
+    TopKDecode(c, out.data(), n, 1.0f, false, sent.data());
+    for (size_t i = 0; i < n; ++i) err[i] = e[i] - sent[i];
+    return absl::OkStatus();
+  }
   for (size_t i = 0; i < n; ++i) err[i] = e[i] - DecodeOne(c, out.data(), n, i);
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/codec_format.h"
+#include "kernels/topk.h"
 #include "schema/payload_layout.h"
 #include "schema/transport.h"
 
@@ -76,6 +77,10 @@ absl::Status CheckEncodedPayload(const Message& m, kernels::Codec codec, uint64_
       case kernels::CodecKind::kInt8:
       case kernels::CodecKind::kInt4:
         ok = AllFinite(p.data(), blocks);
+        break;
+      case kernels::CodecKind::kTopK:
+        if (absl::Status st = kernels::internal::CheckTopK(codec, p, n); !st.ok())
+          return WireError(ErrorCode::BadCodec, absl::StrCat("frame ", i, ": ", st.message()));
         break;
     }
     if (!ok)

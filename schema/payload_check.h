@@ -1,7 +1,8 @@
 // Checks an encoded payload before any of it is decoded, so a bad one is refused whole (a push
 // before it touches a round's accumulator, a quantized download before it touches a worker's
 // values): frame count and sizes against the codec's layout, and every value the decoder would
-// read as a float (block scales; fp32/bf16/fp8 values) finite.
+// read as a float (block scales; fp32/bf16/fp8 values) finite; for top-k also its indices (in
+// range, a bitmap's count, packed ones increasing: CheckTopK in kernels/topk.h).
 #pragma once
 
 #include <cstdint>

@@ -164,6 +164,7 @@ void TrimFrameHeap() {
 void SetPayloadLayout(HeaderFields& h, kernels::Codec codec, uint64_t numel) {
   h.codec = static_cast<uint8_t>(codec.kind);
   h.block = codec.block;
+  h.topk = codec.k;
   h.num_elements = numel;
   h.chunk_elements = ChunkElements(codec.block);
 }

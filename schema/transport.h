@@ -90,7 +90,7 @@ void TrimFrameHeap();
 // this layout: workers adopt exactly the shard's values.
 inline constexpr kernels::Codec kFragmentCodec{kernels::CodecKind::kFp32, 256};
 
-// The layout fields of a payload of `numel` values encoded with `codec`: codec, block,
+// The layout fields of a payload of `numel` values encoded with `codec`: codec, block, topk,
 // num_elements, and chunk_elements (ChunkElements of the block).
 void SetPayloadLayout(HeaderFields& h, kernels::Codec codec, uint64_t numel);
 // That payload's chunk frames, zero-copy over `buffer`, which holds the chunks back to back.

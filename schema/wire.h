@@ -99,6 +99,7 @@ struct HeaderFields {
   uint32_t chunk_index = 0;
   MsgType refused_type = MsgType::Invalid;  // Error: the refused message's type
   uint64_t values_checksum = 0;  // FragmentUpdate of quantized updates: the values they make
+  uint32_t topk = 0;             // codec topk: entries kept per block (kernels::Codec::k)
 };
 
 // What names a message in a refusal of it (an Error's worker_id, fragment_id, seq and

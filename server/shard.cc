@@ -44,6 +44,9 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   if (o.dn_period < 1) return absl::InvalidArgumentError("Delayed Nesterov period must be >= 1");
   if (auto st = kernels::ValidateCodec(o.download); !st.ok())
     return absl::InvalidArgumentError(absl::StrCat("download codec: ", st.message()));
+  if (o.download.kind == kernels::CodecKind::kTopK)
+    return absl::InvalidArgumentError(
+        "download codec: topk is for pushes only (use int8 or int4 for downloads)");
   if (o.download.kind != kernels::CodecKind::kFp32 && o.download_chain == 0)
     return absl::InvalidArgumentError("a quantized download needs a chain of at least 1 update");
   auto manifest =
@@ -411,7 +414,7 @@ void Shard::OnInit(const std::string& rid, const wire::Message& m, std::vector<O
     return;
   }
   if (h.codec() != static_cast<uint8_t>(wire::kFragmentCodec.kind) ||
-      h.block() != wire::kFragmentCodec.block)
+      h.block() != wire::kFragmentCodec.block || h.topk() != 0)
     return Refuse(rid, WireError(ErrorCode::BadCodec, "InitFragment must be fp32:256"), &h, out);
   if (auto s = wire::CheckEncodedPayload(m, wire::kFragmentCodec, f.spec->numel); !s.ok())
     return Refuse(rid, s, &h, out);
@@ -494,7 +497,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
     out->push_back(std::move(ack));
     return;
   }
-  auto codec = kernels::Codec{static_cast<kernels::CodecKind>(h.codec()), h.block()};
+  auto codec = kernels::Codec{static_cast<kernels::CodecKind>(h.codec()), h.block(), h.topk()};
   if (auto s = kernels::ValidateCodec(codec); !s.ok())
     return Refuse(rid, WireError(ErrorCode::BadCodec, s.message()), &h, out);
   if (auto s = wire::CheckEncodedPayload(m, codec, f.spec->numel); !s.ok())

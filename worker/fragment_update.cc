@@ -13,7 +13,7 @@ namespace diloco::worker {
 namespace {
 
 kernels::Codec CodecOf(const wire::Header& h) {
-  return {static_cast<kernels::CodecKind>(h.codec()), h.block()};
+  return {static_cast<kernels::CodecKind>(h.codec()), h.block(), h.topk()};
 }
 
 }  // namespace

@@ -1,0 +1,206 @@
+// The fast CPU top-k codec, one block at a time (the thread pool spreads blocks; codec.cc).
+// Selection is std::nth_element on 64-bit keys (|x| bits above the inverted index), a strict
+// order, so the kept set equals the reference's full sort (kernels/reference.cc).
+#include "kernels/topk.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/quant_math.h"
+
+namespace diloco::kernels::internal {
+namespace {
+
+struct Magnitudes {
+  float lo, hi, mid;
+};
+
+// lo, hi and the split point of the kept entries idx[0, kb) (increasing) of x.
+Magnitudes KeptMagnitudes(const float* x, const uint32_t* idx, size_t kb) {
+  uint32_t tb = qm::kInfBits, mb = 0;
+  for (size_t j = 0; j < kb; ++j) {
+    tb = std::min(tb, qm::AbsBits(x[idx[j]]));
+    mb = std::max(mb, qm::AbsBits(x[idx[j]]));
+  }
+  const float mid = 0.5f * qm::BitsFloat(tb) + 0.5f * qm::BitsFloat(mb);
+  double sum_lo = 0, sum_hi = 0;
+  size_t n_hi = 0;
+  for (size_t j = 0; j < kb; ++j) {
+    const float a = qm::BitsFloat(qm::AbsBits(x[idx[j]]));
+    if (a >= mid) {
+      sum_hi += a;
+      ++n_hi;
+    } else {
+      sum_lo += a;
+    }
+  }
+  const float hi = static_cast<float>(sum_hi / static_cast<double>(n_hi));
+  const float lo = n_hi == kb ? hi : static_cast<float>(sum_lo / static_cast<double>(kb - n_hi));
+  return {lo, hi, mid};
+}
+
+// Writes the w-bit field j of an LSB-first bit stream (zeroed beforehand).
+void PutBits(uint8_t* p, size_t j, uint32_t w, uint32_t v) {
+  const size_t pos = j * w;
+  for (uint32_t i = 0; i < w; ++i) {
+    const size_t bit = pos + i;
+    p[bit / 8] |= static_cast<uint8_t>(((v >> i) & 1u) << (bit % 8));
+  }
+}
+
+uint32_t GetBits(const uint8_t* p, size_t j, uint32_t w) {
+  const size_t pos = j * w;
+  uint32_t v = 0;
+  for (uint32_t i = 0; i < w; ++i) {
+    const size_t bit = pos + i;
+    v |= static_cast<uint32_t>((p[bit / 8] >> (bit % 8)) & 1u) << i;
+  }
+  return v;
+}
+
+// Kept indices of block b (increasing) into idx; returns kb.
+size_t ReadIndices(Codec c, const uint8_t* rec, size_t len, uint32_t* idx) {
+  const size_t kb = TopKCount(c, len);
+  if (TopKPacked(c)) {
+    const uint32_t w = TopKIndexBits(c.block);
+    for (size_t j = 0; j < kb; ++j) idx[j] = GetBits(rec, j, w);
+    return kb;
+  }
+  size_t j = 0;
+  for (size_t byte = 0; byte < (len + 7) / 8; ++byte) {
+    for (uint32_t bits = rec[byte]; bits != 0; bits &= bits - 1) {
+      idx[j++] = static_cast<uint32_t>(byte * 8 + __builtin_ctz(bits));
+    }
+  }
+  return j;
+}
+
+void EncodeBlock(Codec c, const float* x, size_t n, size_t b, uint8_t* enc) {
+  const size_t lo = b * c.block;
+  const size_t len = std::min<size_t>(c.block, n - lo);
+  const size_t kb = TopKCount(c, len);
+  const float* xb = x + lo;
+  uint64_t keys[kMaxBlock];
+  for (size_t i = 0; i < len; ++i) {
+    keys[i] = (uint64_t{qm::AbsBits(xb[i])} << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+  }
+  std::nth_element(keys, keys + kb - 1, keys + len, std::greater<uint64_t>());
+  uint32_t idx[kMaxBlock];
+  for (size_t j = 0; j < kb; ++j) idx[j] = 0xFFFFFFFFu - static_cast<uint32_t>(keys[j]);
+  std::sort(idx, idx + kb);
+
+  const Magnitudes m = KeptMagnitudes(xb, idx, kb);
+  std::memcpy(enc + b * 8, &m.lo, 4);
+  std::memcpy(enc + b * 8 + 4, &m.hi, 4);
+  uint8_t* rec = enc + TopKRecordOffset(c, n, b);
+  std::memset(rec, 0, TopKRecordBytes(c, len));
+  if (TopKPacked(c)) {
+    const uint32_t w = TopKIndexBits(c.block);
+    for (size_t j = 0; j < kb; ++j) PutBits(rec, j, w, idx[j]);
+  } else {
+    for (size_t j = 0; j < kb; ++j) rec[idx[j] / 8] |= static_cast<uint8_t>(1u << (idx[j] % 8));
+  }
+  uint8_t* codes = rec + TopKIndexBytes(c, len);
+  for (size_t j = 0; j < kb; ++j) {
+    const float v = xb[idx[j]];
+    const uint32_t code =
+        (qm::FloatBits(v) >> 31) | (qm::BitsFloat(qm::AbsBits(v)) >= m.mid ? 2u : 0u);
+    codes[j / 4] |= static_cast<uint8_t>(code << (2 * (j % 4)));
+  }
+}
+
+// Calls f(i, deQ_i) for each sent entry of block b, i relative to the block.
+template <typename F>
+void ForEachSent(Codec c, const uint8_t* enc, size_t n, size_t b, F&& f) {
+  const size_t len = std::min<size_t>(c.block, n - b * c.block);
+  float lo, hi;
+  std::memcpy(&lo, enc + b * 8, 4);
+  std::memcpy(&hi, enc + b * 8 + 4, 4);
+  const uint8_t* rec = enc + TopKRecordOffset(c, n, b);
+  uint32_t idx[kMaxBlock];
+  const size_t kb = ReadIndices(c, rec, len, idx);
+  const uint8_t* codes = rec + TopKIndexBytes(c, len);
+  for (size_t j = 0; j < kb; ++j) {
+    const uint32_t code = (codes[j / 4] >> (2 * (j % 4))) & 3u;
+    const float mag = (code & 2u) ? hi : lo;
+    f(idx[j], (code & 1u) ? -mag : mag);
+  }
+}
+
+}  // namespace
+
+void TopKEncodeBlocks(Codec c, const float* x, size_t n, size_t b0, size_t b1, uint8_t* enc) {
+  for (size_t b = b0; b < b1; ++b) EncodeBlock(c, x, n, b, enc);
+}
+
+void TopKDecodeBlocks(Codec c, const uint8_t* enc, size_t n, size_t b0, size_t b1, float w,
+                      bool acc, float* out) {
+  for (size_t b = b0; b < b1; ++b) {
+    float* o = out + b * c.block;
+    if (acc) {
+      ForEachSent(c, enc, n, b, [&](size_t i, float v) { o[i] = o[i] + w * v; });
+    } else {
+      std::fill_n(o, std::min<size_t>(c.block, n - b * c.block), 0.0f);
+      ForEachSent(c, enc, n, b, [&](size_t i, float v) { o[i] = v; });
+    }
+  }
+}
+
+void TopKErrorFeedbackBlocks(Codec c, const float* delta, float* err, size_t n, size_t b0,
+                             size_t b1, uint8_t* enc) {
+  for (size_t b = b0; b < b1; ++b) {
+    const size_t lo = b * c.block;
+    const size_t len = std::min<size_t>(c.block, n - lo);
+    for (size_t i = lo; i < lo + len; ++i) err[i] = err[i] + delta[i];
+    EncodeBlock(c, err, n, b, enc);
+    float* e = err + lo;
+    ForEachSent(c, enc, n, b, [&](size_t i, float v) { e[i] = e[i] - v; });
+  }
+}
+
+absl::Status CheckTopK(Codec c, std::span<const uint8_t> in, size_t n) {
+  const size_t nb = TopKBlocks(c, n);
+  for (size_t b = 0; b < nb; ++b) {
+    uint32_t s[2];
+    std::memcpy(s, in.data() + b * 8, 8);
+    if (std::max(s[0], s[1]) >= qm::kInfBits) {  // a set sign bit sorts above +Inf too
+      return absl::InvalidArgumentError(
+          absl::StrCat("topk block ", b, " has a negative or non-finite magnitude (lo, hi) = (",
+                       qm::BitsFloat(s[0]), ", ", qm::BitsFloat(s[1]), ")"));
+    }
+    const size_t len = std::min<size_t>(c.block, n - b * c.block);
+    const size_t kb = TopKCount(c, len);
+    const uint8_t* rec = in.data() + TopKRecordOffset(c, n, b);
+    if (TopKPacked(c)) {
+      const uint32_t w = TopKIndexBits(c.block);
+      for (size_t j = 0; j < kb; ++j) {
+        const uint32_t i = GetBits(rec, j, w);
+        if (i >= len) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "topk block ", b, ": index ", i, " out of range for a block of ", len, " values"));
+        }
+        if (j > 0 && i <= GetBits(rec, j - 1, w)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("topk block ", b, ": index ", i, " at position ", j,
+                           " repeats or is out of order (indices must increase)"));
+        }
+      }
+    } else {
+      size_t marked = 0;
+      for (size_t byte = 0; byte < (len + 7) / 8; ++byte) marked += __builtin_popcount(rec[byte]);
+      if (len % 8 != 0 && (rec[len / 8] >> (len % 8)) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "topk block ", b, ": bitmap marks an entry past the block's ", len, " values"));
+      }
+      if (marked != kb) {
+        return absl::InvalidArgumentError(absl::StrCat("topk block ", b, ": bitmap marks ", marked,
+                                                       " entries, the codec keeps ", kb));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace diloco::kernels::internal
