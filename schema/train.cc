@@ -14,9 +14,9 @@ bool SamePayload(const Header& a, const Header& b) {
          a.base_version() == b.base_version() && a.version() == b.version() &&
          a.round() == b.round() && a.tokens() == b.tokens() && a.steps() == b.steps() &&
          a.codec() == b.codec() && a.block() == b.block() && a.topk() == b.topk() &&
-         a.num_elements() == b.num_elements() &&
-         a.chunk_elements() == b.chunk_elements() && a.ack() == b.ack() &&
-         a.num_chunks() == b.num_chunks() && a.values_checksum() == b.values_checksum();
+         a.num_elements() == b.num_elements() && a.chunk_elements() == b.chunk_elements() &&
+         a.ack() == b.ack() && a.num_chunks() == b.num_chunks() &&
+         a.values_checksum() == b.values_checksum();
 }
 
 }  // namespace

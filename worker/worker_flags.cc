@@ -39,7 +39,8 @@ ABSL_FLAG(std::string, servers, "",
           "comma-separated shard endpoints, shard i at position i (empty: train without sync)");
 ABSL_FLAG(uint32_t, worker_id, 0, "this worker's id (unique in the fleet)");
 ABSL_FLAG(uint64_t, generation, 0, "worker generation (0: from the clock, new on each start)");
-ABSL_FLAG(std::string, codec, "int8:256", "push codec: fp32, bf16, fp8, int8, int4 [:block], or topk:<fraction>[:block] (sparse, "
+ABSL_FLAG(std::string, codec, "int8:256",
+          "push codec: fp32, bf16, fp8, int8, int4 [:block], or topk:<fraction>[:block] (sparse, "
           "kernels/topk.h)");
 ABSL_FLAG(uint32_t, inner_steps, 50, "H: inner steps between pushes of a fragment");
 ABSL_FLAG(bool, dylu, false, "Dynamic Local Updates: scale H by this worker's relative speed");

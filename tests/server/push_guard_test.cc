@@ -157,7 +157,8 @@ TEST_P(GuardedDecodeTest, MeasuresTheDecodedNormAndClipsToTheCap) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, GuardedDecodeTest,
-                         ::testing::Values("fp32", "bf16", "fp8", "int8", "int4", "int4:64"));
+                         ::testing::Values("fp32", "bf16", "fp8", "int8", "int4", "int4:64",
+                                           "topk:0.02", "topk:0.3:64"));
 
 }  // namespace
 }  // namespace diloco::server::testing

@@ -372,6 +372,27 @@ TEST(WorkerSyncTest, Int8AndInt4PushesReachTheFp32Loss) {
   }
 }
 
+// Sparse pushes (kernels/topk.h) end to end: a worker pushing 5% of each block of 256 (the top
+// entries of its error-fed delta) has every push decoded and applied by a real shard, nothing
+// refused, and the global model still learns.
+TEST(WorkerSyncTest, TopKPushesAreAppliedByTheShard) {
+  Fleet f;
+  f.StartShards(1);
+  f.workers.push_back(f.StartWorker(0, {"--codec=topk:0.05:256", "--steps=100", "--batch=8",
+                                        "--eval_batches=8", "--seed=7", "--lockstep"}));
+  EXPECT_EQ(f.workers[0]->Wait(absl::Seconds(50)), std::optional<int>(0));
+  const auto done = Named(ReadTyped(f.Jsonl(0)), "done");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_GE(done[0].num.at("pushes"), 36);  // 100 steps, H = 10, 4 fragments
+  EXPECT_EQ(done[0].num.at("applied"), done[0].num.at("pushes"));
+  EXPECT_EQ(done[0].num.at("errors"), 0);
+  EXPECT_EQ(done[0].num.at("refused"), 0);
+  EXPECT_LT(done[0].num.at("eval_global"), done[0].num.at("eval_initial") - 0.3);
+  EXPECT_EQ(f.Stat(0, "bad_messages"), 0);
+  EXPECT_EQ(f.Stat(0, "pushes.queued"), done[0].num.at("pushes"));
+  f.StopAll();
+}
+
 // Quantized downloads: two workers pushing at their own pace on two shards get each new version
 // as the int8 updates from the version they hold, rebuild it on their own values and check it
 // against the shard's checksum of its bytes: every rebuild matches, none is refused.
