@@ -1,6 +1,7 @@
 // Replays the checked-in seed corpus through ParseMessage with whatever compiler builds the
 // project: valid_* seeds must parse (a protocol change that strands the corpus fails here),
-// bad_* seeds must be refused, and nothing may crash. The clang fuzz target grows from these.
+// bad_* seeds must be refused, payload_bad_* seeds parse and fail their payload check, and
+// nothing may crash. The clang fuzz target grows from these.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "schema/wire.h"
 #include "tests/fuzz/frame_split.h"
+#include "tests/fuzz/payload_feed.h"
 #include "tests/fuzz/train_feed.h"
 
 namespace diloco::fuzz {
@@ -51,13 +53,19 @@ TEST(CorpusReplayTest, EveryPrefixOfEverySeedIsSafe) {
     const std::string bytes = Read(e.path());
     for (size_t n = 0; n <= bytes.size(); ++n) {
       auto m = wire::ParseMessage(SplitFrames(reinterpret_cast<const uint8_t*>(bytes.data()), n));
-      if (m.ok()) (void)Touch(*m);
+      if (m.ok()) {
+        (void)Touch(*m);
+        (void)DecodePayload(*m);
+      }
       (void)FeedTrains(reinterpret_cast<const uint8_t*>(bytes.data()), n);
       std::vector<uint8_t> copy(bytes.begin(), bytes.begin() + n);
       auto frames = SplitFrames(copy.data(), copy.size());
       if (!frames.empty()) wire::ResealHeaderFrame(frames[0]);
       auto resealed = wire::ParseMessage(std::move(frames));
-      if (resealed.ok()) (void)Touch(*resealed);
+      if (resealed.ok()) {
+        (void)Touch(*resealed);
+        (void)DecodePayload(*resealed);
+      }
       std::vector<uint8_t> again(bytes.begin(), bytes.begin() + n);
       (void)FeedTrains(again.data(), again.size(), /*reseal=*/true);
     }
@@ -93,6 +101,36 @@ TEST(CorpusReplayTest, TrainSeedJoinsAndSingleSeedsPassThrough) {
     if (name.rfind("valid_", 0) != 0) continue;
     const std::string bytes = Read(e.path());
     EXPECT_EQ(FeedTrains(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), 1) << name;
+  }
+}
+
+// The top-k seeds: the valid pushes pass the payload check and decode; each payload_bad_* seed
+// parses (its header is sound) and is refused BadCodec by the payload check, naming its cause.
+TEST(CorpusReplayTest, TopKPayloadSeedsAreCheckedBeforeDecoding) {
+  const std::filesystem::path dir(DILOCO_FUZZ_CORPUS_DIR);
+  for (const char* name : {"valid_push_topk_packed", "valid_push_topk_bitmap"}) {
+    const std::string bytes = Read(dir / name);
+    auto m = wire::ParseMessage(
+        SplitFrames(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+    ASSERT_TRUE(m.ok()) << name << ": " << m.status();
+    absl::Status why;
+    EXPECT_EQ(DecodePayload(*m, &why), PayloadFate::kDecoded) << name << ": " << why;
+  }
+  const std::pair<const char*, const char*> refused[] = {
+      {"payload_bad_topk_repeated", "repeats or is out of order"},
+      {"payload_bad_topk_range", "index 40 out of range for a block of 32 values"},
+      {"payload_bad_topk_scale", "negative or non-finite magnitude"},
+      {"payload_bad_topk_bitmap", "bitmap marks 64 entries, the codec keeps 20"}};
+  for (const auto& [name, cause] : refused) {
+    const std::string bytes = Read(dir / name);
+    ASSERT_FALSE(bytes.empty()) << name;
+    auto m = wire::ParseMessage(
+        SplitFrames(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+    ASSERT_TRUE(m.ok()) << name << ": " << m.status();
+    absl::Status why;
+    EXPECT_EQ(DecodePayload(*m, &why), PayloadFate::kRefused) << name;
+    EXPECT_EQ(wire::ErrorCodeOf(why), wire::ErrorCode::BadCodec) << name << ": " << why;
+    EXPECT_NE(why.message().find(cause), std::string::npos) << name << ": " << why;
   }
 }
 

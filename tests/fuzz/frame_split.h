@@ -58,7 +58,7 @@ inline uint64_t Touch(const wire::Message& m) {
   uint64_t x = h.protocol_version() + h.plan_fingerprint() + h.model_fingerprint() + h.worker_id() +
                h.generation() + h.seq() + h.shard() + h.incarnation() + h.fragment_id() +
                h.base_version() + h.version() + h.round() + h.tokens() + h.steps() + h.codec() +
-               h.block() + h.num_elements() + h.chunk_elements() + h.step_time_us() +
+               h.block() + h.topk() + h.num_elements() + h.chunk_elements() + h.step_time_us() +
                h.fleet_step_time_us() + h.credit_bytes() + h.num_chunks() + h.chunk_index() +
                static_cast<uint64_t>(h.channel());
   x += std::string(wire::MsgTypeName(m.type())).size();

@@ -1,5 +1,6 @@
-// libFuzzer target: ParseMessage over a multipart split of the input (frame_split.h), then the
-// same input read as a sequence of messages through a TrainAssembler (train_feed.h). Built only
+// libFuzzer target: ParseMessage over a multipart split of the input (frame_split.h), a parsed
+// push or update chain through the payload check and its codec's decoder (payload_feed.h), then
+// the same input read as a sequence of messages through a TrainAssembler (train_feed.h). Built only
 // with clang (tests/fuzz/run_fuzz.sh); the corpus replay test runs the seeds with any compiler.
 //
 // Every input is read twice: as it is, and from a copy whose header frames have had their
@@ -13,6 +14,7 @@
 
 #include "schema/wire.h"
 #include "tests/fuzz/frame_split.h"
+#include "tests/fuzz/payload_feed.h"
 #include "tests/fuzz/train_feed.h"
 
 namespace {
@@ -22,6 +24,7 @@ void ParseOne(std::vector<zmq::message_t> frames) {
   if (m.ok()) {
     volatile uint64_t sink = diloco::fuzz::Touch(*m);
     (void)sink;
+    (void)diloco::fuzz::DecodePayload(*m);
   } else {
     (void)diloco::wire::ErrorCodeOf(m.status());
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes ParseMessage and the TrainAssembler (tests/fuzz/message_fuzz.cc) for SECONDS (default
-# 60, the CI budget; run longer locally, e.g. 3600).
+# Fuzzes ParseMessage, the payload checks and decoders, and the TrainAssembler
+# (tests/fuzz/message_fuzz.cc) for SECONDS (default 60, the CI budget; run longer locally, e.g.
+# 3600).
 # Configures its own clang build (build-fuzz/) with every library instrumented for coverage,
 # ASan and UBSan, builds only the fuzz target and its dependencies, and starts from the
 # checked-in seed corpus. New inputs go to build-fuzz/corpus, crashes to build-fuzz/artifacts.

@@ -3,9 +3,13 @@
 // when the protocol version changes (every header frame ends in the version's trailer).
 #include <cstdio>
 #include <fstream>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/codec.h"
+#include "kernels/topk.h"
 #include "tests/fuzz/frame_split.h"
 
 namespace diloco::fuzz {
@@ -46,6 +50,24 @@ zmq::message_t Version2Hello(const wire::HeaderFields& base) {
   b.add_generation(base.generation);
   fbb.Finish(b.Finish());
   return zmq::message_t(fbb.GetBufferPointer(), fbb.GetSize());
+}
+
+// A top-k push payload of n values: deterministic values, encoded by the codec itself.
+std::string TopKPayload(kernels::Codec c, size_t n) {
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>((i * 37) % 101) - 50.0f;
+  std::string out(kernels::EncodedSize(c, n), '\0');
+  (void)kernels::Encode(c, x, std::span(reinterpret_cast<uint8_t*>(out.data()), out.size()));
+  return out;
+}
+
+// Sets the w-bit field j of an LSB-first bit stream.
+void SetField(char* p, size_t j, uint32_t w, uint32_t v) {
+  for (uint32_t i = 0; i < w; ++i) {
+    const size_t bit = j * w + i;
+    const auto mask = static_cast<char>(1u << (bit % 8));
+    p[bit / 8] = static_cast<char>(((v >> i) & 1u) ? (p[bit / 8] | mask) : (p[bit / 8] & ~mask));
+  }
 }
 
 }  // namespace
@@ -127,6 +149,46 @@ int main(int argc, char** argv) {
       train.push_back(std::move(f));
   }
   write("train_push", train);
+
+  // Top-k pushes (96 values: a block of 64 and one of 32), packed (k 4) and bitmap (k 20), and
+  // payloads that parse but fail the payload check (payload_bad_*: the replay test names the
+  // cause of each): a repeated packed index, one past a short block, a bitmap one mark over,
+  // a negative magnitude.
+  for (const auto& [name, k] : {std::pair{"packed", 4u}, std::pair{"bitmap", 20u}}) {
+    const kernels::Codec c{kernels::CodecKind::kTopK, 64, k};
+    h = push;
+    h.codec = static_cast<uint8_t>(c.kind);
+    h.topk = c.k;
+    h.chunk_elements = wire::ChunkElements(c.block);
+    write(std::string("valid_push_topk_") + name, fuzz::Message(h, {fuzz::TopKPayload(c, 96)}));
+  }
+  {
+    const kernels::Codec c{kernels::CodecKind::kTopK, 64, 4};
+    h = push;
+    h.codec = static_cast<uint8_t>(c.kind);
+    h.topk = c.k;
+    h.chunk_elements = wire::ChunkElements(c.block);
+    const std::string ok = fuzz::TopKPayload(c, 96);
+    const uint32_t w = kernels::TopKIndexBits(64);
+    std::string p = ok;
+    char* rec0 = p.data() + kernels::internal::TopKRecordOffset(c, 96, 0);
+    fuzz::SetField(rec0, 1, w, 0);  // index 0 twice (or out of order)
+    fuzz::SetField(rec0, 0, w, 0);
+    write("payload_bad_topk_repeated", fuzz::Message(h, {p}));
+    p = ok;
+    char* rec1 = p.data() + kernels::internal::TopKRecordOffset(c, 96, 1);
+    fuzz::SetField(rec1, kernels::TopKCount(c, 32) - 1, w, 40);  // block 1 holds 32 values
+    write("payload_bad_topk_range", fuzz::Message(h, {p}));
+    p = ok;
+    p[3] = static_cast<char>(0x80 | p[3]);  // block 0's lo: sign bit
+    write("payload_bad_topk_scale", fuzz::Message(h, {p}));
+    const kernels::Codec b{kernels::CodecKind::kTopK, 64, 20};
+    h.topk = b.k;
+    p = fuzz::TopKPayload(b, 96);
+    char* bitmap = p.data() + kernels::internal::TopKRecordOffset(b, 96, 0);
+    for (int i = 0; i < 8; ++i) bitmap[i] = static_cast<char>(0xFF);  // 64 marks, not 20
+    write("payload_bad_topk_bitmap", fuzz::Message(h, {p}));
+  }
 
   // Refused: a header with its root offset cut (resealed: the verifier refuses it, not the
   // header checksum), a payload frame one byte short, a header with one bit flipped, a peer of
