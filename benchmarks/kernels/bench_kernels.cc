@@ -11,7 +11,12 @@
 // Encode and ErrorFeedbackEncode also make one read-only pre-pass (all-finite check, so that
 // nothing is written on NaN/Inf); it is not counted above, so they show below their real traffic.
 //
+// The sparse top-k codecs (--topk, fractions with an optional block, "-" for none) report the
+// same three ops, then their bytes per parameter per push and what their fixed-size index form
+// costs against delta coding of the same indices (topk_index_cost.h).
+//
 // Usage: diloco-bench-kernels [--n=67108864] [--threads=2] [--reps=5] [--block=256]
+//                             [--topk=0.02,0.02:1024,0.05:256]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "benchmarks/kernels/topk_index_cost.h"
 #include "kernels/codec.h"
 #include "kernels/optim.h"
 #include "kernels/thread_pool.h"
@@ -33,6 +41,7 @@ struct Options {
   int threads = 2;
   int reps = 5;
   uint32_t block = 256;
+  std::string topk = "0.02,0.02:1024,0.05:256";
 };
 
 Options ParseArgs(int argc, char** argv) {
@@ -47,6 +56,7 @@ Options ParseArgs(int argc, char** argv) {
     if (const char* v = value("--threads=")) o.threads = std::stoi(v);
     if (const char* v = value("--reps=")) o.reps = std::stoi(v);
     if (const char* v = value("--block=")) o.block = static_cast<uint32_t>(std::stoul(v));
+    if (const char* v = value("--topk=")) o.topk = v;
   }
   return o;
 }
@@ -110,9 +120,19 @@ int Main(int argc, char** argv) {
   g_ceiling = 8 * fn / copy_s / 1e9;
   Report("memcpy (ceiling)", "-", 8 * fn, copy_s);
 
+  std::vector<Codec> codecs;
   for (CodecKind kind : {CodecKind::kFp32, CodecKind::kBf16, CodecKind::kFp8E4M3, CodecKind::kInt8,
-                         CodecKind::kInt4}) {
-    const Codec c{kind, o.block};
+                         CodecKind::kInt4})
+    codecs.push_back(Codec{kind, o.block});
+  std::vector<Codec> sparse;
+  for (absl::string_view spec : absl::StrSplit(o.topk, ',', absl::SkipEmpty())) {
+    if (spec == "-") continue;
+    auto c = ParseCodec(absl::StrCat("topk:", spec));
+    Check(c.status());
+    sparse.push_back(*c);
+  }
+  codecs.insert(codecs.end(), sparse.begin(), sparse.end());
+  for (const Codec& c : codecs) {
     const std::string name = CodecName(c);
     const double e = static_cast<double>(EncodedSize(c, n));
     std::vector<uint8_t> enc(EncodedSize(c, n), 1);
@@ -122,6 +142,27 @@ int Main(int argc, char** argv) {
     std::fill(u.begin(), u.end(), 0.0f);
     Report("ErrorFeedbackEncode", name, 12 * fn + e,
            MedianSeconds(o.reps, [&] { Check(ErrorFeedbackEncode(c, z, u, enc)); }));
+  }
+
+  // Bytes per parameter per push, and the index form against delta coding, on the encoding of
+  // the last ErrorFeedbackEncode's kind of input (Gaussian).
+  if (!sparse.empty()) {
+    std::printf("\n%-14s %6s %6s %11s %12s %12s %10s %14s\n", "codec", "k", "form", "bytes/param",
+                "idx B/block", "rice B/block", "bound B", "rice bytes/param");
+    const Codec int4{CodecKind::kInt4, o.block};
+    std::printf("%-14s %6s %6s %11.4f\n", CodecName(int4).c_str(), "-", "-",
+                static_cast<double>(EncodedSize(int4, n)) / fn);
+  }
+  for (const Codec& c : sparse) {
+    std::vector<uint8_t> enc(EncodedSize(c, n));
+    Check(Encode(c, x, enc));
+    Check(Decode(c, enc, y));
+    const IndexCost ic = MeasureIndexCost(c, y);
+    const double per_block = static_cast<double>(EncodedSize(c, c.block));
+    const double rice_total = (per_block - ic.fixed_bytes + ic.rice_bytes) / c.block;
+    std::printf("%-14s %6u %6s %11.4f %12.1f %9.2f r=%-2u %10.1f %14.4f\n", CodecName(c).c_str(),
+                c.k, TopKPacked(c) ? "packed" : "bitmap", static_cast<double>(enc.size()) / fn,
+                ic.fixed_bytes, ic.rice_bytes, ic.rice_param, ic.bound_bytes, rice_total);
   }
 
   const NesterovParams np{.lr = 1e-3f, .mu = 0.9f};
