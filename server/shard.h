@@ -260,6 +260,7 @@ class Shard {
   void OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing>* out);
+  const std::string& QueuedAnswerRid(const WorkerInfo& w, const std::string& data_rid) const;
   void OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void CloseRound(FragmentState& f);

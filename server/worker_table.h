@@ -34,7 +34,10 @@ struct WorkerInfo {
   uint32_t id = 0;
   uint64_t generation = 0;
   std::string rid;          // data connection: pushes, pulls, fragments
-  std::string control_rid;  // control connection: heartbeats only (may be empty)
+  std::string control_rid;  // control connection: heartbeats (may be empty)
+  // The worker takes a push's Queued answer on its control connection (its control Hello said
+  // so): there it does not wait behind the fragment updates streaming on the data connection.
+  bool answers_on_control = false;
   absl::Time last_seen = absl::InfinitePast();
   double step_time_us = 0;  // the worker's moving average inner step time, as it last sent it
   absl::flat_hash_map<uint32_t, uint64_t> applied_seq;  // fragment -> last applied seq

@@ -86,6 +86,7 @@ void ShardSession::SendHello() {
 void ShardSession::SendControlHello() {
   auto h = Header(MsgType::Hello);
   h.channel = wire::Channel::Control;
+  h.answers_on_control = true;  // a push's Queued answer comes here, ahead of the updates
   (void)transport_.SendHeader(true, h);
   last_control_hello_ = clock_.Now();
 }
@@ -466,10 +467,11 @@ void ShardSession::OnMessage(wire::Message m, bool via_control) {
   const auto& h = m.header();
   last_heard_ = clock_.Now();
   shared_.Add(&SyncStats::bytes_received, m.payload_bytes());
-  if (via_control) {  // Welcome, Heartbeat or a refusal of either; nothing else is expected
+  if (via_control) {  // Welcome, Heartbeat, a refusal of either, and pushes' Queued answers
     if (h.type() == MsgType::Error && h.error_code() == ErrorCode::BadIdentity)
       control_welcomed_ = false;  // e.g. the shard restarted: Hello again after the data Hello
     if (h.plan_fingerprint() != who_.plan_fingerprint) return;
+    if (h.type() == MsgType::PushAck && h.ack() == AckStatus::Queued) return OnPushAck(h);
     if (h.type() == MsgType::Welcome && h.channel() == wire::Channel::Control &&
         h.incarnation() == incarnation_)
       control_welcomed_ = true;

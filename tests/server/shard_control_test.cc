@@ -1,5 +1,6 @@
 // The control connection: a worker's second connection to a shard, bound by a Hello with
-// channel Control once its data connection is bound, carrying heartbeats only. Heartbeats on
+// channel Control once its data connection is bound, carrying heartbeats (and, to a worker that
+// takes them there, pushes' Queued answers). Heartbeats on
 // it keep the worker live; nothing that changes state is accepted on it; a new generation or a
 // rebinding drops it.
 #include <gtest/gtest.h>
@@ -25,9 +26,11 @@ class ShardControlTest : public ::testing::Test {
         Only(h_->Init("a", 1, 0, std::vector<float>(n0_, 1.0f)), MsgType::PushAck)->header.ack,
         AckStatus::Initialized);
   }
-  std::vector<Outgoing> ControlHello(const std::string& rid, uint32_t worker, uint64_t gen = 1) {
+  std::vector<Outgoing> ControlHello(const std::string& rid, uint32_t worker, uint64_t gen = 1,
+                                     bool answers_on_control = false) {
     auto hf = h_->Base(MsgType::Hello, worker, gen);
     hf.channel = Channel::Control;
+    hf.answers_on_control = answers_on_control;
     return h_->Send(rid, hf);
   }
   std::vector<Outgoing> Heartbeat(const std::string& rid, uint32_t worker, uint64_t gen = 1) {
@@ -91,6 +94,48 @@ TEST_F(ShardControlTest, ControlConnectionRefusesEverythingButHeartbeats) {
   const Outgoing* u = Only(closed, MsgType::FragmentUpdate);
   ASSERT_NE(u, nullptr);
   EXPECT_EQ(u->routing_id, "a");
+}
+
+// A worker whose control Hello says it takes Queued answers there gets them there (ahead of the
+// updates queued on its data connection); the Applied answer still rides on the update, on the
+// data connection. Without the flag (a worker from before 2026-12-03), all answers stay on data.
+TEST_F(ShardControlTest, QueuedAnswersGoOnTheControlConnectionOfAWorkerThatTakesThem) {
+  ControlHello("a-ctl", 1, 1, /*answers_on_control=*/true);
+  auto out = h_->Push("a", 1, 0, 1, 1, std::vector<float>(n0_, 0.5f));
+  const Outgoing* q = Only(out, MsgType::PushAck);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->header.ack, AckStatus::Queued);
+  EXPECT_EQ(q->routing_id, "a-ctl");
+  // The same push again while it waits in the round: Queued again, on control too.
+  auto again = h_->Push("a", 1, 0, 1, 1, std::vector<float>(n0_, 0.5f));
+  ASSERT_NE(Only(again, MsgType::PushAck), nullptr);
+  EXPECT_EQ(Only(again, MsgType::PushAck)->header.ack, AckStatus::Queued);
+  EXPECT_EQ(Only(again, MsgType::PushAck)->routing_id, "a-ctl");
+  h_->clock().Advance(absl::Seconds(6));
+  auto closed = h_->Tick();
+  const Outgoing* u = Only(closed, MsgType::FragmentUpdate);
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(u->routing_id, "a");
+  EXPECT_EQ(u->header.ack, AckStatus::Applied);
+  // Applied before: a Duplicate answer, on the data connection (it asks for a pull there).
+  auto dup = h_->Push("a", 1, 0, 1, 1, std::vector<float>(n0_, 0.5f));
+  ASSERT_NE(Only(dup, MsgType::PushAck), nullptr);
+  EXPECT_EQ(Only(dup, MsgType::PushAck)->header.ack, AckStatus::Duplicate);
+  EXPECT_EQ(Only(dup, MsgType::PushAck)->routing_id, "a");
+  // A control connection bound again without the flag: answers go on data again.
+  ControlHello("a-ctl2", 1);
+  auto later = h_->Push("a", 1, 0, 2, 1, std::vector<float>(n0_, 0.5f));
+  ASSERT_NE(Only(later, MsgType::PushAck), nullptr);
+  EXPECT_EQ(Only(later, MsgType::PushAck)->header.ack, AckStatus::Queued);
+  EXPECT_EQ(Only(later, MsgType::PushAck)->routing_id, "a");
+}
+
+TEST_F(ShardControlTest, QueuedAnswersStayOnTheDataConnectionWithoutTheFlag) {
+  ControlHello("a-ctl", 1);
+  auto out = h_->Push("a", 1, 0, 1, 1, std::vector<float>(n0_, 0.5f));
+  ASSERT_NE(Only(out, MsgType::PushAck), nullptr);
+  EXPECT_EQ(Only(out, MsgType::PushAck)->header.ack, AckStatus::Queued);
+  EXPECT_EQ(Only(out, MsgType::PushAck)->routing_id, "a");
 }
 
 TEST_F(ShardControlTest, HeartbeatsOnTheControlConnectionKeepAWorkerLive) {

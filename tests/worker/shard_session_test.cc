@@ -81,13 +81,14 @@ class ShardSessionTest : public ::testing::Test {
     session_->OnMessage(Parse(h, std::make_shared<wire::Bytes>(numel * 4, 0)), false);
   }
 
-  void Ack(uint32_t f, uint64_t seq, AckStatus status, uint64_t version = 0) {
+  void Ack(uint32_t f, uint64_t seq, AckStatus status, uint64_t version = 0,
+           bool via_control = false) {
     auto h = FromShard(MsgType::PushAck);
     h.fragment_id = f;
     h.seq = seq;
     h.ack = status;
     h.version = version;
-    session_->OnMessage(Parse(h), false);
+    session_->OnMessage(Parse(h), via_control);
   }
 
   void Refuse(uint32_t f, uint64_t seq, ErrorCode code, MsgType refused = MsgType::Push) {
@@ -249,6 +250,32 @@ TEST_F(ShardSessionTest, HeartbeatsMoveToTheControlConnectionOnceItIsBound) {
   beats = transport_.Take(MsgType::Heartbeat);
   ASSERT_EQ(beats.size(), 1u);
   EXPECT_TRUE(beats[0].control);
+}
+
+// The control Hello says the worker takes Queued answers there, and one that comes there is taken
+// like one on the data connection: the push waits for its round instead of being resent. Other
+// answers are not taken on the control connection.
+TEST_F(ShardSessionTest, AQueuedAnswerOnTheControlConnectionIsTaken) {
+  Joined();
+  clock_.Advance(opt_.heartbeat + absl::Milliseconds(1));
+  session_->Tick(false);
+  auto hellos = transport_.Take(MsgType::Hello);
+  ASSERT_FALSE(hellos.empty());
+  bool asked = false;
+  for (const auto& m : hellos) asked |= m.control && m.h.answers_on_control;
+  EXPECT_TRUE(asked) << "the control Hello does not ask for Queued answers";
+
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Ack(0, 1, AckStatus::Queued, 0, /*via_control=*/true);
+  clock_.Advance(opt_.retry_max - absl::Seconds(1));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "resent though Queued on control";
+  EXPECT_EQ(shared_.stats().resends, 0u);
+  // A Duplicate on the control connection is not an answer the shard sends there: ignored.
+  Ack(0, 1, AckStatus::Duplicate, 0, /*via_control=*/true);
+  EXPECT_EQ(session_->unacked(), 1u);
 }
 
 TEST_F(ShardSessionTest, PushesBeyondTheCreditWaitForAnAnswer) {
