@@ -98,8 +98,8 @@ struct HeaderFields {
   uint32_t num_chunks = 0;  // set by Send for a payload train (schema/train.h)
   uint32_t chunk_index = 0;
   MsgType refused_type = MsgType::Invalid;  // Error: the refused message's type
-  uint64_t values_checksum = 0;  // FragmentUpdate of quantized updates: the values they make
-  uint32_t topk = 0;             // codec topk: entries kept per block (kernels::Codec::k)
+  uint64_t values_checksum = 0;     // FragmentUpdate of quantized updates: the values they make
+  uint32_t topk = 0;                // codec topk: entries kept per block (kernels::Codec::k)
   bool answers_on_control = false;  // control Hello: Queued answers go on that connection
 };
 
