@@ -469,11 +469,14 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   ack.header.fragment_id = f.spec->id;
   ack.header.seq = h.seq();
   ack.header.version = f.published;
-  // Exactly once: applied before, or already waiting in the open round.
+  // Exactly once: applied before, or already waiting in the open round. Sequence numbers are a
+  // generation's own: a restarted worker counts from 1 again while its dead process's push may
+  // still wait in the round, which is another push (it is merged, its answer goes nowhere).
   const uint64_t applied = w.applied_seq.contains(f.spec->id) ? w.applied_seq[f.spec->id] : 0;
+  const auto mine = [&](const auto& c) { return c.worker == w.id && c.generation == w.generation; };
   bool in_round = false;
-  for (const auto& c : f.contributors) in_round |= c.worker == w.id && c.seq == h.seq();
-  for (const auto& c : f.unacked) in_round |= c.worker == w.id && c.seq == h.seq();
+  for (const auto& c : f.contributors) in_round |= mine(c) && c.seq == h.seq();
+  for (const auto& c : f.unacked) in_round |= mine(c) && c.seq == h.seq();
   if (h.seq() <= applied || in_round) {
     ++counters_.pushes_duplicate;
     ack.header.ack = in_round ? AckStatus::Queued : AckStatus::Duplicate;
@@ -482,7 +485,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
     return;
   }
   for (const auto& c : f.contributors)
-    if (c.worker == w.id)
+    if (mine(c))
       return Refuse(rid,
                     WireError(ErrorCode::Malformed,
                               "a second push for a fragment whose previous push is not applied"),

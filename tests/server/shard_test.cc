@@ -332,6 +332,42 @@ TEST_F(ShardTest, SupersededGenerationIsRefused) {
   EXPECT_TRUE(h_->Tick().empty());
 }
 
+// A worker that died with a push waiting in the open round restarts (generation 2, sequence
+// numbers from 1 again): its new push joins the round beside the dead process's, is neither
+// refused as "a second push" nor taken for a duplicate of the old seq 1, and both are merged.
+TEST_F(ShardTest, ARestartedWorkersPushJoinsTheRoundHoldingItsDeadProcesssPush) {
+  auto o = TinyOptions();
+  o.round.quorum = 3;
+  o.round.grace_cap = absl::Seconds(60);
+  SetUpShard(o);
+  auto old_push = h_->Push("a", 1, 0, 1, 1, Filled(n0_, 0.1f));
+  ASSERT_EQ(Only(old_push, MsgType::PushAck)->header.ack, AckStatus::Queued);
+  h_->Hello("a2", 1, 2);  // the restarted process
+  auto fields = h_->PushFields(1, 0, /*seq=*/1, /*base=*/1, n0_);
+  fields.generation = 2;
+  auto r = h_->Send("a2", fields, ShardHarness::Encode(wire::kFragmentCodec, Filled(n0_, 0.3f)));
+  const Outgoing* ack = Only(r, MsgType::PushAck);
+  ASSERT_NE(ack, nullptr) << "the new generation's push was refused";
+  EXPECT_EQ(ack->header.ack, AckStatus::Queued);
+  EXPECT_EQ(ack->header.generation, 2u);
+  EXPECT_EQ(h_->shard().counters().pushes_duplicate, 0u);
+  EXPECT_EQ(h_->shard().counters().pushes_queued, 2u);
+  // The third push closes the round: all three are merged ((0.1 + 0.3 + 0.2) / 3 = 0.2).
+  h_->Push("b", 2, 0, 1, 1, Filled(n0_, 0.2f));
+  auto closed = h_->Tick();
+  ASSERT_FALSE(closed.empty());
+  EXPECT_EQ(h_->shard().published_version(0), 2u);
+  bool applied_to_new = false;
+  for (const Outgoing& out : closed)
+    applied_to_new |= out.routing_id == "a2" && out.header.ack == AckStatus::Applied &&
+                      out.header.generation == 2u && out.header.seq == 1u;
+  EXPECT_TRUE(applied_to_new) << "the new generation's push was not answered Applied";
+  // Its seq 1 is applied now: sent again, it is a Duplicate.
+  auto again =
+      h_->Send("a2", fields, ShardHarness::Encode(wire::kFragmentCodec, Filled(n0_, 0.3f)));
+  EXPECT_EQ(Only(again, MsgType::PushAck)->header.ack, AckStatus::Duplicate);
+}
+
 TEST_F(ShardTest, StalePushIsRefusedWithRepull) {
   auto o = TinyOptions();
   o.max_staleness = 1;
