@@ -184,6 +184,16 @@ class Worker:
         self.proc = _spawn(self.argv, self.log)
 
 
+def renamed(member, suffix, flag, attr):
+    """Points `member`'s `flag` file (and its attribute) to a new name, so that its restart
+    writes a file of its own."""
+    old = getattr(member, attr)
+    new = old.replace(".jsonl", f".{suffix}.jsonl")
+    member.argv = [f"{flag}={new}" if a.startswith(f"{flag}=") else a for a in member.argv]
+    setattr(member, attr, new)
+    member.log = member.log.replace(".log", f".{suffix}.log")
+
+
 def read_events(path):
     if not os.path.exists(path):
         return []

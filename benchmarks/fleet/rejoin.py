@@ -51,16 +51,6 @@ def wait_for(what, predicate, procs, timeout_s):
     return time.monotonic()
 
 
-def renamed(member, suffix, flag, attr):
-    """Points `member`'s `flag` file (and its attribute) to a new name, so that its restart
-    writes a file of its own."""
-    old = getattr(member, attr)
-    new = old.replace(".jsonl", f".{suffix}.jsonl")
-    member.argv = [f"{flag}={new}" if a.startswith(f"{flag}=") else a for a in member.argv]
-    setattr(member, attr, new)
-    member.log = member.log.replace(".log", f".{suffix}.log")
-
-
 def run(a, run_dir):
     audits = [os.path.join(run_dir, f"audit{i}.jsonl") for i in range(2)]
     shards = [cluster.Shard(a.build, run_dir, i, 2, a.model, FRAGMENTS,
@@ -95,7 +85,7 @@ def run(a, run_dir):
         victim = workers[-1]
         victim.proc.kill()
         victim.proc.wait()
-        renamed(victim, "restart", "--metrics_jsonl", "jsonl")
+        cluster.renamed(victim, "restart", "--metrics_jsonl", "jsonl")
         t = time.monotonic()
         victim.start()
         result["learner_rejoin_s"] = wait_for("the restarted worker's join",
@@ -105,7 +95,7 @@ def run(a, run_dir):
         s = shards[1]
         s.proc.kill()
         s.proc.wait()
-        renamed(s, "restart", "--audit_jsonl", "audit")
+        cluster.renamed(s, "restart", "--audit_jsonl", "audit")
         t = time.monotonic()
         s.start(1200)
         result["shard_restart_to_listening_s"] = time.monotonic() - t
