@@ -361,6 +361,7 @@ def plot(rows, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8))
     colors = {"async": "tab:green", "rigid": "tab:red", "elastic": "tab:orange"}
@@ -392,6 +393,8 @@ def plot(rows, path):
     ax.set_ylabel("goodput (useful learner-steps / ideal)")
     ax.set_ylim(0, 1.1)
     bx.set_yscale("log")
+    bx.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    bx.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
     bx.set_ylabel("goodput ratio")
     ax.legend(fontsize=6, ncol=2)
     bx.legend(fontsize=7)
