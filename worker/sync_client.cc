@@ -171,7 +171,8 @@ void SyncClient::Impl::AwaitAnswers(SyncClient::ParamsFn params,
       if (train.outstanding(id)) return true;
     return false;
   };
-  while (pending() && absl::Now() < end && !stop)
+  const auto interrupted = [&] { return opt.interrupted && opt.interrupted(); };
+  while (pending() && absl::Now() < end && !stop && !interrupted())
     for (auto& a : shared.TakeArrivals(absl::Milliseconds(20))) Process(params, a);
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct SyncOptions {
   // what it is worth (the convergence study).
   bool error_feedback = true;
   absl::Duration lockstep_timeout = absl::Seconds(60);
+  // Polled while a lockstep step waits for its answers (every 20 ms): true ends the wait at
+  // once, so that a signal stops a worker whose round cannot close (a fleet member down) now,
+  // not after lockstep_timeout. Empty: never.
+  std::function<bool()> interrupted;
   bool dylu = false;   // Dynamic Local Updates: H_w = H * v_w / v_fleet_max
   bool stream = true;  // stagger fragments' pushes over the H steps
   absl::Duration heartbeat = absl::Milliseconds(500);

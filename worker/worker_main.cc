@@ -171,7 +171,9 @@ absl::StatusOr<std::unique_ptr<diloco::worker::SyncClient>> JoinFleet(
     std::optional<uint64_t> init_checksum, diloco::EventLog& log) {
   using namespace diloco;
   const uint32_t wid = w.worker_id;
-  auto created = worker::SyncClient::Create(*w.sync, tr.manifest());
+  worker::SyncOptions so = *w.sync;
+  so.interrupted = [] { return g_stop != 0; };  // SIGINT/SIGTERM end a lockstep wait too
+  auto created = worker::SyncClient::Create(so, tr.manifest());
   if (!created.ok()) return created.status();
   std::unique_ptr<worker::SyncClient> sync = *std::move(created);
   const uint64_t initial = ParamsChecksum(tr.params());

@@ -25,8 +25,8 @@ still up at the end, would: its steps less those of its pushes that were refused
 its re-anchoring dropped (its own sync events). A killed learner's steps after its last applied
 push are lost. The window runs from the moment every learner trains to --duration later; the step
 counts at its ends are read from the learners' progress events (every 250 ms). At the end every
-learner still up is SIGKILLed (a lockstep learner ignores SIGTERM while it waits for a round that
-cannot close, up to a minute), after a check that none exited unasked; the shards are stopped
+learner still up is SIGKILLed (killed like the failures, the window's end is no clean stop),
+after a check that none exited unasked; the shards are stopped
 with SIGTERM and must exit 0.
 
 Rows (JSON lines) go to OUT/goodput_rows.jsonl and the plot to OUT/goodput.png; then the run

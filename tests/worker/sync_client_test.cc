@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <span>
 #include <string>
@@ -210,6 +211,43 @@ TEST(SyncClientTest, APushWhoseAppliedAnswerWasLostIsAdoptedOnce) {
   // Every push applied once: the global values are the local ones (the run ends on a push).
   const std::span<const float> global = (*client)->global_params();
   EXPECT_NEAR(global[0], params[0], 2e-5f);
+}
+
+// A lockstep step waits for its round; a round that cannot close (quorum 2, the other worker
+// live but not pushing) would hold it for lockstep_timeout. SyncOptions::interrupted (the
+// worker's signal flag) ends the wait at once: the step returns with its pushes unanswered.
+TEST(SyncClientTest, AnInterruptedLockstepStepStopsWaitingForItsRound) {
+  LocalShards shards;
+  worker::SyncOptions o = OneShardOptions(shards, 2, {"--quorum=2", "--grace_cap=600s"});
+  o.lockstep = true;
+  o.lockstep_timeout = absl::Seconds(300);
+  std::atomic<bool> stop{false};
+  o.interrupted = [&stop] { return stop.load(); };
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::vector<float> params(manifest->total_elements(), 1.0f);
+  auto client = worker::SyncClient::Create(o, *manifest);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
+  worker::SyncOptions idle_options = o;  // joined and heartbeating, never stepping
+  idle_options.worker_id = 1;
+  std::vector<float> idle_params(params.size(), 1.0f);
+  auto idle = worker::SyncClient::Create(idle_options, *manifest);
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  ASSERT_TRUE((*idle)->Join(idle_params, absl::Seconds(20)).ok());
+  (*client)->AfterStep(params, 64, absl::Milliseconds(1));  // step 1: nothing due
+  std::thread signal([&] {
+    absl::SleepFor(absl::Seconds(1));
+    stop = true;
+  });
+  const absl::Time t0 = absl::Now();
+  (*client)->AfterStep(params, 64, absl::Milliseconds(1));  // step 2: every fragment pushed
+  const absl::Duration waited = absl::Now() - t0;
+  signal.join();
+  EXPECT_GE(waited, absl::Milliseconds(900)) << "the step did not wait for its round";
+  EXPECT_LT(waited, absl::Seconds(120)) << "the interrupted step waited for lockstep_timeout";
+  EXPECT_EQ((*client)->stats().pushes, 4u);
+  EXPECT_EQ((*client)->stats().applied, 0u);
 }
 
 // The most an element of `fragment` moved between two views of the global model.
