@@ -28,7 +28,9 @@ class ShardTopKTest : public ::testing::Test {
     n_ = h_->fragment(0).numel;
     ASSERT_GT(n_, 64u);
     h_->Hello("a", 1);
-    const Outgoing* ack = Only(h_->Init("a", 1, 0, std::vector<float>(n_, 1.0f)), MsgType::PushAck);
+    // Only() points into the vector it is given: keep the answers alive while reading them.
+    const std::vector<Outgoing> init = h_->Init("a", 1, 0, std::vector<float>(n_, 1.0f));
+    const Outgoing* ack = Only(init, MsgType::PushAck);
     ASSERT_NE(ack, nullptr);
     ASSERT_EQ(ack->header.ack, AckStatus::Initialized);
     for (uint64_t i = 0; i < n_; ++i) delta_.push_back(0.001f * (float((i * 37) % 101) - 50.0f));
@@ -36,7 +38,8 @@ class ShardTopKTest : public ::testing::Test {
 
   // The error the shard answers `h` with `payload`, or "" when it is no Error.
   std::string Refusal(const wire::HeaderFields& h, const std::vector<std::vector<uint8_t>>& p) {
-    const Outgoing* e = Only(h_->Send("a", h, p), MsgType::Error);
+    const std::vector<Outgoing> out = h_->Send("a", h, p);
+    const Outgoing* e = Only(out, MsgType::Error);
     if (e == nullptr) return "";
     EXPECT_EQ(e->header.error_code, ErrorCode::BadCodec) << e->header.message;
     return e->header.message;
