@@ -15,6 +15,20 @@ struct Tiles {
   static constexpr int kPad = HS + 1;                // a thread-owned shared row: no bank conflict
 };
 
+// Rows k0 .. k0 + R - 1 of k and v (of one head, at `base`) into shared tiles whose rows are
+// STRIDE floats apart; rows past T and columns past hs are zeros. Every thread of the block
+// (R of them) takes part.
+template <int HS, int R, int STRIDE>
+__device__ void LoadKv(float (*ks)[STRIDE], float (*vs)[STRIDE], const float* __restrict__ k,
+                       const float* __restrict__ v, size_t base, int k0, int T, int hs) {
+  for (int i = threadIdx.x; i < R * HS; i += R) {
+    const int j = i / HS, d = i % HS, kr = k0 + j;
+    const bool ok = kr < T && d < hs;
+    ks[j][d] = ok ? k[base + size_t(kr) * hs + d] : 0.f;
+    vs[j][d] = ok ? v[base + size_t(kr) * hs + d] : 0.f;
+  }
+}
+
 // Forward: block (query tile, head); thread = one query row. Key and value tiles of kRows rows
 // stream through shared memory; keys past the block's last row are never loaded (causal).
 template <int HS>
@@ -36,12 +50,7 @@ __global__ void __launch_bounds__(Tiles<HS>::kRows)
   const int last = min(T, int(blockIdx.x + 1) * R) - 1;
   for (int k0 = 0; k0 <= last; k0 += R) {
     __syncthreads();  // the previous tile is read by every thread
-    for (int i = threadIdx.x; i < R * HS; i += R) {
-      const int j = i / HS, d = i % HS, kr = k0 + j;
-      const bool ok = kr < T && d < hs;
-      ks[j][d] = ok ? k[base + size_t(kr) * hs + d] : 0.f;
-      vs[j][d] = ok ? v[base + size_t(kr) * hs + d] : 0.f;
-    }
+    LoadKv<HS, R, HS>(ks, vs, k, v, base, k0, T, hs);
     __syncthreads();
     const int n = live ? min(R, row - k0 + 1) : 0;  // keys k0 .. row
     for (int j = 0; j < n; ++j) {
@@ -96,12 +105,7 @@ __global__ void __launch_bounds__(Tiles<HS>::kRows)
   const size_t rbase = size_t(blockIdx.y) * T;
   const int k0 = blockIdx.x * R, row = k0 + threadIdx.x;
   const bool live = row < T;
-  for (int i = threadIdx.x; i < R * HS; i += R) {
-    const int j = i / HS, d = i % HS, kr = k0 + j;
-    const bool ok = kr < T && d < hs;
-    ks[j][d] = ok ? k[base + size_t(kr) * hs + d] : 0.f;
-    vs[j][d] = ok ? v[base + size_t(kr) * hs + d] : 0.f;
-  }
+  LoadKv<HS, R, P>(ks, vs, k, v, base, k0, T, hs);
   float dka[HS], dva[HS];
 #pragma unroll
   for (int d = 0; d < HS; ++d) dka[d] = dva[d] = 0.f;
@@ -174,12 +178,7 @@ __global__ void __launch_bounds__(Tiles<HS>::kRows)
   const int last = min(T, int(blockIdx.x + 1) * R) - 1;
   for (int k0 = 0; k0 <= last; k0 += R) {
     __syncthreads();
-    for (int i = threadIdx.x; i < R * HS; i += R) {
-      const int j = i / HS, d = i % HS, kr = k0 + j;
-      const bool ok = kr < T && d < hs;
-      ks[j][d] = ok ? k[base + size_t(kr) * hs + d] : 0.f;
-      vs[j][d] = ok ? v[base + size_t(kr) * hs + d] : 0.f;
-    }
+    LoadKv<HS, R, HS>(ks, vs, k, v, base, k0, T, hs);
     __syncthreads();
     const int n = live ? min(R, row - k0 + 1) : 0;
     for (int j = 0; j < n; ++j) {

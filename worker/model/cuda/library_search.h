@@ -35,4 +35,32 @@ void ResolveSymbol(void* lib, const char* name, Fn* out, std::string* missing) {
   if (*out == nullptr) *missing += std::string(missing->empty() ? "" : ", ") + name;
 }
 
+// A library's table of entry points (Api), or why there is none.
+template <typename Api>
+struct LoadedApi {
+  Api api;
+  std::string error;  // empty when api is complete
+
+  // &api, or null with *error (when given) set.
+  const Api* Get(std::string* why) const {
+    if (error.empty()) return &api;
+    if (why != nullptr) *why = error;
+    return nullptr;
+  }
+};
+
+// Opens `soname` (OpenCudaLibrary) and fills the table: resolve(lib, &api, &missing) calls
+// ResolveSymbol for each entry point. The library stays loaded for the process's life. Call
+// once, from a function-local static (thread-safe).
+template <typename Api, typename Resolve>
+LoadedApi<Api> LoadApi(const std::string& soname, const char* wheel, Resolve resolve) {
+  LoadedApi<Api> l;
+  void* lib = OpenCudaLibrary(soname, wheel, &l.error);
+  if (lib == nullptr) return l;
+  std::string missing;
+  resolve(lib, &l.api, &missing);
+  if (!missing.empty()) l.error = soname + " lacks " + missing;
+  return l;
+}
+
 }  // namespace diloco::model::cuda

@@ -9,35 +9,20 @@ namespace {
 #define DILOCO_STR(x) DILOCO_STR2(x)
 constexpr char kSoname[] = "libnccl.so." DILOCO_STR(NCCL_MAJOR);
 
-struct Loaded {
-  NcclApi api;
-  std::string error;  // empty when api is complete
-};
-
-Loaded Load() {
-  Loaded l;
-  void* lib = OpenCudaLibrary(kSoname, "nccl", &l.error);
-  if (lib == nullptr) return l;
-  std::string missing;
-  ResolveSymbol(lib, "ncclCommInitAll", &l.api.comm_init_all, &missing);
-  ResolveSymbol(lib, "ncclCommDestroy", &l.api.comm_destroy, &missing);
-  ResolveSymbol(lib, "ncclGroupStart", &l.api.group_start, &missing);
-  ResolveSymbol(lib, "ncclGroupEnd", &l.api.group_end, &missing);
-  ResolveSymbol(lib, "ncclAllReduce", &l.api.all_reduce, &missing);
-  ResolveSymbol(lib, "ncclGetErrorString", &l.api.error_string, &missing);
-  if (!missing.empty()) l.error = std::string(kSoname) + " lacks " + missing;
-  return l;  // the library stays loaded for the process's life
+void Resolve(void* lib, NcclApi* a, std::string* missing) {
+  ResolveSymbol(lib, "ncclCommInitAll", &a->comm_init_all, missing);
+  ResolveSymbol(lib, "ncclCommDestroy", &a->comm_destroy, missing);
+  ResolveSymbol(lib, "ncclGroupStart", &a->group_start, missing);
+  ResolveSymbol(lib, "ncclGroupEnd", &a->group_end, missing);
+  ResolveSymbol(lib, "ncclAllReduce", &a->all_reduce, missing);
+  ResolveSymbol(lib, "ncclGetErrorString", &a->error_string, missing);
 }
 
 }  // namespace
 
 const NcclApi* LoadNccl(std::string* error) {
-  static const Loaded loaded = Load();  // once, thread-safe
-  if (!loaded.error.empty()) {
-    if (error != nullptr) *error = loaded.error;
-    return nullptr;
-  }
-  return &loaded.api;
+  static const LoadedApi<NcclApi> loaded = LoadApi<NcclApi>(kSoname, "nccl", Resolve);
+  return loaded.Get(error);
 }
 
 }  // namespace diloco::model::cuda
