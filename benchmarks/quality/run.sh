@@ -21,8 +21,18 @@
 #   g  the main job as shipped (deploy/run-local-cluster.sh's settings) vs one worker, equal wall time
 #   h  download codecs: new versions sent whole (fp32) or as int8 / int4 updates from the previous
 #      one (--download_codec; synchronous, 4 workers)
+#   i  the bytes frontier: group d's fleet (synchronous, 4 workers) pushing fp32 / int8 / int4 /
+#      topk:0.03 / topk:0.01, and int8 pushes with int4 downloads; each arm's held-out loss
+#      against the bytes sent up and down per parameter per round, measured by the workers'
+#      and shards' own counters (bytes.tsv; int8: a.sync4, fp32 and int4: d.fp32 and d.int4,
+#      int4 downloads: h.down-int4, each run here when its own group is not)
 #
-# Usage: benchmarks/quality/run.sh [--mode=quick|full] [--groups=abcdefg] [--out=DIR]
+# Every fleet arm's traffic goes to bytes.tsv (summarize.py --bytes): the push payload bytes the
+# workers sent (their `bytes_sent`, resends included), the update payload bytes the shards sent
+# (`update_bytes_delta`, `update_bytes_full`: the final Stats each shard prints on SIGTERM) and
+# the workers' `bytes_received`, over the parameters times the rounds their fragments went through.
+#
+# Usage: benchmarks/quality/run.sh [--mode=quick|full] [--groups=abcdefghi] [--out=DIR]
 #                                  [--build=DIR] [--repeats=N] [--steps=N] [--inner_steps=H]
 #                                  [--outer_lr=LR] [--outer_momentum=MU] [--server_flags="..."]
 #                                  [--worker_flags="..."] [--arms=c.async4,...] [--report_only]
@@ -34,7 +44,7 @@
 #   quick (about 6 minutes on 2 cores, run by deploy/test.sh): groups a and c (c.async4 and
 #         c.naive4 only) at 1500 steps per worker and H = 50, group g once (40 s); then
 #         summarize.py checks its gates (QUICK_GATES) and fails the run if one is missed.
-#   full  (about 45 min on 2 cores): every group at 1500 steps per worker and H = 50 (g: 60 s,
+#   full  (about 50 min on 2 cores): every group at 1500 steps per worker and H = 50 (g: 60 s,
 #         three times).
 #   smoke (a minute): the quick groups at 60 steps, to check the script itself.
 # A worker or shard that exits non-zero, or a shard that exits before it is told to (SIGTERM at
@@ -72,7 +82,7 @@ done
 case $mode in
   smoke) steps=60 every=20 main_secs=8 hetero_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 schedule=auto ;;
   quick) steps=1500 every=100 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=50 schedule=auto ;;
-  full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefgh} repeats=${repeats:-3} inner=50 schedule=auto ;;
+  full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefghi} repeats=${repeats:-3} inner=50 schedule=auto ;;
   *) echo "--mode must be smoke, quick or full" >&2; exit 2 ;;
 esac
 outer=()  # empty: the shards' defaults
@@ -87,6 +97,7 @@ mkdir -p "$out/curves" "$out/logs"
 results=$out/results.tsv
 echo -e "arm\tgroup\tworkers\tsteps\ttokens\twall_s\tloss\teval_tokens\tfloor\tcurve_loss" \
   >"$results"
+python3 "$root/benchmarks/quality/summarize.py" --bytes_header >"$out/bytes.tsv"
 echo "== convergence study ($mode): $out"
 
 # The final figure is on 64 held-out batches (32,768 tokens, every chain equally); the curves
@@ -254,6 +265,20 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
     ((st == 0)) || died "$arm" "shard $i $(exited $st) on SIGTERM" "$run/shard$i.log"
   done
   cp "$run/worker0.jsonl" "$out/curves/$arm.w0.jsonl"
+  # The arm's traffic from the processes' own counters (fails the study when a shard printed no
+  # final Stats or a worker that was not killed on purpose wrote no done event), over each
+  # fragment's elements times the rounds it went through (its final checkpoint: ctl show).
+  for ((s = 0; s < s_count; s++)); do
+    st=0
+    "$build/ctl/diloco-ctl" show --store="$run/store$s" >"$run/shard$s.show" 2>&1 || st=$?
+    ((st == 0)) ||
+      died "$arm" "diloco-ctl show of shard $s's store $(exited $st)" "$run/shard$s.show"
+  done
+  local codec=int8:256 a
+  for a in "$@" $worker_extra; do [[ $a == --codec=* ]] && codec=${a#--codec=}; done
+  python3 "$root/benchmarks/quality/summarize.py" --bytes --arm="$arm" --codec="$codec" \
+    --workers="$n" ${killed:+--killed=${KILL%%:*}} "$run" >>"$out/bytes.tsv" ||
+    { echo "arm $arm: no traffic figures" >&2; exit 1; }
   local tokens
   tokens=$(python3 "$root/benchmarks/quality/summarize.py" --tokens --batch=$batch --seq=$seq \
     "$run"/worker*.jsonl)
@@ -264,7 +289,7 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
 sync4=(--lockstep --steps=$steps)
 sync_srv="--quorum=4 --grace_cap=60s"
 
-if [[ $groups == *[acds]* ]]; then
+if [[ $groups == *[acdis]* ]]; then
   echo "== a/c/d: synchronous DiLoCo, 4 workers, int8 pushes"
   run_fleet a.sync4 a 4 2 "$sync_srv" "${sync4[@]}"
 fi
@@ -334,6 +359,18 @@ if [[ $groups == *h* ]]; then
   for c in fp32 int8 int4; do
     run_fleet "h.down-$c" h 4 2 "$sync_srv --download_codec=$c" "${sync4[@]}"
   done
+fi
+if [[ $groups == *i* ]]; then
+  # The same fleet as group d; the arms group d and h already run are shared, not repeated.
+  echo "== i: the bytes frontier (int8: a.sync4; fp32, int4: d's arms; int4 downloads: h's)"
+  if [[ $groups != *d* ]]; then
+    for c in fp32 int4; do run_fleet "d.$c" d 4 2 "$sync_srv" "${sync4[@]}" --codec=$c; done
+  fi
+  for f in 0.03 0.01; do
+    run_fleet "i.topk$f" i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:$f
+  done
+  [[ $groups == *h* ]] ||
+    run_fleet h.down-int4 h 4 2 "$sync_srv --download_codec=int4" "${sync4[@]}"
 fi
 if [[ $groups == *g* ]]; then
   echo "== g: the main job as shipped vs one worker, ${main_secs}s of wall time each"

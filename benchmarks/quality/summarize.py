@@ -6,6 +6,12 @@
       target (full) as met or missed and exits 1 when one is missed (--report_only: 0; smoke
       mode checks the script only and always reports)
   summarize.py --tokens --batch=B --seq=T JSONL...   tokens trained by these workers
+  summarize.py --bytes_header                        bytes.tsv's header line
+  summarize.py --bytes --arm=A --codec=C --workers=N [--killed=I] RUN_DIR
+      one line of bytes.tsv: the traffic of a fleet arm from its processes' own counters (the
+      workers' done events in RUN_DIR/worker*.jsonl, the final Stats each shard prints to
+      RUN_DIR/shard*.log on SIGTERM, each fragment's rounds in RUN_DIR/shard*.show: diloco-ctl
+      show of its store); exits 1 naming what is missing
 
 Every arm is a ratio to its group's baseline, run in the same study on the same held-out tokens.
 The final figure of an arm is its exported global model (or a lone worker's saved model); the
@@ -14,7 +20,9 @@ its own model), on the same tokens.
 """
 import argparse
 import csv
+import glob
 import json
+import math
 import os
 import sys
 
@@ -86,6 +94,162 @@ def check_gates(gates, loss):
 MAIN_JOB_TARGET = 0.95  # group g: the fleet's export at least 5% below the lone worker, every run
 END_OF_RUN_TARGET = {"full": 1.01, "quick": 1.02}  # export vs the best late global version
 
+# Group i, the bytes frontier: group d's fleet (synchronous, 4 workers), its loss against the
+# bytes each worker sends up per parameter per round. (arm, what it is); every other arm named
+# i.* joins the table after these. The ratio is to the int8 arm (a.sync4).
+FRONTIER_BASE = "a.sync4"
+FRONTIER = [("d.fp32", "fp32 pushes"), ("a.sync4", "int8 pushes (baseline)"),
+            ("d.int4", "int4 pushes"), ("i.topk0.03", "top-k 3% pushes"),
+            ("i.topk0.01", "top-k 1% pushes"), ("h.down-int4", "int8 pushes, int4 downloads")]
+# The target: some arm sends at most this many bytes up per parameter per round and ends within
+# this ratio of the int8 arm's held-out loss (full mode; a target, not a quick-mode gate).
+FRONTIER_UP_BYTES, FRONTIER_RATIO = 0.05, 1.01
+
+BYTES_COLUMNS = ["arm", "push_codec", "download_codec", "workers", "params", "param_rounds",
+                 "up_bytes", "shard_in_bytes", "down_update_bytes", "down_full_bytes",
+                 "received_bytes", "up_per_param_round", "down_per_param_round",
+                 "received_per_param_round"]
+STATS_MARK = "stopping, final checkpoint"
+
+
+def shard_stats(log):
+    """The final Stats JSON a shard prints on SIGTERM ("... stopping, final checkpoint written;
+    {...}"), or None."""
+    found = None
+    with open(log, errors="replace") as f:
+        for line in f:
+            if STATS_MARK in line and "; {" in line:
+                found = json.loads(line[line.index("; {") + 2:])
+    return found
+
+
+def fragment_rounds(show):
+    """{fragment: (elements, rounds)} from `diloco-ctl show --store` output (its newest
+    checkpoint's table; a fragment at version v has gone through v - 1 rounds)."""
+    frags, table = {}, False
+    with open(show) as f:
+        for line in f:
+            cols = line.split()
+            if cols[:3] == ["fragment", "version", "elements"]:
+                table = True
+            elif table and len(cols) == 4 and all(c.isdigit() for c in cols):
+                frags[int(cols[0])] = (int(cols[2]), int(cols[1]) - 1)
+            elif table:
+                table = False
+    return frags
+
+
+def traffic(run_dir, arm, codec, workers, killed=None):
+    """bytes.tsv's fields for one fleet arm. Up: the push payload bytes every worker counted as
+    sent (SyncStats bytes_sent: each send of a push, resends included). Down: the shards' update
+    payload bytes (update_bytes_delta: the quantized updates; update_bytes_full: whole fragments,
+    the joins) and the workers' bytes_received (both, the whole run). Per parameter per round: over
+    workers x the sum over fragments of elements x rounds (RUN_DIR/shard*.show: diloco-ctl show
+    of each shard's store after its final checkpoint, checked against the Stats' rounds). A killed
+    worker (`killed`) leaves no done event: its
+    arm's per-parameter figures are '-'."""
+    stats = []
+    for log in sorted(glob.glob(os.path.join(run_dir, "shard*.log"))):
+        st = shard_stats(log)
+        if st is None:
+            raise ValueError(f"{log}: no final Stats (the shard's '{STATS_MARK}' line)")
+        stats.append(st)
+    if not stats:
+        raise ValueError(f"{run_dir}: no shard logs")
+    param_rounds = 0
+    for i, st in enumerate(stats):
+        show = os.path.join(run_dir, f"shard{i}.show")
+        frags = fragment_rounds(show) if os.path.exists(show) else {}
+        if sorted(frags) != sorted(int(f) for f in st["versions"]):
+            raise ValueError(f"{show}: fragments {sorted(frags)}, the shard's Stats name "
+                             f"{sorted(st['versions'])}")
+        if sum(r for _, r in frags.values()) != st["rounds"]:
+            raise ValueError(f"{show}: {sum(r for _, r in frags.values())} rounds in the store, "
+                             f"{st['rounds']} in the shard's Stats")
+        param_rounds += sum(n * r for n, r in frags.values())
+    up = received = 0
+    partial = False
+    for w in range(workers):
+        path = os.path.join(run_dir, f"worker{w}.jsonl")
+        done = [e for e in read_jsonl(path) if e["event"] == "done"] if os.path.exists(path) else []
+        if not done:
+            if w == killed:
+                partial = True
+                continue
+            raise ValueError(f"{path}: no done event")
+        up += done[-1]["bytes_sent"]
+        received += done[-1]["bytes_received"]
+    down_codecs = sorted({st["download_codec"] for st in stats})
+    delta = sum(st["update_bytes_delta"] for st in stats)
+    per = (lambda b: "-") if partial or param_rounds == 0 else (
+        lambda b: f"{b / (workers * param_rounds):.5f}")
+    return [arm, codec, "/".join(down_codecs), str(workers),
+            str(sum(st["params"] for st in stats)), f"{param_rounds:.1f}", str(up),
+            str(sum(st["bytes_in"] for st in stats)), str(delta),
+            str(sum(st["update_bytes_full"] for st in stats)), str(received), per(up), per(delta),
+            per(received)]
+
+
+def read_bytes(out):
+    """bytes.tsv as {arm: row}, {} when the study wrote none."""
+    path = os.path.join(out, "bytes.tsv")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {r["arm"]: r for r in csv.DictReader(f, delimiter="\t")}
+
+
+def figure(row, column):
+    """A per-parameter figure of bytes.tsv as a float (nan for '-' or a missing row)."""
+    try:
+        return float(row[column]) if row else math.nan
+    except ValueError:
+        return math.nan
+
+
+def frontier_arms(loss):
+    named = [a for a, _ in FRONTIER]
+    return [a for a in named if a in loss] + sorted(
+        a for a in loss if a.startswith("i.") and a not in named)
+
+
+def frontier(loss, traffic_rows):
+    """(table lines, target line, missed) of group i; ([], None, []) when it did not run."""
+    if not any(a.startswith("i.") for a in loss):
+        return [], None, []
+    base = loss.get(FRONTIER_BASE)
+    lines = ["", f"Group i, the bytes frontier (ratio to the int8 arm {FRONTIER_BASE}; bytes per "
+             "parameter per round from the workers' bytes_sent (up) and the shards' "
+             "update_bytes_delta (down); target: some arm <= "
+             f"{FRONTIER_UP_BYTES} B up within {FRONTIER_RATIO} of int8)", "",
+             "| arm | pushes | downloads | held-out loss | ratio to int8 | B up/param/round | "
+             "B down/param/round | B received/param/round (joins included) |",
+             "|---|---|---|---|---|---|---|---|"]
+    best = None  # the smallest-upload arm within the ratio, among those under the byte bound
+    for arm in frontier_arms(loss):
+        t = traffic_rows.get(arm)
+        ratio = loss[arm] / base if base else math.nan
+        up = figure(t, "up_per_param_round")
+        down = figure(t, "down_per_param_round")
+        recv = figure(t, "received_per_param_round")
+        push = t["push_codec"] if t else "?"
+        dl = t["download_codec"] if t else "?"
+        lines.append(f"| {arm} | {push} | {dl} | {loss[arm]:.4f} | {ratio:.4f} | {up:.4f} | "
+                     f"{down:.4f} | {recv:.4f} |")
+        if up <= FRONTIER_UP_BYTES and ratio <= FRONTIER_RATIO and (best is None or up < best[1]):
+            best = (arm, up, ratio)
+    if best:
+        target = (f"  met     frontier: {best[0]} sends {best[1]:.4f} B/param/round up "
+                  f"(<= {FRONTIER_UP_BYTES}) at {best[2]:.4f} of int8 (<= {FRONTIER_RATIO})")
+        return lines, target, []
+    close = [(figure(traffic_rows.get(a), "up_per_param_round"), loss[a] / base, a)
+             for a in frontier_arms(loss) if base]
+    under = sorted((r, a, u) for u, r, a in close if u <= FRONTIER_UP_BYTES)
+    gap = (f"the best arm at <= {FRONTIER_UP_BYTES} B up is {under[0][1]} at "
+           f"{under[0][0]:.4f} of int8" if under else f"no arm sends <= {FRONTIER_UP_BYTES} B up")
+    target = (f"  missed  frontier: {gap} (target <= {FRONTIER_RATIO})")
+    return lines, target, [f"frontier: {gap}, not <= {FRONTIER_RATIO}"]
+
 
 def read_jsonl(path):
     with open(path) as f:
@@ -126,8 +290,26 @@ def main():
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--report_only", action="store_true",
                     help="print what was met and missed, exit 0 either way")
-    ap.add_argument("paths", nargs="+")
+    ap.add_argument("--bytes_header", action="store_true")
+    ap.add_argument("--bytes", action="store_true")
+    ap.add_argument("--arm")
+    ap.add_argument("--codec")
+    ap.add_argument("--workers", type=int)
+    ap.add_argument("--killed", type=int)
+    ap.add_argument("paths", nargs="*")
     a = ap.parse_args()
+    if a.bytes_header:
+        print("\t".join(BYTES_COLUMNS))
+        return 0
+    if a.bytes:
+        try:
+            print("\t".join(traffic(a.paths[0], a.arm, a.codec, a.workers, a.killed)))
+        except (ValueError, OSError, KeyError) as e:
+            print(f"summarize.py --bytes {a.arm}: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if not a.paths:
+        ap.error("OUT_DIR is missing")
     if a.tokens:
         print(tokens(a.paths, a.batch, a.seq))
         return 0
@@ -194,6 +376,12 @@ def main():
         if ratio > target and gated:
             missed.append(f"end of run {arm}: export {final:.4f} vs best late global "
                           f"{best:.4f} ({ratio:.4f} > {target})")
+    traffic_rows = read_bytes(out)
+    front_lines, front_target, front_missed = frontier(loss, traffic_rows)
+    lines += front_lines
+    if front_target:
+        targets.append(front_target)
+        missed += front_missed
     if end_lines:
         lines += ["", "End of run: the export vs the best global version of the last 10% "
                   "(worker 0's evaluations; both on the curves' 8,192 held-out tokens)", "",
@@ -204,6 +392,7 @@ def main():
         f.write(table + "\n")
     print(table)
     plot(out, loss, rows)
+    plot_frontier(out, loss, traffic_rows)
     if a.mode == "quick":
         # Quick mode gates on its own bounds (the full study's targets need its 1500 steps) and
         # on the end-of-run rule. Only the groups that ran are gated.
@@ -230,6 +419,8 @@ def group_arms(g, loss):
             base = "e.async4"
         paired = [x for grp, arm, b, _ in PAIRS if grp == g for x in (arm, b)]
         return [a for a in [base] + [a for a, _, _ in arms] + paired if a in loss]
+    if g == "i":
+        return frontier_arms(loss)
     return sorted(a for a in loss if a.startswith(g + "."))
 
 
@@ -272,6 +463,57 @@ def plot(out, loss, rows):
         fig.tight_layout()
         fig.savefig(os.path.join(out, name), dpi=80)
         plt.close(fig)
+
+
+def frontier_points(loss, traffic_rows):
+    """Group i's plotted points: (arm, bytes up per parameter per round, loss), arms with a
+    measured figure only."""
+    pts = []
+    for arm in frontier_arms(loss):
+        up = figure(traffic_rows.get(arm), "up_per_param_round")
+        if up > 0:
+            pts.append((arm, up, loss[arm]))
+    return pts
+
+
+def plot_frontier(out, loss, traffic_rows):
+    """frontier.png: group i's held-out loss against bytes up per parameter per round (log x),
+    the target's corner drawn; nothing when group i did not run."""
+    pts = frontier_points(loss, traffic_rows)
+    if not any(a.startswith("i.") for a, _, _ in pts):
+        return None
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for arm, up, l in pts:
+        codec = traffic_rows[arm]["push_codec"]
+        down = traffic_rows[arm]["download_codec"]
+        marker = "s" if not down.startswith("int8") else "o"
+        ax.plot([up], [l], marker, markersize=7)
+        ax.annotate(f"{arm}\n{codec}, down {down}", (up, l), fontsize=7,
+                    xytext=(5, 4), textcoords="offset points")
+    ax.set_xscale("log")
+    if FRONTIER_BASE in loss:
+        ax.axhline(loss[FRONTIER_BASE] * FRONTIER_RATIO, ls="--", lw=0.8, color="gray",
+                   label=f"int8 loss x {FRONTIER_RATIO}")
+    ax.axvline(FRONTIER_UP_BYTES, ls=":", lw=0.8, color="gray",
+               label=f"{FRONTIER_UP_BYTES} B/param/round")
+    xs = [p[1] for p in pts]
+    ax.set_xlim(min(xs + [FRONTIER_UP_BYTES]) / 2, max(xs) * 4)
+    ax.set_xlabel("bytes sent up per parameter per round (workers' bytes_sent), log")
+    ax.set_ylabel("held-out loss of the export, nats/token")
+    ax.set_title("group i: the bytes frontier (sync DiLoCo, 4 workers)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    path = os.path.join(out, "frontier.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
 
 
 if __name__ == "__main__":
