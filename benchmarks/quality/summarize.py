@@ -492,10 +492,11 @@ def plot_frontier(out, loss, traffic_rows):
     for arm, up, l in pts:
         codec = traffic_rows[arm]["push_codec"]
         down = traffic_rows[arm]["download_codec"]
-        marker = "s" if not down.startswith("int8") else "o"
-        ax.plot([up], [l], marker, markersize=7)
-        ax.annotate(f"{arm}\n{codec}, down {down}", (up, l), fontsize=7,
-                    xytext=(5, 4), textcoords="offset points")
+        other = not down.startswith("int8")  # another download codec: square, label below
+        ax.plot([up], [l], "s" if other else "o", markersize=7)
+        label = f"{arm}\n{codec}" + (f", down {down}" if other else "")
+        ax.annotate(label, (up, l), fontsize=7,
+                    xytext=(5, -18 if other else 4), textcoords="offset points")
     ax.set_xscale("log")
     if FRONTIER_BASE in loss:
         ax.axhline(loss[FRONTIER_BASE] * FRONTIER_RATIO, ls="--", lw=0.8, color="gray",
@@ -506,7 +507,8 @@ def plot_frontier(out, loss, traffic_rows):
     ax.set_xlim(min(xs + [FRONTIER_UP_BYTES]) / 2, max(xs) * 4)
     ax.set_xlabel("bytes sent up per parameter per round (workers' bytes_sent), log")
     ax.set_ylabel("held-out loss of the export, nats/token")
-    ax.set_title("group i: the bytes frontier (sync DiLoCo, 4 workers)")
+    ax.set_title("group i: the bytes frontier (sync DiLoCo, 4 workers; downloads int8 "
+                 "unless marked)", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
