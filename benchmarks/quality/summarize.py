@@ -238,6 +238,9 @@ def frontier(loss, traffic_rows):
                      f"{down:.4f} | {recv:.4f} |")
         if up <= FRONTIER_UP_BYTES and ratio <= FRONTIER_RATIO and (best is None or up < best[1]):
             best = (arm, up, ratio)
+    if base is None:
+        return lines, (f"  missed  frontier: the int8 arm {FRONTIER_BASE} did not run (no "
+                       "ratio)"), [f"frontier: {FRONTIER_BASE} did not run"]
     if best:
         target = (f"  met     frontier: {best[0]} sends {best[1]:.4f} B/param/round up "
                   f"(<= {FRONTIER_UP_BYTES}) at {best[2]:.4f} of int8 (<= {FRONTIER_RATIO})")

@@ -239,6 +239,13 @@ class Frontier(unittest.TestCase):
         self.assertEqual(rc, 1, text)
         self.assertIn("missed  frontier: no arm sends <= 0.05 B up", text)
 
+    def test_without_the_int8_arm_the_target_says_so(self):
+        losses, traffic = frontier_study(1.0)
+        del losses["a.sync4"]
+        rc, text = run(losses, mode="full", traffic=traffic)
+        self.assertEqual(rc, 1, text)
+        self.assertIn("missed  frontier: the int8 arm a.sync4 did not run", text)
+
     def test_no_group_i_no_frontier(self):
         losses = {"a.lone4x": 1.3377, "a.sync4": 1.3377 * 0.99}
         files = {}
