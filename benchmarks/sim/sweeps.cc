@@ -1,0 +1,111 @@
+#include "benchmarks/sim/sweeps.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "benchmarks/sim/fleet_sim.h"
+
+namespace diloco::sim {
+namespace {
+
+constexpr Mode kModes[] = {Mode::kAsync, Mode::kRigid, Mode::kElastic};
+constexpr double kYear = 365.25 * 86400;
+
+}  // namespace
+
+double MttfForRate(const FleetConfig& c, double rate) {
+  if (rate <= 0) return std::numeric_limits<double>::infinity();
+  return c.learners * c.inner_steps * c.step_time_s / rate;
+}
+
+std::vector<FleetConfig> FleetSweep() {
+  std::vector<FleetConfig> out;
+  for (uint32_t n : {8u, 16u, 32u})
+    for (double rate : {0.0, 0.1, 0.3, 1.0, 3.0})
+      for (Mode m : kModes) {
+        FleetConfig c;  // goodput.py's defaults
+        c.mode = m;
+        c.learners = n;
+        c.mttf_s = MttfForRate(c, rate);
+        out.push_back(c);
+      }
+  return out;
+}
+
+std::vector<FleetConfig> ScaleSweep() {
+  std::vector<FleetConfig> out;
+  for (uint32_t n : {1'000u, 10'000u, 100'000u, 1'000'000u})
+    for (double years : {10.0, 1.0, 0.1})
+      for (Mode m : kModes) {
+        FleetConfig c;
+        c.mode = m;
+        c.learners = n;
+        c.shards = 1;
+        c.fragments = 1;
+        c.inner_steps = 100;
+        c.step_time_s = 1;
+        c.jitter = 0.02;
+        c.latency_s = 0.05;
+        c.recovery_s = 600;
+        c.detect_s = 10;
+        c.async_timeout_s = 30;
+        c.async_grace_cap_s = 50;  // half a round, as 5 s is at goodput.py's 1 s rounds x 5
+        c.mttf_s = years * kYear;
+        c.warmup_s = 2 * c.inner_steps * c.step_time_s;
+        // About ten fleet failures per run, at least an hour.
+        c.window_s = std::max(3600.0, 10 * c.mttf_s / n);
+        out.push_back(c);
+      }
+  return out;
+}
+
+bool QuickCheck() {
+  bool ok = true;
+  auto fail = [&](const std::string& what) {
+    std::printf("FAIL: %s\n", what.c_str());
+    ok = false;
+  };
+  auto run = [](const FleetConfig& c) {
+    SimResult r = FleetSim(c).Run();
+    std::printf("%s\n", r.JsonLine(c).c_str());
+    return r;
+  };
+  for (uint32_t n : {8u, 16u}) {
+    double g[3] = {};
+    for (Mode m : kModes) {
+      FleetConfig c;
+      c.mode = m;
+      c.learners = n;
+      const SimResult none = run(c);
+      if (std::abs(none.goodput - 1) > 1e-6)
+        fail(absl::StrFormat("%s N=%u: goodput %.9f without failures, expected 1", ModeName(m), n,
+                             none.goodput));
+      c.mttf_s = MttfForRate(c, 1.0);
+      const SimResult r = run(c);
+      if (r.failures == 0) fail(absl::StrFormat("%s N=%u: no failure happened", ModeName(m), n));
+      if (!(r.goodput >= 0 && r.goodput <= 1))
+        fail(absl::StrFormat("%s N=%u: goodput %.4f outside [0, 1]", ModeName(m), n, r.goodput));
+      g[static_cast<int>(m)] = r.goodput;
+      if (m == Mode::kElastic && run(c).JsonLine(c) != r.JsonLine(c))
+        fail(absl::StrFormat("%s N=%u: the same run twice differs", ModeName(m), n));
+    }
+    if (!(g[0] >= g[2] && g[2] >= g[1]))
+      fail(absl::StrFormat("N=%u: goodput async %.4f, elastic %.4f, rigid %.4f: not in order", n,
+                           g[0], g[2], g[1]));
+  }
+  FleetConfig big;
+  big.learners = 10'000;
+  big.fragments = 1;
+  big.shards = 1;
+  big.window_s = 20;
+  big.mttf_s = MttfForRate(big, 1.0);
+  const SimResult r = run(big);
+  if (!(r.goodput > 0 && r.goodput <= 1) || r.failures == 0)
+    fail(absl::StrFormat("async N=10000: goodput %.4f with %u failures", r.goodput, r.failures));
+  return ok;
+}
+
+}  // namespace diloco::sim

@@ -1,0 +1,117 @@
+// The fleet simulation: goodput without failures, rigid synchronous goodput after one failure of
+// known length against its closed form, determinism, and the modes' order on a seeded case.
+#include "benchmarks/sim/fleet_sim.h"
+
+#include <gtest/gtest.h>
+
+#include "benchmarks/sim/sweeps.h"
+
+namespace diloco::sim {
+namespace {
+
+constexpr Mode kModes[] = {Mode::kAsync, Mode::kRigid, Mode::kElastic};
+
+TEST(FleetSimTest, NoFailuresGoodputIsOneInEveryMode) {
+  for (Mode m : kModes) {
+    for (uint32_t fragments : {1u, 8u}) {
+      FleetConfig c;
+      c.mode = m;
+      c.learners = 12;
+      c.fragments = fragments;
+      const SimResult r = FleetSim(c).Run();
+      EXPECT_NEAR(r.goodput, 1.0, 1e-9) << ModeName(m) << " P=" << fragments;
+      EXPECT_EQ(r.failures, 0u);
+      EXPECT_EQ(r.lost_pushes, 0u);
+      EXPECT_GT(r.rounds, 20);  // 30 one-second rounds, the async ones cut finer
+    }
+  }
+}
+
+TEST(FleetSimTest, LockstepLinkCostIsTheSyncShareOfARound) {
+  // Without failures a lockstep learner waits one push and one update crossing per round:
+  // goodput H t / (H t + 2 latency), while async learners never wait.
+  FleetConfig c;
+  c.learners = 4;
+  c.latency_s = 0.025;
+  c.mode = Mode::kRigid;
+  EXPECT_NEAR(FleetSim(c).Run().goodput, 1.0 / 1.05, 0.01);
+  c.mode = Mode::kAsync;
+  EXPECT_NEAR(FleetSim(c).Run().goodput, 1.0, 1e-9);
+}
+
+TEST(FleetSimTest, RigidOneFailureMatchesTheClosedForm) {
+  // N learners, rounds of H t = 1 s, the window opening at a round boundary. Learner 0 fails
+  // tau into a round, is down R, rejoins at once and takes its H steps: every other learner
+  // has pushed and waits for it, so the whole fleet loses tau + R seconds (learner 0's work
+  // since its last push, then the stall), and goodput = 1 - (tau + R) / W.
+  for (double tau : {0.35, 0.8}) {
+    for (double recovery : {2.0, 4.5}) {
+      FleetConfig c;
+      c.mode = Mode::kRigid;
+      c.learners = 4;
+      c.fragments = 1;
+      c.shards = 1;
+      c.inner_steps = 10;
+      c.step_time_s = 0.1;
+      c.recovery_s = recovery;
+      c.warmup_s = 1;
+      c.window_s = 10;
+      c.schedule = {{tau}, {}, {}, {}};
+      const SimResult r = FleetSim(c).Run();
+      EXPECT_EQ(r.failures, 1u);
+      EXPECT_NEAR(r.goodput, 1 - (tau + recovery) / c.window_s, 1e-9)
+          << "tau " << tau << " R " << recovery;
+    }
+  }
+}
+
+TEST(FleetSimTest, TheSameSeedGivesTheSameRun) {
+  for (Mode m : kModes) {
+    FleetConfig c;
+    c.mode = m;
+    c.learners = 32;
+    c.jitter = 0.1;
+    c.mttf_s = MttfForRate(c, 1.0);
+    const std::string a = FleetSim(c).Run().JsonLine(c);
+    EXPECT_EQ(a, FleetSim(c).Run().JsonLine(c)) << ModeName(m);
+    c.seed = 2;
+    EXPECT_NE(a, FleetSim(c).Run().JsonLine(c)) << ModeName(m);
+  }
+}
+
+TEST(FleetSimTest, AsyncAtLeastElasticAtLeastRigid) {
+  FleetConfig c;
+  c.learners = 16;
+  c.window_s = 60;
+  c.mttf_s = MttfForRate(c, 1.0);
+  double g[3];
+  for (Mode m : kModes) {
+    c.mode = m;
+    const SimResult r = FleetSim(c).Run();
+    EXPECT_GT(r.failures, 30u);
+    g[static_cast<int>(m)] = r.goodput;
+  }
+  const double async = g[0], rigid = g[1], elastic = g[2];
+  EXPECT_GE(async, elastic);
+  EXPECT_GE(elastic, rigid);
+  EXPECT_GT(async, 0.6);  // ~5.3 s lost per failure of 16 learners' 60 s: ~0.78
+  EXPECT_LT(rigid, 0.4);
+}
+
+TEST(FleetSimTest, AsyncLosesOnlyTheFailedLearnersWork) {
+  // One failure in an async fleet: learner 0 loses its unpushed steps (at most H per
+  // fragment, H / 2 on average over streamed fragments) and its R down; nobody else loses any.
+  FleetConfig c;
+  c.learners = 4;
+  c.recovery_s = 3;
+  c.window_s = 20;
+  c.schedule = {{5.5}, {}, {}, {}};
+  const SimResult r = FleetSim(c).Run();
+  const double ideal = c.learners * c.window_s / c.step_time_s;
+  const double lost = (1 - r.goodput) * ideal;  // steps
+  EXPECT_GE(lost, c.recovery_s / c.step_time_s);
+  EXPECT_LE(lost, c.recovery_s / c.step_time_s + c.inner_steps + 1);
+}
+
+}  // namespace
+}  // namespace diloco::sim
