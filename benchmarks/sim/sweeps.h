@@ -2,7 +2,7 @@
 //   fleet: N = 8, 16, 32 at 0, 0.1, 0.3, 1, 3 fleet failures per round, every mode, with
 //          benchmarks/fleet/goodput.py's settings (to set beside its measured rows);
 //   scale: N = 1e3 .. 1e6 learners, each a failure unit with a per-learner mean time to failure
-//          of 10 years, 1 year, 0.1 year (benchmarks/RESULTS.md, "Goodput at scale
+//          of 1 year and 0.1 year (benchmarks/RESULTS.md, "Goodput at scale
 //          (simulation)", says where the year comes from), step 1 s, H = 100, recovery 10 min.
 #pragma once
 
