@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU run's rehearsal, on a machine without a GPU: what the GPU machine will run, run here
-# first, so that a session lent a GPU spends its minutes measuring, not finding that a program
+# first, so that the minutes of a lent GPU go to measuring, not finding that a program
 # does not start. It
 #   1. builds and packs the bundle exactly as for the GPU machine (prepare.sh), which checks that
 #      every library that travels resolves from the bundle and that the pack fits the 64 MiB the
