@@ -64,7 +64,10 @@ int Main() {
       for (FleetConfig& c : ScaleSweep()) runs.push_back(std::move(c));
     if (runs.empty()) return Fail("--sweep: expected fleet, scale or all");
     std::ofstream out;
-    if (!absl::GetFlag(FLAGS_out).empty()) out.open(absl::GetFlag(FLAGS_out));
+    if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
+      out.open(path);
+      if (!out) return Fail("cannot write --out " + path);
+    }
     for (const FleetConfig& c : runs) {
       const std::string line = FleetSim(c).Run().JsonLine(c);
       std::printf("%s\n", line.c_str());
@@ -101,6 +104,12 @@ int Main() {
     return Fail(
         "learners, shards, fragments (at most 255), H, step time, window must be "
         "positive and jitter in [0, 1)");
+  if (!(c.mttf_s > 0) || !(c.recovery_s >= 0) || !(c.rejoin_s >= 0) || !(c.detect_s >= 0) ||
+      !(c.latency_s >= 0) || !(c.bandwidth_Bps >= 0) || !(c.shard_ingress_Bps >= 0) ||
+      !(c.warmup_s >= 0))
+    return Fail(
+        "mttf must be positive; recovery, rejoin, detect, latency, bandwidth, shard_ingress "
+        "and warmup must not be negative");
   if (const std::string path = absl::GetFlag(FLAGS_schedule); !path.empty()) {
     std::ifstream in(path);
     if (!in) return Fail("cannot read --schedule " + path);
