@@ -48,6 +48,7 @@
 #include "common/plan.h"
 #include "common/tensor_decl.h"
 #include "kernels/codec.h"
+#include "worker/cadence.h"
 #include "worker/sync_client.h"
 
 namespace py = pybind11;
@@ -101,9 +102,10 @@ class Learner {
   Learner(std::vector<std::string> servers, uint32_t worker_id, std::vector<std::string> names,
           std::vector<std::vector<int64_t>> shapes, std::vector<std::string> dtypes,
           py::array_t<float, py::array::c_style> host, py::function fetch, py::function store,
-          const std::string& codec, uint32_t inner_steps, uint32_t fragments, uint64_t generation,
-          bool dylu, bool stream, const std::string& adopt, double adopt_alpha, bool lockstep,
-          bool error_feedback)
+          const std::string& codec, const std::string& inner_steps, uint32_t fragments,
+          uint64_t generation, bool dylu, bool stream, const std::string& adopt, double adopt_alpha,
+          bool lockstep, bool error_feedback, const std::string& auto_codecs,
+          uint32_t inner_steps_min, uint32_t inner_steps_max, double link_margin)
       : host_array_(std::move(host)), fetch_(std::move(fetch)), store_(std::move(store)) {
     std::vector<DeclaredTensor> decls;
     manifest_ = CheckedManifest(names, shapes, dtypes, "this learner's model", &decls);
@@ -112,15 +114,16 @@ class Learner {
       throw py::value_error(absl::StrCat("the host buffer holds ", host_array_.size(),
                                          " values, the parameters ", manifest_.total_elements()));
     host_ = std::span<float>(host_array_.mutable_data(), static_cast<size_t>(host_array_.size()));
-    absl::StatusOr<kernels::Codec> c = kernels::ParseCodec(codec);
-    if (!c.ok()) Raise(c.status());
     worker::SyncOptions o;
+    const worker::CadenceText cadence{codec, auto_codecs, inner_steps, inner_steps_min,
+                                      inner_steps_max};
+    if (auto st = worker::ParseCadence(cadence, o); !st.ok()) Raise(st);
+    if (!(link_margin >= 1)) throw py::value_error("link_margin must be at least 1");
+    o.link_margin = link_margin;
     o.servers = std::move(servers);
     o.worker_id = worker_id;
     o.generation = generation;
     o.num_fragments = fragments;
-    o.codec = *c;
-    o.inner_steps = inner_steps;
     o.dylu = dylu;
     o.stream = stream;
     o.adopt = ParseAdopt(adopt);
@@ -213,6 +216,12 @@ class Learner {
     d["mean_staleness"] = st.mean_staleness;
     d["max_staleness"] = st.max_staleness;
     d["inner_steps"] = st.inner_steps_now;
+    d["codec"] = kernels::CodecName(st.codec_now);
+    d["link_choices"] = st.link_choices;
+    d["up_bytes_per_s"] = st.up_bytes_per_s;
+    d["down_bytes_per_s"] = st.down_bytes_per_s;
+    d["round_need_s"] = st.round_need_s;
+    d["round_budget_s"] = st.round_budget_s;
     d["step_time_us"] = st.step_time_us;
     d["fleet_step_time_us"] = st.fleet_step_time_us;
     d["after_step_us"] = st.after_step_us;
@@ -426,13 +435,15 @@ PYBIND11_MODULE(_diloco_ps, m) {
       .def(py::init<std::vector<std::string>, uint32_t, std::vector<std::string>,
                     std::vector<std::vector<int64_t>>, std::vector<std::string>,
                     py::array_t<float, py::array::c_style>, py::function, py::function,
-                    const std::string&, uint32_t, uint32_t, uint64_t, bool, bool,
-                    const std::string&, double, bool, bool>(),
+                    const std::string&, const std::string&, uint32_t, uint64_t, bool, bool,
+                    const std::string&, double, bool, bool, const std::string&, uint32_t, uint32_t,
+                    double>(),
            py::arg("servers"), py::arg("worker_id"), py::arg("names"), py::arg("shapes"),
            py::arg("dtypes"), py::arg("host"), py::arg("fetch"), py::arg("store"), py::arg("codec"),
            py::arg("inner_steps"), py::arg("fragments"), py::arg("generation"), py::arg("dylu"),
            py::arg("stream"), py::arg("adopt"), py::arg("adopt_alpha"), py::arg("lockstep"),
-           py::arg("error_feedback"))
+           py::arg("error_feedback"), py::arg("auto_codecs"), py::arg("inner_steps_min"),
+           py::arg("inner_steps_max"), py::arg("link_margin"))
       .def("join", &Learner::Join, py::arg("timeout_s"))
       .def("after_step", &Learner::AfterStep, py::arg("tokens"))
       .def("drain", &Learner::Drain, py::arg("timeout_s"))

@@ -101,6 +101,7 @@ struct HeaderFields {
   uint64_t values_checksum = 0;     // FragmentUpdate of quantized updates: the values they make
   uint32_t topk = 0;                // codec topk: entries kept per block (kernels::Codec::k)
   bool answers_on_control = false;  // control Hello: Queued answers go on that connection
+  uint64_t held_us = 0;             // Applied FragmentUpdate: the push's time at the shard
 };
 
 // What names a message in a refusal of it (an Error's worker_id, fragment_id, seq and

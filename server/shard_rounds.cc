@@ -169,6 +169,7 @@ void Shard::MakeThetaWritable(FragmentState& f) {
 }
 
 void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
+  const absl::Time now = clock_->Now();
   // No copy: the snapshot is the live theta, which the next round copies before changing it.
   f.snapshot = f.theta_buf;
   f.snapshot_sums = SnapshotChecksums(*f.snapshot);
@@ -180,6 +181,8 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
     o.header.generation = c.generation;
     o.header.seq = c.seq;
     o.header.ack = AckStatus::Applied;
+    o.header.held_us =
+        static_cast<uint64_t>(std::max<int64_t>(absl::ToInt64Microseconds(now - c.arrived), 1));
     o.push_steps = c.steps;
     o.push_tokens = c.tokens;
     out->push_back(std::move(o));

@@ -157,21 +157,21 @@ void ShardSession::AskJoin(uint32_t fragment) {
 void ShardSession::AddPush(PushJob job) {
   FragmentIo& f = frags_.at(job.fragment);
   if (!opt_.error_feedback) std::fill(f.error.begin(), f.error.end(), 0.0f);  // e = delta only
-  job.push = EncodePush(opt_.codec, deltas_[job.fragment], f.error);
+  job.push = EncodePush(job.codec, deltas_[job.fragment], f.error);
   if (job.push.poisoned) shared_.Add(&SyncStats::errors, job.push.poisoned_chunks);
   job.resend_interval = opt_.resend_after;
   const auto key = std::make_pair(job.fragment, job.seq);
   const PushJob& kept = unacked_[key] = std::move(job);
   shared_.Add(&SyncStats::pushes);
   shared_.Event({SyncEvent::kPush, index_, kept.fragment, kept.seq, kept.base_version, 0, "",
-                 kept.steps, kept.tokens});
+                 kept.steps, kept.tokens, kept.codec});
 }
 
 void ShardSession::Finish(Kept::iterator it, bool applied) {
   const PushJob& job = it->second;
   // e was e0 + delta - deQ(q); back to e0, as if the push had never been taken.
   if (!applied)
-    UndoErrorFeedback(opt_.codec, deltas_[job.fragment], frags_.at(job.fragment).error, job.push);
+    UndoErrorFeedback(job.codec, deltas_[job.fragment], frags_.at(job.fragment).error, job.push);
   copies_.erase(it->first);
   unacked_.erase(it);
   shared_.PushEnded();
@@ -211,7 +211,7 @@ void ShardSession::SendPush(PushJob& job) {
   h.base_version = job.base_version;
   h.tokens = job.tokens;
   h.steps = job.steps;
-  wire::SetPayloadLayout(h, opt_.codec, f.numel);
+  wire::SetPayloadLayout(h, job.codec, f.numel);
   std::shared_ptr<const wire::Bytes> bytes = job.push.bytes;
   Copies& copies = copies_[{job.fragment, job.seq}];
   if (job.fragment == 0 && job.seq == 1 && lose_sends_left_ > 0) {
@@ -225,7 +225,7 @@ void ShardSession::SendPush(PushJob& job) {
     damaged->back() ^= 0x01;
     bytes = std::move(damaged);
   }
-  if (transport_.Send(false, h, std::move(bytes), opt_.codec, f.numel, job.push.checksums)) {
+  if (transport_.Send(false, h, std::move(bytes), job.codec, f.numel, job.push.checksums)) {
     ++copies.unanswered;
     shared_.Add(&SyncStats::bytes_sent, job.push.bytes->size());
   }
@@ -323,8 +323,10 @@ void ShardSession::OnPushAck(const wire::Header& h) {
         // A copy is taken: a refusal of another copy no longer ends the push.
         (void)OtherCopiesUnanswered(key);
         copies_[key].refusal.reset();
-        if (!it->second.queued && it->second.push.bytes)
+        if (!it->second.queued && it->second.push.bytes) {
           up_.Arrived(it->second.push.bytes->size(), clock_.Now(), /*awaiting=*/true);
+          shared_.NoteUpload(it->second.sent, clock_.Now(), it->second.push.bytes->size());
+        }
         it->second.sent = clock_.Now();
         it->second.queued = true;
       }
@@ -431,6 +433,11 @@ void ShardSession::OnUpdate(wire::Message m) {
     return;
   }
   FragmentIo& f = frags_.at(h.fragment_id());
+  // What comes down a round, for --codec=auto / --inner_steps=auto: updates after the join, and
+  // the crossing time of those answering a push the shard took (its Queued answer's arrival plus
+  // the time the shard held the push: worker/link_meter.h).
+  std::optional<absl::Time> left;
+  const bool measure = f.joined;
   f.joined = true;
   versions_[h.fragment_id()] = h.version();
   bool answers = std::exchange(f.answer_by_pull, false);
@@ -440,6 +447,8 @@ void ShardSession::OnUpdate(wire::Message m) {
     if (auto it = unacked_.find({h.fragment_id(), h.seq()}); it != unacked_.end()) {
       answers = true;
       pushed = it->second.made;
+      if (it->second.queued && h.held_us() > 0)
+        left = it->second.sent + absl::Microseconds(h.held_us());
       const uint64_t base = it->second.base_version;
       // Rounds other workers closed between this push's base and its own round.
       const uint64_t staleness = wire::Staleness(base, h.version());
@@ -454,6 +463,8 @@ void ShardSession::OnUpdate(wire::Message m) {
   }
   const uint32_t fragment = h.fragment_id();
   const uint64_t version = h.version();
+  if (measure)
+    shared_.NoteDownload(left, clock_.Now(), m.payload_bytes(), plan_.fragment(fragment).numel);
   shared_.Deliver({Arrival::kUpdate, fragment, version, answers, std::move(m), pushed});
 }
 

@@ -5,10 +5,12 @@
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/ema.h"
 #include "kernels/codec.h"
+#include "worker/link_plan.h"
 #include "worker/shard_session.h"
 #include "worker/sync_shared.h"
 #include "worker/training_sync.h"
@@ -41,6 +43,8 @@ const char* SyncEventName(SyncEvent::Kind k) {
       return "shard_restart";
     case SyncEvent::kReanchor:
       return "reanchor";
+    case SyncEvent::kLinkChoice:
+      return "link_choice";
   }
   return "unknown";
 }
@@ -54,6 +58,12 @@ struct SyncClient::Impl {
   // Training thread.
   TrainingSync train;
   std::atomic<bool> all_joined{false};
+  // --codec=auto / --inner_steps=auto: the choice, made again once a round (steps_since_choice
+  // reaching its H).
+  std::optional<LinkPlanner> planner;
+  uint32_t steps_since_choice = 0;
+  // The codec and H of this step's pushes (before DyLU scales H).
+  std::pair<kernels::Codec, uint32_t> Cadence(double step_us);
   void Process(SyncClient::ParamsFn params, Arrival& a);
   // Lockstep: processes arrivals until none of `fragments` has a push outstanding.
   void AwaitAnswers(SyncClient::ParamsFn params, const std::vector<uint32_t>& fragments);
@@ -95,9 +105,29 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
   if (!(o.adopt_alpha >= 0.0f && o.adopt_alpha <= 1.0f))
     return absl::InvalidArgumentError("sync: adopt_alpha must be in [0, 1]");
   if (auto s = kernels::ValidateCodec(o.codec); !s.ok()) return s;
+  if (o.auto_codec && o.auto_codecs.empty())
+    return absl::InvalidArgumentError("sync: codec auto needs at least one codec to choose from");
+  for (const kernels::Codec& c : o.auto_codecs)
+    if (auto s = kernels::ValidateCodec(c); !s.ok()) return s;
+  if (o.auto_inner_steps && o.inner_steps_max < o.inner_steps)
+    return absl::InvalidArgumentError(absl::StrCat("sync: inner steps auto: the largest H (",
+                                                   o.inner_steps_max, ") is below the smallest (",
+                                                   o.inner_steps, ")"));
+  if (!(o.link_margin >= 1))
+    return absl::InvalidArgumentError("sync: link margin must be at least 1");
   auto plan = Plan::Create(manifest, o.num_fragments, static_cast<uint32_t>(o.servers.size()));
   if (!plan.ok()) return plan.status();
   auto impl = std::make_unique<Impl>(o, std::move(*plan), manifest.fingerprint());
+  if (o.auto_codec || o.auto_inner_steps) {
+    LinkPlanOptions lp;
+    lp.codecs = o.auto_codec ? o.auto_codecs : std::vector<kernels::Codec>{o.codec};
+    lp.h_min = o.inner_steps;
+    lp.h_max = o.auto_inner_steps ? o.inner_steps_max : o.inner_steps;
+    lp.margin = o.link_margin;
+    std::vector<uint64_t> numels;
+    for (const Fragment& f : impl->plan.fragments()) numels.push_back(f.numel);
+    impl->planner.emplace(std::move(lp), std::move(numels));
+  }
   if (impl->opt.generation == 0)
     impl->opt.generation = static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
   const std::vector<std::span<const float>> deltas = impl->train.delta_buffers();
@@ -176,6 +206,35 @@ void SyncClient::Impl::AwaitAnswers(SyncClient::ParamsFn params,
     for (auto& a : shared.TakeArrivals(absl::Milliseconds(20))) Process(params, a);
 }
 
+std::pair<kernels::Codec, uint32_t> SyncClient::Impl::Cadence(double step_us) {
+  if (!planner) return {opt.codec, opt.inner_steps};
+  if (++steps_since_choice >= planner->choice().h) {
+    steps_since_choice = 0;
+    LinkMeasure m = shared.link();
+    m.step_s = step_us * 1e-6;
+    const bool changed = planner->Update(m);
+    const LinkChoice& c = planner->choice();
+    shared.Update([&](SyncStats& s) {
+      s.round_need_s = c.need_s;
+      s.round_budget_s = c.budget_s;
+      if (changed) ++s.link_choices;
+    });
+    if (changed) {
+      SyncEvent e;
+      e.kind = SyncEvent::kLinkChoice;
+      e.steps = c.h;
+      e.codec = c.codec;
+      e.detail = absl::StrFormat(
+          "%s: a round moves %.1f s of %.1f s (up %.3g MB/s, down %.3g MB/s, %.3g B/param down, "
+          "step %.3g s)",
+          Describe(c), c.need_s, c.budget_s, m.up_bytes_per_s * 1e-6, m.down_bytes_per_s * 1e-6,
+          m.down_bytes_per_param, m.step_s);
+      shared.Event(std::move(e));
+    }
+  }
+  return {planner->choice().codec, planner->choice().h};
+}
+
 void SyncClient::AfterStep(std::span<float> params, uint64_t tokens, absl::Duration step_time) {
   AfterStep(Whole(params), tokens, step_time);
 }
@@ -188,16 +247,17 @@ void SyncClient::AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step
   im.shared.set_step_time_us(static_cast<uint64_t>(step_us));
   for (auto& a : im.shared.TakeArrivals()) im.Process(params, a);
   const bool draining = im.shared.draining();  // set by Drain, on this thread
+  auto [codec, h_link] = im.Cadence(step_us);
   // Dynamic Local Updates: a slower worker takes fewer inner steps per push.
-  uint32_t h = im.opt.inner_steps;
+  uint32_t h = h_link;
   const double fleet = static_cast<double>(im.shared.fleet_step_time_us());
   if (im.opt.dylu && fleet > 0 && step_us > 0)
-    h = std::max<uint32_t>(
-        1, static_cast<uint32_t>(im.opt.inner_steps * std::min(1.0, fleet / step_us)));
-  std::vector<PushJob> due = im.train.Step(params, tokens, h, draining);
+    h = std::max<uint32_t>(1, static_cast<uint32_t>(h_link * std::min(1.0, fleet / step_us)));
+  std::vector<PushJob> due = im.train.Step(params, tokens, h, codec, draining);
   const double cost_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
   im.shared.Update([&](SyncStats& s) {
     s.inner_steps_now = h;
+    s.codec_now = codec;
     s.after_step_us = Ema(s.after_step_us, cost_us, 0.02);
     s.after_step_max_us = std::max(s.after_step_max_us, cost_us);
   });

@@ -22,6 +22,13 @@ struct SyncOptions {
   uint32_t num_fragments = 4;
   kernels::Codec codec;
   uint32_t inner_steps = 50;  // H
+  // --codec=auto / --inner_steps=auto (worker/link_plan.h): the push codec among auto_codecs
+  // (finest first; `codec` is then the first) and H from inner_steps up to inner_steps_max,
+  // chosen from the link's measured rates and the step time, again once a round.
+  bool auto_codec = false, auto_inner_steps = false;
+  std::vector<kernels::Codec> auto_codecs;
+  uint32_t inner_steps_max = 0;
+  double link_margin = 1.5;  // a round's transfers take at most 1 / margin of its steps' time
   // Adoption of a fragment's new global values (the join always takes them as they are):
   //   kKeep: local = global + (local - local_at_push), the inner steps taken since the push
   //          survive (default; with replace a fast worker beside a slow one loses ~45% of its
@@ -102,7 +109,13 @@ struct SyncStats {
   uint32_t unacked = 0;       // pushes waiting for their answer
   double mean_staleness = 0;  // EMA of rounds merged between a push's base and its round
   uint64_t max_staleness = 0;
-  uint32_t inner_steps_now = 0;   // current H_w
+  uint32_t inner_steps_now = 0;  // current H_w
+  kernels::Codec codec_now;      // the codec of the pushes made now
+  // The link as the sync client measures it (worker/link_meter.h; 0: not yet) and what a round
+  // of the current choice moves across it (worker/link_plan.h), in seconds.
+  double up_bytes_per_s = 0, down_bytes_per_s = 0, down_bytes_per_param = 0;
+  double round_need_s = 0, round_budget_s = 0;
+  uint64_t link_choices = 0;      // times --codec=auto / --inner_steps=auto changed the choice
   double step_time_us = 0;        // this worker's EMA inner step time
   double fleet_step_time_us = 0;  // fastest worker's, as the shards last said (0: unknown)
   double after_step_us = 0;       // EMA cost of AfterStep on the training thread
@@ -121,13 +134,24 @@ struct SyncStats {
 
 // Things machines want to follow one by one (worker_main writes them as JSON lines).
 struct SyncEvent {
-  enum Kind { kPush, kApplied, kDuplicate, kStale, kRefused, kShardRestart, kReanchor };
+  enum Kind {
+    kPush,
+    kApplied,
+    kDuplicate,
+    kStale,
+    kRefused,
+    kShardRestart,
+    kReanchor,
+    kLinkChoice
+  };
   Kind kind = kPush;
   uint32_t shard = 0, fragment = 0;
   uint64_t seq = 0, base_version = 0, version = 0;
-  std::string detail;  // kRefused: the shard's message
-  // kPush: the steps and tokens the push claims; kReanchor: those dropped.
+  std::string detail;  // kRefused: the shard's message; kLinkChoice: the choice and why
+  // kPush: the steps and tokens the push claims; kReanchor: those dropped; kLinkChoice: the
+  // chosen H in steps.
   uint64_t steps = 0, tokens = 0;
+  kernels::Codec codec;  // kPush, kLinkChoice: the push codec
 };
 const char* SyncEventName(SyncEvent::Kind k);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <iterator>
 
+#include "common/ema.h"
+
 namespace diloco::worker {
 
 SyncShared::SyncShared(uint32_t num_fragments, uint32_t num_shards, size_t max_events)
@@ -92,6 +94,32 @@ void SyncShared::Add(uint64_t SyncStats::*counter, uint64_t n) {
 void SyncShared::Update(absl::FunctionRef<void(SyncStats&)> change) {
   MutexLock g(&mu_);
   change(stats_);
+}
+
+void SyncShared::NoteUpload(absl::Time start, absl::Time end, uint64_t bytes) {
+  MutexLock g(&mu_);
+  up_.Add(start, end, bytes);
+  stats_.up_bytes_per_s = up_.bytes_per_s();
+}
+
+void SyncShared::NoteDownload(std::optional<absl::Time> start, absl::Time end, uint64_t bytes,
+                              uint64_t numel) {
+  MutexLock g(&mu_);
+  if (numel > 0)
+    down_bytes_per_param_ =
+        Ema(down_bytes_per_param_, static_cast<double>(bytes) / static_cast<double>(numel), 0.2);
+  if (start) down_.Add(*start, end, bytes);
+  stats_.down_bytes_per_s = down_.bytes_per_s();
+  stats_.down_bytes_per_param = down_bytes_per_param_;
+}
+
+LinkMeasure SyncShared::link() const {
+  MutexLock g(&mu_);
+  LinkMeasure m;
+  m.up_bytes_per_s = up_.bytes_per_s();
+  m.down_bytes_per_s = down_.bytes_per_s();
+  m.down_bytes_per_param = down_bytes_per_param_;
+  return m;
 }
 
 void SyncShared::Event(SyncEvent e) {

@@ -21,6 +21,8 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "schema/transport.h"
+#include "worker/link_meter.h"
+#include "worker/link_plan.h"
 #include "worker/push_codec.h"
 #include "worker/sync_options.h"
 
@@ -34,6 +36,7 @@ struct PushJob {
   uint32_t fragment = 0;
   uint64_t seq = 0, base_version = 0, tokens = 0;
   uint32_t steps = 0;
+  kernels::Codec codec;    // chosen by the training thread (SyncOptions::codec or auto)
   EncodedPush push;        // the payload, set by the session (worker/push_codec.h)
   bool in_flight = false;  // sent on this connection and counted against the shard's credit
   // The shard answered Queued on this connection: it holds the push, and a new incarnation
@@ -101,6 +104,18 @@ class SyncShared {
   };
   Drained AwaitDrain(absl::Duration wait);
 
+  // ---- I/O thread: what crossed the link (worker/link_meter.h) ----
+  // A push of `bytes` from its send to its Queued answer.
+  void NoteUpload(absl::Time start, absl::Time end, uint64_t bytes);
+  // An update of `bytes` for `numel` parameters arrived; `start`, when known, is when it left
+  // the shard (in this worker's clock), so that its crossing is timed.
+  void NoteDownload(std::optional<absl::Time> start, absl::Time end, uint64_t bytes,
+                    uint64_t numel);
+
+  // ---- Training thread ----
+  // The measured rates and update size (the step time is the caller's).
+  LinkMeasure link() const;
+
   // ---- Either thread ----
   void Add(uint64_t SyncStats::*counter, uint64_t n = 1);
   // Several fields changed together, under the lock.
@@ -130,6 +145,8 @@ class SyncShared {
   std::string fatal_ ABSL_GUARDED_BY(mu_);
   SyncStats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> shard_fleet_us_ ABSL_GUARDED_BY(mu_);
+  LinkMeter up_ ABSL_GUARDED_BY(mu_), down_ ABSL_GUARDED_BY(mu_);
+  double down_bytes_per_param_ ABSL_GUARDED_BY(mu_) = 0;  // moving average over updates
   std::atomic<uint64_t> step_time_us_{0};
   std::atomic<uint64_t> fleet_step_time_us_{0};
 };

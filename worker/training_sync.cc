@@ -27,7 +27,7 @@ std::vector<std::span<const float>> TrainingSync::delta_buffers() const {
 }
 
 int64_t TrainingSync::carry_bound() const {
-  return static_cast<int64_t>(opt_.carry_max) * opt_.inner_steps;
+  return static_cast<int64_t>(opt_.carry_max) * std::max(opt_.inner_steps, h_);
 }
 
 void TrainingSync::Process(ParamsFn params, Arrival& a) {
@@ -200,7 +200,8 @@ void TrainingSync::Reanchor(ParamsFn params, Fragment& f) {
 }
 
 std::vector<PushJob> TrainingSync::Step(ParamsFn params, uint64_t tokens, uint32_t h,
-                                        bool draining) {
+                                        kernels::Codec codec, bool draining) {
+  h_ = h;
   std::vector<PushJob> due;
   for (Fragment& f : frags_) {
     ++f.steps;
@@ -227,6 +228,7 @@ std::vector<PushJob> TrainingSync::Step(ParamsFn params, uint64_t tokens, uint32
     PushJob job;
     job.made = absl::Now();
     job.fragment = f.spec->id;
+    job.codec = codec;
     job.seq = f.next_seq++;
     job.base_version = f.version;
     job.tokens = f.pushed_tokens = std::max<uint64_t>(f.tokens, 1);

@@ -48,16 +48,18 @@ class TrainingSync {
   void Process(ParamsFn params, Arrival& a);
 
   // After one inner step of `tokens`: counts it towards every fragment and returns the pushes
-  // now due (none while `draining`), each fragment's H being `h`. A fragment past the bound is
-  // re-anchored instead of pushed.
-  std::vector<PushJob> Step(ParamsFn params, uint64_t tokens, uint32_t h, bool draining);
+  // now due (none while `draining`), each fragment's H being `h`, encoded with `codec`. A
+  // fragment past the bound is re-anchored instead of pushed.
+  std::vector<PushJob> Step(ParamsFn params, uint64_t tokens, uint32_t h, kernels::Codec codec,
+                            bool draining);
 
   bool outstanding(uint32_t fragment) const { return frags_[fragment].outstanding; }
   uint32_t joined_count() const { return joined_count_; }
   bool all_joined() const { return joined_count_ == frags_.size(); }
   // The last adopted global model, flat (fragments not yet adopted hold zeros).
   std::span<const float> anchor() const { return anchor_; }
-  // The most local steps a push may carry: carry_max x H.
+  // The most local steps a push may carry: carry_max x H (the larger of the configured H and
+  // the one of the last step: --inner_steps=auto may raise it).
   int64_t carry_bound() const;
 
  private:
@@ -94,6 +96,7 @@ class TrainingSync {
   std::vector<float> anchor_;  // flat: global values adopted last
   std::vector<Fragment> frags_;
   uint32_t joined_count_ = 0;
+  uint32_t h_ = 0;                     // the last step's H
   std::vector<float> update_scratch_;  // a chunk of a fragment rebuilt from quantized updates
 };
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "common/plan_flags.h"
 #include "schema/curve.h"
+#include "worker/cadence.h"
 #include "worker/model/safetensors.h"
 
 namespace diloco::worker {
@@ -40,9 +41,19 @@ ABSL_FLAG(std::string, servers, "",
 ABSL_FLAG(uint32_t, worker_id, 0, "this worker's id (unique in the fleet)");
 ABSL_FLAG(uint64_t, generation, 0, "worker generation (0: from the clock, new on each start)");
 ABSL_FLAG(std::string, codec, "int8:256",
-          "push codec: fp32, bf16, fp8, int8, int4 [:block], or topk:<fraction>[:block] (sparse, "
-          "kernels/topk.h)");
-ABSL_FLAG(uint32_t, inner_steps, 50, "H: inner steps between pushes of a fragment");
+          "push codec: fp32, bf16, fp8, int8, int4 [:block], topk:<fraction>[:block] (sparse, "
+          "kernels/topk.h), or auto: one of --auto_codecs, chosen from the measured link "
+          "(worker/link_plan.h)");
+ABSL_FLAG(std::string, auto_codecs, "int8:256,int4:256",
+          "--codec=auto: the codecs to choose from, finest first");
+ABSL_FLAG(std::string, inner_steps, "50",
+          "H: inner steps between pushes of a fragment, or auto: from --inner_steps_min to "
+          "--inner_steps_max, chosen from the measured link and step time");
+ABSL_FLAG(uint32_t, inner_steps_min, 50, "--inner_steps=auto: the smallest H");
+ABSL_FLAG(uint32_t, inner_steps_max, 2000, "--inner_steps=auto: the largest H");
+ABSL_FLAG(double, link_margin, 1.5,
+          "--codec=auto, --inner_steps=auto: a round's pushes and updates must cross the link "
+          "in at most 1 / margin of the round's step time");
 ABSL_FLAG(bool, dylu, false, "Dynamic Local Updates: scale H by this worker's relative speed");
 ABSL_FLAG(bool, stream, true, "stagger fragments' pushes across the H steps");
 ABSL_FLAG(SyncOptions::Adopt, adopt, SyncOptions::Adopt::kKeep,
@@ -163,6 +174,23 @@ absl::StatusOr<data::DataOptions> ParseData(const std::string& spec, int index, 
       absl::StrCat("--data=", spec, ": expected synthetic, bin:PATH or text:PATH"));
 }
 
+// --codec and --inner_steps: fixed, or auto with what the choice ranges over.
+absl::Status CadenceFromFlags(WorkerOptions& w) {
+  const std::string codec = absl::GetFlag(FLAGS_codec), list = absl::GetFlag(FLAGS_auto_codecs),
+                    h = absl::GetFlag(FLAGS_inner_steps);
+  CadenceText t{codec,
+                list,
+                h,
+                absl::GetFlag(FLAGS_inner_steps_min),
+                absl::GetFlag(FLAGS_inner_steps_max),
+                "--codec",
+                "--inner_steps"};
+  if (auto st = ParseCadence(t, w.cadence); !st.ok()) return st;
+  w.codec = w.cadence.codec;
+  w.inner_steps = w.cadence.inner_steps;
+  return absl::OkStatus();
+}
+
 // The sync client's options for the shards of --servers (not empty).
 absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> servers,
                                                  const WorkerOptions& w, uint32_t fragments) {
@@ -173,6 +201,14 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
   so.num_fragments = fragments;
   so.codec = w.codec;
   so.inner_steps = w.inner_steps;
+  so.auto_codec = w.cadence.auto_codec;
+  so.auto_codecs = w.cadence.auto_codecs;
+  so.auto_inner_steps = w.cadence.auto_inner_steps;
+  so.inner_steps_max = w.cadence.inner_steps_max;
+  so.link_margin = absl::GetFlag(FLAGS_link_margin);
+  if (!(so.link_margin >= 1))
+    return absl::InvalidArgumentError(
+        absl::StrCat("--link_margin=", so.link_margin, ": expected a factor >= 1"));
   so.dylu = absl::GetFlag(FLAGS_dylu);
   so.stream = absl::GetFlag(FLAGS_stream);
   so.adopt = absl::GetFlag(FLAGS_adopt);
@@ -257,11 +293,7 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   w.manifest = plan->manifest;
   w.gpt_model = plan->gpt.has_value();
   if (plan->gpt) w.trainer.model = *plan->gpt;
-  const std::string codec = absl::GetFlag(FLAGS_codec);
-  auto c = kernels::ParseCodec(codec);
-  if (!c.ok())
-    return absl::InvalidArgumentError(absl::StrCat("--codec=", codec, ": ", c.status().message()));
-  w.codec = *c;
+  if (auto st = CadenceFromFlags(w); !st.ok()) return st;
   w.step_slowdown = absl::GetFlag(FLAGS_step_slowdown);
   if (!(w.step_slowdown >= 1 && std::isfinite(w.step_slowdown)))
     return absl::InvalidArgumentError(
@@ -281,7 +313,6 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   w.steps = absl::GetFlag(FLAGS_steps);
   w.duration = absl::GetFlag(FLAGS_duration);
   if (auto st = TrainerOptionsFromFlags(w); !st.ok()) return st;
-  w.inner_steps = absl::GetFlag(FLAGS_inner_steps);
   w.synthetic_step_time = absl::GetFlag(FLAGS_synthetic_step_time);
   w.step_delay = absl::GetFlag(FLAGS_step_delay);
   w.progress_interval = absl::GetFlag(FLAGS_progress_interval);

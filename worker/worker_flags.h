@@ -31,8 +31,11 @@ struct WorkerOptions {
   Manifest manifest;              // its tensors, whatever the source (common/model_source.h)
   bool gpt_model = true;          // --model is a GPT preset or spec: trainer.model is it
   model::LrSchedule lr_schedule;
-  kernels::Codec codec;                // the push codec
-  uint32_t inner_steps = 50;           // H
+  kernels::Codec codec;       // the push codec (auto: the first it may choose)
+  uint32_t inner_steps = 50;  // H (auto: the smallest it may choose)
+  // --codec, --inner_steps and what auto chooses from (worker/cadence.h); the sync client's
+  // options take them from here.
+  SyncOptions cadence;
   absl::Duration synthetic_step_time;  // --device=synthetic
   std::optional<SyncOptions> sync;     // empty --servers: train without sync
   int64_t steps = 0;                   // 0: until --duration or a signal

@@ -51,22 +51,31 @@ uint64_t ParamsChecksum(std::span<const float> p) {
   return diloco::Checksum64(p.data(), p.size_bytes()) & ((uint64_t{1} << 48) - 1);
 }
 
-// Takes the sync client's events; writes them to `log` when `write` (--log_sync_events).
+// Takes the sync client's events; writes them to `log` when `write` (--log_sync_events). A
+// change of --codec=auto / --inner_steps=auto's choice is also said on stderr.
 void WriteSyncEvents(diloco::worker::SyncClient& sync, uint32_t wid, bool write,
                      diloco::EventLog& log) {
   const auto events = sync.TakeEvents();
+  for (const auto& e : events)
+    if (e.kind == diloco::worker::SyncEvent::kLinkChoice)
+      std::fprintf(stderr, "worker %u link choice: %s\n", wid, e.detail.c_str());
   if (!write) return;
   for (const auto& e : events) {
     diloco::JsonObject ev;
     ev.Add("event", diloco::worker::SyncEventName(e.kind)).Add("worker", uint64_t{wid});
     ev.Add("shard", uint64_t{e.shard});
-    if (e.kind != diloco::worker::SyncEvent::kShardRestart) {
+    if (e.kind != diloco::worker::SyncEvent::kShardRestart &&
+        e.kind != diloco::worker::SyncEvent::kLinkChoice) {
       ev.Add("fragment", uint64_t{e.fragment}).Add("seq", e.seq);
       ev.Add("base_version", e.base_version).Add("version", e.version);
     }
     if (e.kind == diloco::worker::SyncEvent::kPush ||
         e.kind == diloco::worker::SyncEvent::kReanchor)
       ev.Add("steps", e.steps).Add("tokens", e.tokens);
+    if (e.kind == diloco::worker::SyncEvent::kPush)
+      ev.Add("codec", diloco::kernels::CodecName(e.codec));
+    if (e.kind == diloco::worker::SyncEvent::kLinkChoice)
+      ev.Add("inner_steps", e.steps).Add("codec", diloco::kernels::CodecName(e.codec));
     if (!e.detail.empty()) ev.Add("detail", e.detail);
     log.Write(ev);
   }
@@ -108,6 +117,11 @@ double Quantile(std::vector<double> v, double q) {
 // latencies and absent before the first.
 void AddSyncFigures(diloco::JsonObject& ev, const diloco::worker::SyncStats& st) {
   ev.Add("bytes_sent", st.bytes_sent).Add("bytes_received", st.bytes_received);
+  ev.Add("codec", diloco::kernels::CodecName(st.codec_now));
+  ev.Add("link_choices", st.link_choices);
+  ev.Add("up_bytes_per_s", st.up_bytes_per_s).Add("down_bytes_per_s", st.down_bytes_per_s);
+  ev.Add("down_bytes_per_param", st.down_bytes_per_param);
+  ev.Add("round_need_s", st.round_need_s).Add("round_budget_s", st.round_budget_s);
   ev.Add("updates_full", st.updates_full).Add("updates_delta", st.updates_delta);
   ev.Add("download_mismatches", st.download_mismatches);
   ev.Add("push_to_adopt_ms", st.push_to_adopt_ms);
@@ -115,6 +129,18 @@ void AddSyncFigures(diloco::JsonObject& ev, const diloco::worker::SyncStats& st)
   if (st.recent_push_to_adopt_ms.empty()) return;
   ev.Add("push_to_adopt_p50_ms", Quantile(st.recent_push_to_adopt_ms, 0.5));
   ev.Add("push_to_adopt_p99_ms", Quantile(st.recent_push_to_adopt_ms, 0.99));
+}
+
+// The banner's codec and H: fixed, or what --codec=auto / --inner_steps=auto choose from.
+std::string CodecText(const diloco::worker::WorkerOptions& w) {
+  if (!w.cadence.auto_codec) return diloco::kernels::CodecName(w.codec);
+  std::vector<std::string> names;
+  for (const auto& c : w.cadence.auto_codecs) names.push_back(diloco::kernels::CodecName(c));
+  return absl::StrCat("auto (", absl::StrJoin(names, ", "), ")");
+}
+std::string HText(const diloco::worker::WorkerOptions& w) {
+  if (!w.cadence.auto_inner_steps) return absl::StrCat(w.inner_steps);
+  return absl::StrCat("auto (", w.inner_steps, "..", w.cadence.inner_steps_max, ")");
 }
 
 // Time inside Trainer::Step (busy) over the training loop's wall time so far: the share of its
@@ -269,10 +295,10 @@ int main(int argc, char** argv) {
                 : absl::StrCat("synthetic learner, ", absl::FormatDuration(w.synthetic_step_time),
                                " per step, no held-out evaluation");
   std::fprintf(
-      stderr, "diloco-worker[%u]: model %s (%lu params), %s, codec %s, H=%u, %s; %s\n", wid,
+      stderr, "diloco-worker[%u]: model %s (%lu params), %s, codec %s, H=%s, %s; %s\n", wid,
       (w.gpt_model ? GptConfigString(cfg) : w.model_spec).c_str(),
       static_cast<unsigned long>(tr.manifest().total_elements()),
-      model::Describe(w.lr_schedule).c_str(), kernels::CodecName(w.codec).c_str(), w.inner_steps,
+      model::Describe(w.lr_schedule).c_str(), CodecText(w).c_str(), HText(w).c_str(),
       sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync",
       eval_str.c_str());
 
@@ -340,9 +366,10 @@ int main(int argc, char** argv) {
       if (sync) {
         const auto st = sync->stats();
         extra = absl::StrCat(" | joined ", st.joined, "/", st.versions.size(), " H ",
-                             st.inner_steps_now, " pushes ", st.pushes, " applied ", st.applied,
-                             " adopted ", st.adoptions, " stale ", st.stale, " resent ", st.resends,
-                             " reanchored ", st.reanchors, " staleness ",
+                             st.inner_steps_now, " ", kernels::CodecName(st.codec_now), " pushes ",
+                             st.pushes, " applied ", st.applied, " adopted ", st.adoptions,
+                             " stale ", st.stale, " resent ", st.resends, " reanchored ",
+                             st.reanchors, " staleness ",
                              absl::StrFormat("%.2f (max %d)", st.mean_staleness, st.max_staleness),
                              " sent ", st.bytes_sent >> 10, "KiB recv ", st.bytes_received >> 10,
                              "KiB sync/step ", absl::StrFormat("%.0fus", st.after_step_us),

@@ -286,6 +286,20 @@ def summarize(out_dir, fleet, rcs):
             w["updates_moved"] = moved("updates_full") + moved("updates_delta")
             w["bytes_sent_moved"] = moved("bytes_sent")
             w["bytes_received_moved"] = moved("bytes_received")
+            # --codec=auto / --inner_steps=auto: the choice at the end, how often it changed,
+            # and the pushes due under the H in force over each progress interval.
+            w["codec_final"] = done.get("codec", fleet.codec)
+            w["h_final"] = last.get("inner_steps")
+            w["link_choices"] = done.get("link_choices", 0)
+            due, at = 0.0, 0
+            for e in prog:
+                if e.get("inner_steps"):
+                    due += (e["step"] - at) * fleet.fragments / e["inner_steps"]
+                at = e.get("step", at)
+            if w["h_final"]:
+                due += (w["steps"] - at) * fleet.fragments / w["h_final"]
+            # Fragment i first pushes after H + i H / F steps: (F - 1) / 2 rounds' pushes fewer.
+            w["due_pushes"] = max(0.0, due - (fleet.fragments - 1) / 2)
             w["push_to_adopt_p50_ms"] = done.get("push_to_adopt_p50_ms")
             w["push_to_adopt_p99_ms"] = done.get("push_to_adopt_p99_ms")
             w["staleness"] = last.get("staleness")
@@ -320,12 +334,21 @@ def row(profile, fleet, synced, ceiling):
         return round(statistics.median(xs), 1) if xs else None
 
     steps = sum(w["steps"] for w in ws)
-    # Pushes the schedule asks for in each worker's steps (with --stream, fragment i first pushes
-    # after H + i*H/F steps, then every H): the sync kept up when they were all made.
-    due = sum((w["steps"] - i * fleet.H // fleet.fragments) // fleet.H
-              for w in ws for i in range(fleet.fragments)
-              if w["steps"] >= i * fleet.H // fleet.fragments)
-    return {
+    auto = fleet.H == "auto"
+    if auto:  # the schedule each worker chose, interval by interval (summarize)
+        due = sum(w["due_pushes"] for w in ws)
+    else:
+        # Pushes the schedule asks for in each worker's steps (with --stream, fragment i first
+        # pushes after H + i*H/F steps, then every H): the sync kept up when they were all made.
+        due = sum((w["steps"] - i * fleet.H // fleet.fragments) // fleet.H
+                  for w in ws for i in range(fleet.fragments)
+                  if w["steps"] >= i * fleet.H // fleet.fragments)
+    choice = {}
+    if auto:
+        hs = [w["h_final"] for w in ws if w.get("h_final")]
+        choice = {"codec_chosen": sorted(w["codec_final"] for w in ws),
+                  "H_chosen": sorted(hs), "link_choices": sum(w["link_choices"] for w in ws)}
+    return {**choice,
         "profile": profile, "H": fleet.H, "codec": fleet.codec,
         "download_codec": fleet.download_codec, "workers": fleet.workers,
         "utilization": round(util, 4) if util is not None else None,
@@ -340,7 +363,8 @@ def row(profile, fleet, synced, ceiling):
         # Pushes made over pushes due, and the H that amounts to: above H, the link (or the
         # shards) could not keep up and fragments were pushed less often than every H steps.
         "push_ratio": round(pushes / due, 3) if due else None,
-        "h_effective": round(fleet.H * due / pushes, 1) if pushes else None,
+        "h_effective": (round(steps * fleet.fragments / pushes, 1) if auto else
+                        round(fleet.H * due / pushes, 1)) if pushes else None,
         "rounds": synced["rounds"], "steps": steps, "params": params,
         "workers_done": len(ws), "measured_utilization": all(w["measured_utilization"] for w in ws),
     }

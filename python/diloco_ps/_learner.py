@@ -18,7 +18,11 @@ from ._diloco_ps import Learner as _Native
 class Learner:
     def __init__(self, servers, worker_id, params, codec="int8:256", inner_steps=50, fragments=4,
                  generation=0, dylu=False, stream=True, adopt="keep", adopt_alpha=0.0,
-                 lockstep=False, error_feedback=True):
+                 lockstep=False, error_feedback=True, auto_codecs="int8:256,int4:256",
+                 inner_steps_min=50, inner_steps_max=2000, link_margin=1.5):
+        """codec="auto" chooses the push codec among `auto_codecs` (finest first) from the
+        measured link, inner_steps="auto" chooses H from `inner_steps_min` to `inner_steps_max`
+        (docs/worker.md, "Codec and H from the link")."""
         named = _params.named_tensors(params)
         names, shapes, dtypes = _params.describe(named)
         _params.check_copyable(named)
@@ -33,9 +37,10 @@ class Learner:
         self.names = names
         self._copier = Copier(tensors, host)
         self._native = _Native(list(servers), worker_id, names, shapes, dtypes, host.numpy(),
-                               self._copier.fetch, self._copier.store, codec, inner_steps,
+                               self._copier.fetch, self._copier.store, codec, str(inner_steps),
                                fragments, generation, dylu, stream, adopt, adopt_alpha, lockstep,
-                               error_feedback)
+                               error_feedback, auto_codecs, inner_steps_min, inner_steps_max,
+                               link_margin)
         self._copier.set_fragments(self._native.fragment_slices())
 
     def join(self, timeout=60.0):

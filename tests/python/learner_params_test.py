@@ -103,6 +103,16 @@ def bad_inputs(ps, check, endpoint, tmp, device, served):
         check(unchanged(params, snap), f"a refused model ({words}) changed its parameters")
 
     ok = make_params(3, device)[:2]
+    # A codec or H the learner cannot read (docs/worker.md, "Codec and H from the link").
+    for kw, words in (({"inner_steps": "often"}, ["inner_steps", "often"]),
+                      ({"codec": "auto", "auto_codecs": "int8:256,int9"}, ["codec", "int9"]),
+                      ({"inner_steps": "auto", "inner_steps_min": 80, "inner_steps_max": 40},
+                       ["inner_steps", "80", "40"])):
+        try:
+            ps.Learner(servers=endpoint, worker_id=9, params=ok, fragments=FRAGMENTS, **kw)
+            check(False, f"accepted {kw}")
+        except ValueError as e:
+            check(all(w in str(e) for w in words), f"error {e!r} does not name {words}")
     refused(ok + [("steps", torch.zeros(4, dtype=torch.int64, device=device))],
             ["steps", "dtype"])
     refused(ok + [("empty", torch.nn.Parameter(torch.empty(0, 4, device=device)))],

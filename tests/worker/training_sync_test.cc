@@ -131,7 +131,7 @@ class TrainingSyncTest : public ::testing::Test {
   // moves on, and the shard answers. Traffic keeps arriving on the data connection every step.
   void Step(int i) {
     for (float& p : params_) p -= kStepMove;
-    for (PushJob& job : train_->Step(whole_, kTokens, opt_.inner_steps, false))
+    for (PushJob& job : train_->Step(whole_, kTokens, opt_.inner_steps, opt_.codec, false))
       session_->AddPush(std::move(job));
     if (i % kOthersEvery == 0) ++version_[0];
     auto hb = FromShard(MsgType::Heartbeat);
