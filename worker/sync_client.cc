@@ -113,6 +113,10 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
     return absl::InvalidArgumentError(absl::StrCat("sync: inner steps auto: the largest H (",
                                                    o.inner_steps_max, ") is below the smallest (",
                                                    o.inner_steps, ")"));
+  if (o.lockstep && (o.auto_codec || o.auto_inner_steps))
+    return absl::InvalidArgumentError(
+        "sync: lockstep runs are deterministic and take a fixed codec and H, not auto (a choice "
+        "made from measured rates would differ from run to run)");
   if (!(o.link_margin >= 1))
     return absl::InvalidArgumentError("sync: link margin must be at least 1");
   auto plan = Plan::Create(manifest, o.num_fragments, static_cast<uint32_t>(o.servers.size()));

@@ -300,6 +300,15 @@ def summarize(out_dir, fleet, rcs):
                 due += (w["steps"] - at) * fleet.fragments / w["h_final"]
             # Fragment i first pushes after H + i H / F steps: (F - 1) / 2 rounds' pushes fewer.
             w["due_pushes"] = max(0.0, due - (fleet.fragments - 1) / 2)
+            # Since the last change of H: pushes made over pushes due, once at least two rounds
+            # at that H passed (None before): whether the schedule chosen is kept.
+            since = next((k for k in range(len(prog) - 1, 0, -1)
+                          if prog[k].get("inner_steps") != prog[k - 1].get("inner_steps")), 0)
+            h, s0 = prog[since].get("inner_steps") if prog else None, prog[since] if prog else {}
+            steps_at_h = w["steps"] - s0.get("step", 0)
+            w["settled_push_ratio"] = (
+                round((w["pushes"] - s0.get("pushes", 0)) / (steps_at_h * fleet.fragments / h), 3)
+                if h and steps_at_h >= 2 * h else None)
             w["push_to_adopt_p50_ms"] = done.get("push_to_adopt_p50_ms")
             w["push_to_adopt_p99_ms"] = done.get("push_to_adopt_p99_ms")
             w["staleness"] = last.get("staleness")
@@ -347,7 +356,8 @@ def row(profile, fleet, synced, ceiling):
     if auto:
         hs = [w["h_final"] for w in ws if w.get("h_final")]
         choice = {"codec_chosen": sorted(w["codec_final"] for w in ws),
-                  "H_chosen": sorted(hs), "link_choices": sum(w["link_choices"] for w in ws)}
+                  "H_chosen": sorted(hs), "link_choices": sum(w["link_choices"] for w in ws),
+                  "settled_push_ratio": [w["settled_push_ratio"] for w in ws]}
     return {**choice,
         "profile": profile, "H": fleet.H, "codec": fleet.codec,
         "download_codec": fleet.download_codec, "workers": fleet.workers,

@@ -64,6 +64,8 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
        "--inner_steps=auto: expected 1 <= the smallest H (80) <= the largest (40)"},
       {"--link_margin=0.5 --servers=tcp://127.0.0.1:9",
        "--link_margin=0.5: expected a factor >= 1"},
+      {"--lockstep --codec=auto --servers=tcp://127.0.0.1:9",
+       "lockstep runs are deterministic and take a fixed codec and H, not auto"},
       {"--step_slowdown=0.5", "--step_slowdown=0.5: expected a finite factor >= 1"},
       {"--step_slowdown=nan", "expected a finite factor >= 1"},
       {"--model=L=0", "--model=L=0: model spec 'L=0'"},
