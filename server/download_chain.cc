@@ -10,7 +10,9 @@ namespace diloco::server {
 
 DownloadChain::DownloadChain(kernels::Codec codec, uint64_t numel)
     : codec_(codec),
-      residual_codec_{kernels::CodecKind::kInt4, codec.block},
+      residual_codec_{codec.kind == kernels::CodecKind::kTopK ? kernels::CodecKind::kFp32
+                                                              : kernels::CodecKind::kInt4,
+                      codec.block},
       numel_(numel),
       update_bytes_(wire::PayloadLayout(codec, numel).bytes()),
       residual_(wire::PayloadLayout(residual_codec_, numel).bytes()) {}

@@ -16,8 +16,11 @@
 // theta and momentum's 8: the shard's memory bound): its own quantization error is at most 1/14
 // of the residual's block maximum, which is at most half a step of the update's grid, so what
 // is lost per version is under 4% of a grid step, against the whole half step (growing with
-// the versions) without a residual. It is not checkpointed: a restarted shard starts with a zero
-// residual and an empty chain (workers then get whole fragments).
+// the versions) without a residual. With sparse top-k updates the residual holds most of each
+// step (the entries not sent, until a later update sends them), so it is kept in fp32 (4 bytes
+// per parameter): re-quantizing it every version would lose that part of the step. It is not
+// checkpointed: a restarted shard starts with a zero residual and an empty chain (workers then
+// get whole fragments).
 #pragma once
 
 #include <cstdint>
@@ -75,7 +78,7 @@ class DownloadChain {
 
  private:
   kernels::Codec codec_;
-  kernels::Codec residual_codec_;  // int4 with the update's block
+  kernels::Codec residual_codec_;  // int4 with the update's block; fp32 for top-k updates
   uint64_t numel_;
   uint64_t update_bytes_;
   bool residual_zero_ = true;  // residual_ holds no values yet (all zero)

@@ -44,9 +44,6 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
   if (o.dn_period < 1) return absl::InvalidArgumentError("Delayed Nesterov period must be >= 1");
   if (auto st = kernels::ValidateCodec(o.download); !st.ok())
     return absl::InvalidArgumentError(absl::StrCat("download codec: ", st.message()));
-  if (o.download.kind == kernels::CodecKind::kTopK)
-    return absl::InvalidArgumentError(
-        "download codec: topk is for pushes only (use int8 or int4 for downloads)");
   if (o.download.kind != kernels::CodecKind::kFp32 && o.download_chain == 0)
     return absl::InvalidArgumentError("a quantized download needs a chain of at least 1 update");
   auto manifest =

@@ -22,9 +22,9 @@
 #   h  download codecs: new versions sent whole (fp32) or as int8 / int4 updates from the previous
 #      one (--download_codec; synchronous, 4 workers)
 #   i  the bytes frontier: group d's fleet (synchronous, 4 workers) pushing fp32 / int8 / int4 /
-#      topk:0.03 / topk:0.01, and int8 pushes with int4 downloads; each arm's held-out loss
-#      against the bytes sent up and down per parameter per round, measured by the workers'
-#      and shards' own counters (bytes.tsv; int8: a.sync4, fp32 and int4: d.fp32 and d.int4,
+#      topk:0.03 / topk:0.01, and int8 pushes with int4 or top-k 25% / 10% downloads; each
+#      arm's held-out loss against the bytes sent up and down per parameter per round,
+#      measured by the workers' and shards' own counters (bytes.tsv; int8: a.sync4, fp32 and int4: d.fp32 and d.int4,
 #      int4 downloads: h.down-int4, each run here when its own group is not)
 #
 # Every fleet arm's traffic goes to bytes.tsv (summarize.py --bytes): the push payload bytes the
@@ -368,6 +368,10 @@ if [[ $groups == *i* ]]; then
   fi
   for f in 0.03 0.01; do
     run_fleet "i.topk$f" i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:$f
+  done
+  # Downloads that follow: the shards' updates sparse (top-k, 2-bit values), int8 pushes.
+  for f in 0.25 0.1; do
+    run_fleet "i.down-topk$f" i 4 2 "$sync_srv --download_codec=topk:$f" "${sync4[@]}"
   done
   [[ $groups == *h* ]] ||
     run_fleet h.down-int4 h 4 2 "$sync_srv --download_codec=int4" "${sync4[@]}"

@@ -103,7 +103,9 @@ class ShardDownloadTest : public ::testing::Test {
 };
 
 TEST_F(ShardDownloadTest, WorkersRebuildThePublishedValuesBitForBit) {
-  for (kernels::Codec c : {kInt8, kernels::Codec{kernels::CodecKind::kInt4, 64}}) {
+  // Top-k: 16 of each block of 64 kept, the rest left in the shard's (fp32) residual.
+  for (kernels::Codec c : {kInt8, kernels::Codec{kernels::CodecKind::kInt4, 64},
+                           kernels::Codec{kernels::CodecKind::kTopK, 64, 16}}) {
     SCOPED_TRACE(kernels::CodecName(c));
     SetUpShard(c);
     for (uint64_t r = 1; r <= 5; ++r) {
@@ -124,9 +126,13 @@ TEST_F(ShardDownloadTest, WorkersRebuildThePublishedValuesBitForBit) {
     const auto& c8 = h_->shard().counters();
     EXPECT_EQ(c8.updates_delta, 10u);
     EXPECT_EQ(c8.updates_full, 0u);
-    // One update per worker per round: about 1 + 4/64 bytes per value for int8, half for int4.
+    // One update per worker per round: about 1 + 4/64 bytes per value for int8, half for int4,
+    // for top-k a 64-bit bitmap, 16 2-bit codes and two 4-byte magnitudes per 64 values (0.31).
     const double per_value = static_cast<double>(c8.update_bytes_delta) / (10.0 * n_);
-    EXPECT_LT(per_value, c.kind == kernels::CodecKind::kInt8 ? 1.1 : 0.6);
+    const double bound = c.kind == kernels::CodecKind::kInt8   ? 1.1
+                         : c.kind == kernels::CodecKind::kInt4 ? 0.6
+                                                               : 0.35;
+    EXPECT_LT(per_value, bound);
   }
 }
 
