@@ -216,8 +216,10 @@ std::pair<kernels::Codec, uint32_t> SyncClient::Impl::Cadence(double step_us) {
     steps_since_choice = 0;
     LinkMeasure m = shared.link();
     m.step_s = step_us * 1e-6;
+    const uint32_t h_before = planner->choice().h;
     const bool changed = planner->Update(m);
     const LinkChoice& c = planner->choice();
+    if (c.h != h_before) train.Restagger(c.h);
     shared.Update([&](SyncStats& s) {
       s.round_need_s = c.need_s;
       s.round_budget_s = c.budget_s;

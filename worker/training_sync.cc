@@ -199,6 +199,15 @@ void TrainingSync::Reanchor(ParamsFn params, Fragment& f) {
   f.tokens = 0;
 }
 
+void TrainingSync::Restagger(uint32_t h) {
+  if (!opt_.stream) return;
+  const int64_t n = static_cast<int64_t>(frags_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    Fragment& f = frags_[i];
+    if (f.joined) f.offset = f.steps + (i + 1) * static_cast<int64_t>(h) / n - h;
+  }
+}
+
 std::vector<PushJob> TrainingSync::Step(ParamsFn params, uint64_t tokens, uint32_t h,
                                         kernels::Codec codec, bool draining) {
   h_ = h;

@@ -53,6 +53,11 @@ class TrainingSync {
   std::vector<PushJob> Step(ParamsFn params, uint64_t tokens, uint32_t h, kernels::Codec codec,
                             bool draining);
 
+  // H changed (--inner_steps=auto, worker/link_plan.h): with streaming, fragment i's next push
+  // comes (i + 1) / F of the new H from now, so that pushes stay spread over the round instead
+  // of all falling due at once when H shrinks.
+  void Restagger(uint32_t h);
+
   bool outstanding(uint32_t fragment) const { return frags_[fragment].outstanding; }
   uint32_t joined_count() const { return joined_count_; }
   bool all_joined() const { return joined_count_ == frags_.size(); }

@@ -235,5 +235,34 @@ TEST_F(TrainingSyncTest, APushEndedUnappliedWithinTheBoundGivesItsStepsToTheNext
   EXPECT_TRUE(carried) << "the push after the Stale one carries its steps too";
 }
 
+TEST_F(TrainingSyncTest, ANewHSpreadsTheNextPushesOverItsRound) {
+  opt_.stream = true;
+  opt_.test_lose_push_sends = 0;
+  Start();
+  auto step = [&](uint32_t h) {
+    for (float& p : params_) p -= kStepMove;
+    std::vector<uint32_t> pushed;
+    for (PushJob& job : train_->Step(whole_, kTokens, h, opt_.codec, false)) {
+      pushed.push_back(job.fragment);
+      session_->AddPush(std::move(job));
+    }
+    session_->Tick(false);
+    Serve();
+    clock_.Advance(kStep);
+    return pushed;
+  };
+  // 30 steps at H = 40: nothing due, both fragments hold 30 steps.
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(step(40).empty()) << i;
+  // H drops to 10: both would be due at once; spread, fragment 0 pushes 5 steps later and
+  // fragment 1 10.
+  train_->Restagger(10);
+  int at[2] = {-1, -1};
+  for (int i = 1; i <= 10; ++i)
+    for (uint32_t f : step(10))
+      if (at[f] < 0) at[f] = i;
+  EXPECT_EQ(at[0], 5);
+  EXPECT_EQ(at[1], 10);
+}
+
 }  // namespace
 }  // namespace diloco::worker
