@@ -103,6 +103,7 @@ class ShardSessionTest : public ::testing::Test {
 
   void Push(uint32_t f, uint64_t seq, uint64_t base = 1) {
     PushJob job;
+    job.codec = opt_.codec;
     job.fragment = f;
     job.seq = seq;
     job.base_version = base;
