@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -16,14 +17,14 @@ std::string NextEndpoint() {
 
 }  // namespace
 
-HandshakeMonitor::HandshakeMonitor(zmq::context_t& ctx, zmq::socket_t& socket)
+HandshakeMonitor::HandshakeMonitor(zmq::context_t& ctx, zmq::socket_t& socket, bool disconnects)
     : socket_(socket), events_(ctx, zmq::socket_type::pair) {
   const std::string endpoint = NextEndpoint();
   events_.set(zmq::sockopt::linger, 0);
   // Starting a monitor on a live socket cannot fail but for a closed context; the pair then
   // simply never reads an event, and the caller's liveness checks still apply.
-  if (zmq_socket_monitor(static_cast<void*>(socket_), endpoint.c_str(),
-                         ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0)
+  const int watched = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | (disconnects ? ZMQ_EVENT_DISCONNECTED : 0);
+  if (zmq_socket_monitor(static_cast<void*>(socket_), endpoint.c_str(), watched) == 0)
     events_.connect(endpoint);
 }
 
@@ -32,7 +33,16 @@ HandshakeMonitor::~HandshakeMonitor() {
 }
 
 std::optional<std::string> HandshakeMonitor::TakeRefusal() {
-  std::optional<std::string> refusal;
+  Drain();
+  return std::exchange(refusal_, std::nullopt);
+}
+
+bool HandshakeMonitor::TakeDisconnected() {
+  Drain();
+  return std::exchange(disconnected_, false);
+}
+
+void HandshakeMonitor::Drain() {
   for (;;) {
     // An event is two frames: 16-bit event id and 32-bit value, then the endpoint.
     zmq::message_t event, endpoint;
@@ -44,10 +54,10 @@ std::optional<std::string> HandshakeMonitor::TakeRefusal() {
     std::memcpy(&id, event.data(), sizeof(id));
     std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof(id), sizeof(value));
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-      refusal = absl::StrCat("the server refused the CURVE handshake (ZAP status ", value, ") at ",
-                             endpoint.to_string());
+      refusal_ = absl::StrCat("the server refused the CURVE handshake (ZAP status ", value, ") at ",
+                              endpoint.to_string());
+    if (id == ZMQ_EVENT_DISCONNECTED) disconnected_ = true;
   }
-  return refusal;
 }
 
 }  // namespace diloco::wire

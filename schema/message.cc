@@ -139,11 +139,12 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const zmq::message_t
 zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> lengths,
                            std::span<const uint64_t> checksums) {
   flatbuffers::FlatBufferBuilder fbb(256 + h.message.size() + 16 * lengths.size() +
-                                     16 * h.versions.size());
+                                     16 * h.versions.size() + 24 * h.held_trains.size());
   auto lv = fbb.CreateVector(lengths.data(), lengths.size());
   auto cv = fbb.CreateVector(checksums.data(), checksums.size());
   auto mv = h.message.empty() ? 0 : fbb.CreateString(h.message);
   auto vv = h.versions.empty() ? 0 : fbb.CreateVectorOfStructs(h.versions);
+  auto hv = h.held_trains.empty() ? 0 : fbb.CreateVectorOfStructs(h.held_trains);
   HeaderBuilder b(fbb);
   b.add_protocol_version(kProtocolVersion);
   b.add_type(h.type);
@@ -181,6 +182,8 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   b.add_chunk_index(h.chunk_index);
   b.add_refused_type(h.refused_type);
   b.add_values_checksum(h.values_checksum);
+  b.add_train_checksum(h.train_checksum);
+  if (!h.held_trains.empty()) b.add_held_trains(hv);
   fbb.Finish(b.Finish());
   return SealHeader(fbb.GetBufferPointer(), fbb.GetSize());
 }
@@ -236,7 +239,7 @@ absl::StatusOr<const Header*> VerifyHeaderFrame(zmq::message_t& frame, const Lim
   // The 2.0.8 verifier checks a vector's length prefix for 4-byte alignment only; vectors of
   // 8-byte elements are read in place, so they must start 8-aligned (found by the fuzzer).
   if (!ElementsAligned(h->frame_lengths()) || !ElementsAligned(h->frame_checksums()) ||
-      !ElementsAligned(h->versions()))
+      !ElementsAligned(h->versions()) || !ElementsAligned(h->held_trains()))
     return WireError(ErrorCode::Malformed, "misaligned vector in the header");
   if (h->protocol_version() != kProtocolVersion)
     return WireError(

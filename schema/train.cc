@@ -1,9 +1,14 @@
 #include "schema/train.h"
 
+#include <bit>
+
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 
 namespace diloco::wire {
 namespace {
+
+static_assert(std::endian::native == std::endian::little, "TrainChecksum hashes u64s in place");
 
 // Every field that describes the payload as a whole is the same in each chunk of a train.
 bool SamePayload(const Header& a, const Header& b) {
@@ -16,10 +21,17 @@ bool SamePayload(const Header& a, const Header& b) {
          a.codec() == b.codec() && a.block() == b.block() && a.topk() == b.topk() &&
          a.num_elements() == b.num_elements() && a.chunk_elements() == b.chunk_elements() &&
          a.ack() == b.ack() && a.num_chunks() == b.num_chunks() &&
-         a.values_checksum() == b.values_checksum();
+         a.values_checksum() == b.values_checksum() && a.train_checksum() == b.train_checksum();
 }
 
+// A validated chunk's checksum (ParseMessage checked that it carries one frame and its sum).
+uint64_t ChunkSum(const Message& m) { return m.header().frame_checksums()->Get(0); }
+
 }  // namespace
+
+uint64_t TrainChecksum(std::span<const uint64_t> chunk_checksums) {
+  return Checksum64(chunk_checksums.data(), chunk_checksums.size_bytes());
+}
 
 absl::StatusOr<std::optional<Message>> TrainAssembler::Add(const std::string& connection, Message m,
                                                            absl::Time now) {
@@ -37,16 +49,37 @@ absl::StatusOr<std::optional<Message>> TrainAssembler::Add(const std::string& co
       ++trains_cut_;
       partial_.erase(it);
     }
-    Partial p{std::move(m), {}, now};
+    kept_.Erase(KeptTrains::Id::Of(h));  // the push goes whole again: its kept chunks are moot
+    const uint64_t sum = ChunkSum(m);
+    PartialTrain p{std::move(m), {}, {sum}, now};
     p.frames.reserve(p.first.header().num_chunks() - 1);
+    p.sums.reserve(p.first.header().num_chunks());
     partial_.emplace(connection, std::move(p));
     return std::optional<Message>();
   }
-  if (it == partial_.end())
-    return WireError(ErrorCode::Malformed,
-                     absl::StrCat("chunk ", h.chunk_index(), " of a train that never started"));
-  Partial& p = it->second;
-  const uint32_t expected = static_cast<uint32_t>(p.frames.size()) + 1;
+  if (it == partial_.end()) {
+    // A push resumed on a new connection: the chunk its kept train lacks next, of one payload.
+    const KeptTrains::Id id = KeptTrains::Id::Of(h);
+    const PartialTrain* kept = h.train_checksum() != 0 ? kept_.Find(id) : nullptr;
+    if (kept && h.chunk_index() == kept->chunks() && SamePayload(kept->first.header(), h)) {
+      it = partial_.emplace(connection, *kept_.Take(id)).first;
+      ++trains_resumed_;
+    } else if (h.train_checksum() != 0) {
+      return WireError(
+          ErrorCode::TrainNotHeld,
+          kept ? absl::StrCat("chunk ", h.chunk_index(), " does not continue the kept train (",
+                              kept->chunks(), " chunks held",
+                              h.chunk_index() == kept->chunks() ? ", another payload" : "",
+                              "): send the push whole")
+               : absl::StrCat("chunk ", h.chunk_index(),
+                              " resumes a train not held here: send the push whole"));
+    } else {
+      return WireError(ErrorCode::Malformed,
+                       absl::StrCat("chunk ", h.chunk_index(), " of a train that never started"));
+    }
+  }
+  PartialTrain& p = it->second;
+  const uint32_t expected = p.chunks();
   if (h.chunk_index() != expected || !SamePayload(p.first.header(), h)) {
     ++trains_cut_;
     partial_.erase(it);
@@ -55,12 +88,24 @@ absl::StatusOr<std::optional<Message>> TrainAssembler::Add(const std::string& co
                                   h.chunk_index() != expected ? "expected chunk " : "fields differ",
                                   h.chunk_index() != expected ? absl::StrCat(expected) : "", ")"));
   }
+  p.sums.push_back(ChunkSum(m));
   p.frames.push_back(std::move(m.frames_[1]));
   p.last = now;
-  if (p.frames.size() + 1 < p.first.header().num_chunks()) return std::optional<Message>();
+  if (p.chunks() < p.first.header().num_chunks()) return std::optional<Message>();
+  PartialTrain done = std::move(p);
+  partial_.erase(it);
+  return Join(std::move(done));
+}
+
+absl::StatusOr<std::optional<Message>> TrainAssembler::Join(PartialTrain p) {
+  const uint64_t declared = p.first.header().train_checksum();
+  if (declared != 0 && TrainChecksum(p.sums) != declared) {
+    ++trains_cut_;
+    return WireError(ErrorCode::BadChecksum,
+                     "the train's chunks are not the payload its train checksum names");
+  }
   Message joined = std::move(p.first);
   for (auto& f : p.frames) joined.frames_.push_back(std::move(f));
-  partial_.erase(it);
   // Moving frames between vectors may move a small frame's inline storage: point again.
   joined.header_ = GetHeader(joined.frames_[0].data());
   joined.joined_ = true;
@@ -69,6 +114,20 @@ absl::StatusOr<std::optional<Message>> TrainAssembler::Add(const std::string& co
 
 void TrainAssembler::Drop(const std::string& connection) {
   if (partial_.erase(connection) > 0) ++trains_cut_;
+}
+
+bool TrainAssembler::Keep(const std::string& connection, uint32_t worker, uint64_t generation,
+                          absl::Time now) {
+  auto it = partial_.find(connection);
+  if (it == partial_.end()) return false;
+  PartialTrain p = std::move(it->second);
+  partial_.erase(it);
+  ++trains_cut_;
+  const Header& h = p.first.header();
+  if (h.type() != MsgType::Push || h.worker_id() != worker || h.generation() != generation ||
+      h.train_checksum() == 0)
+    return false;
+  return kept_.Put(std::move(p), now);
 }
 
 size_t TrainAssembler::DropIdleSince(absl::Time cutoff) {
@@ -80,10 +139,7 @@ size_t TrainAssembler::DropIdleSince(absl::Time cutoff) {
 
 uint64_t TrainAssembler::partial_bytes() const {
   uint64_t n = 0;
-  for (const auto& [_, p] : partial_) {
-    n += p.first.payload_bytes();
-    for (const auto& f : p.frames) n += f.size();
-  }
+  for (const auto& [_, p] : partial_) n += p.bytes();
   return n;
 }
 

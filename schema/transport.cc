@@ -55,14 +55,19 @@ absl::Status SendFrames(zmq::socket_t& socket, zmq::message_t header,
 }
 
 // Several payload frames go as a train (schema/train.h): one message per frame, each with the
-// header plus its chunk's place, length and checksum. Nothing else is sent on the socket in
-// between, so the receiver sees the train's messages back to back.
+// header plus its chunk's place, length and checksum, and the train's checksum. Nothing else is
+// sent on the socket in between, so the receiver sees the train's messages back to back. A
+// resumed train (h.chunk_index > 0) sends its chunks from that one on.
 absl::Status SendTrain(zmq::socket_t& socket, const HeaderFields& h,
                        std::vector<zmq::message_t> payloads, std::span<const uint64_t> checksums,
                        const std::string* routing_id, bool dontwait) {
+  if (h.chunk_index >= payloads.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("a train of ", payloads.size(), " chunks resumed at chunk ", h.chunk_index));
   HeaderFields hk = h;
   hk.num_chunks = static_cast<uint32_t>(payloads.size());
-  for (size_t k = 0; k < payloads.size(); ++k) {
+  hk.train_checksum = TrainChecksum(checksums);
+  for (size_t k = h.chunk_index; k < payloads.size(); ++k) {
     hk.chunk_index = static_cast<uint32_t>(k);
     const uint64_t len = payloads[k].size();
     std::vector<zmq::message_t> one;
@@ -95,6 +100,7 @@ absl::Status SendWithChecksums(zmq::socket_t& socket, const HeaderFields& h,
     return absl::InvalidArgumentError("one checksum per payload frame");
   if (payloads.size() > 1)
     return SendTrain(socket, h, std::move(payloads), checksums, routing_id, dontwait);
+  if (h.chunk_index != 0) return absl::InvalidArgumentError("a message sent whole has no chunks");
   const uint64_t len = payloads.empty() ? 0 : payloads[0].size();
   zmq::message_t header = BuildHeader(h, {&len, payloads.size()}, checksums);
   return SendFrames(socket, std::move(header), std::move(payloads), routing_id, dontwait);

@@ -30,10 +30,11 @@ zmq::message_t SharedFrame(std::shared_ptr<const Bytes> buffer, size_t offset, s
 zmq::message_t BorrowedFrame(const void* data, size_t len);
 
 // Sends [routing_id,] header, payload as one message, or, with several payload frames, as a
-// train of one message per frame (schema/train.h; receivers join it with a TrainAssembler).
-// Payload frames are moved in and sent zero-copy. With `dontwait`, a full queue gives
-// Unavailable instead of blocking. ROUTER_MANDATORY makes an unknown routing id an Unavailable
-// too.
+// train of one message per frame (schema/train.h; receivers join it with a TrainAssembler);
+// with h.chunk_index > 0, only the train's chunks from that one on (a resumed push: the shard
+// holds the others). Payload frames are moved in and sent zero-copy. With `dontwait`, a full queue
+// gives Unavailable instead of blocking. ROUTER_MANDATORY makes an unknown routing id an
+// Unavailable too.
 absl::Status Send(zmq::socket_t& socket, const HeaderFields& h,
                   std::vector<zmq::message_t> payloads, const std::string* routing_id = nullptr,
                   bool dontwait = true);

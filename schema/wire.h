@@ -96,12 +96,17 @@ struct HeaderFields {
   Channel channel = Channel::Data;
   uint64_t credit_bytes = 0;
   uint32_t num_chunks = 0;  // set by Send for a payload train (schema/train.h)
+  // Set by Send for each chunk of a train; given to Send > 0, the train is sent from this chunk
+  // on (a resumed push: the shard holds the chunks before it; docs/protocol.md, "Trains").
   uint32_t chunk_index = 0;
   MsgType refused_type = MsgType::Invalid;  // Error: the refused message's type
   uint64_t values_checksum = 0;     // FragmentUpdate of quantized updates: the values they make
   uint32_t topk = 0;                // codec topk: entries kept per block (kernels::Codec::k)
   bool answers_on_control = false;  // control Hello: Queued answers go on that connection
   uint64_t held_us = 0;             // Applied FragmentUpdate: the push's time at the shard
+  // A train's chunks: TrainChecksum of its chunks' checksums (set by Send; schema/train.h).
+  uint64_t train_checksum = 0;
+  std::vector<HeldTrain> held_trains;  // Welcome: pushes whose leading chunks the shard holds
 };
 
 // What names a message in a refusal of it (an Error's worker_id, fragment_id, seq and

@@ -119,6 +119,12 @@ ABSL_FLAG(double, push_norm_cap, 4,
 ABSL_FLAG(uint64_t, worker_credit_mib, 1024,
           "flow control: push MiB one worker may have held in open rounds at once (one push is "
           "always allowed); 0 = no byte limit beyond one push per fragment");
+ABSL_FLAG(absl::Duration, keep_cut_trains_for, absl::Minutes(5),
+          "a push train cut by a lost connection is kept this long for the worker to resume "
+          "from its first missing chunk after reconnecting (docs/protocol.md, \"Trains\")");
+ABSL_FLAG(uint64_t, keep_cut_trains_mib, 256,
+          "the most MiB of cut push trains kept at once, the oldest dropped first beyond it; "
+          "0 keeps none (a cut push is sent again whole)");
 ABSL_FLAG(double, outer_lr, 1.3, "outer Nesterov learning rate");
 ABSL_FLAG(double, outer_momentum, 0.7, "outer Nesterov momentum");
 ABSL_FLAG(std::string, download_codec, "int8",
@@ -194,6 +200,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
       return absl::InvalidArgumentError(
           absl::StrCat("--", name, "=", cap, ": must be 0 (off) or at least 1 (x the median)"));
   o.worker_credit_bytes = absl::GetFlag(FLAGS_worker_credit_mib) << 20;
+  o.keep_trains.time = absl::GetFlag(FLAGS_keep_cut_trains_for);
+  o.keep_trains.bytes = absl::GetFlag(FLAGS_keep_cut_trains_mib) << 20;
+  if (o.keep_trains.time < absl::ZeroDuration())
+    return absl::InvalidArgumentError("--keep_cut_trains_for must not be negative");
   o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
   o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);

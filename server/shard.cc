@@ -31,7 +31,11 @@ int StalenessBucket(uint64_t s) {
 }  // namespace
 
 Shard::Shard(const ShardOptions& o, const Clock* clock, Plan plan)
-    : opt_(o), clock_(clock), plan_(std::move(plan)), workers_(o.worker_timeout) {}
+    : opt_(o),
+      clock_(clock),
+      plan_(std::move(plan)),
+      workers_(o.worker_timeout),
+      trains_(o.keep_trains) {}
 Shard::~Shard() = default;
 
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, const Clock* clock) {
@@ -217,6 +221,19 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
   const uint32_t num_chunks = parsed->header().num_chunks();
   const bool later_chunk = parsed->is_chunk() && index > 0;
   if (!later_chunk) cut_trains_.erase(rid);  // a new train or a whole message
+  if (later_chunk && !trains_.in_progress(rid)) {
+    // A train resumed on this connection continues what a lost one left (Hello first: only the
+    // worker bound here may continue its own push); else the chunk is out of place.
+    if (ContinuesCutTrain(rid, ids, index, num_chunks)) {
+      ++counters_.messages_bad;
+      ++counters_.cut_train_chunks;
+      return;
+    }
+    if (auto s = CheckCommon(rid, parsed->header(), Via::kData); !s.ok()) {
+      CutTrainAt(rid, ids, index, num_chunks);  // its refusal answers for it
+      return Refuse(rid, s, ids, out);
+    }
+  }
   auto whole = trains_.Add(rid, *std::move(parsed), now);
   if (!whole.ok()) {
     if (later_chunk && ContinuesCutTrain(rid, ids, index, num_chunks)) {
@@ -375,8 +392,10 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
       dirty_ = true;
       Unbind(w->control_rid);  // the old process's
     }
-    // A worker id lives on one data connection at a time, a connection serves one worker.
+    // A worker id lives on one data connection at a time, a connection serves one worker. A push
+    // train the old one left unfinished is kept for the worker to resume here.
     if (w->rid != rid) {
+      if (!w->rid.empty()) trains_.Keep(w->rid, w->id, w->generation, clock_->Now());
       Unbind(w->rid);
       Unbind(rid);
     }
@@ -391,6 +410,7 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
   o.header.credit_bytes = opt_.worker_credit_bytes;
   for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);
   o.header.fleet_step_time_us = static_cast<uint64_t>(workers_.FleetStepTimeUs(clock_->Now()));
+  if (!control) o.header.held_trains = trains_.kept().Held(w->id, w->generation);
   out->push_back(std::move(o));
 }
 

@@ -88,6 +88,10 @@ struct ShardOptions {
   // rounds at once (a push is always allowed when none is held); 0 = no byte limit beyond
   // the protocol's one push per (worker, fragment). Announced in Welcome.
   uint64_t worker_credit_bytes = 0;
+  // A push train cut by a lost connection (the worker's Hello on a new one) is kept this long,
+  // within this many bytes for all of them (the oldest dropped first), and listed in the Welcome,
+  // so that the worker sends only its missing chunks (schema/kept_trains.h). 0 bytes: none kept.
+  wire::KeepLimits keep_trains{absl::Minutes(5), uint64_t{256} << 20};
   kernels::NesterovParams outer;
   // How new versions travel to workers: fp32 (this struct's default; diloco-server's is int8)
   // sends every fragment whole; another codec (int8, int4) sends each version as a quantized update

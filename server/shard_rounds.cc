@@ -206,6 +206,7 @@ void Shard::BudgetPool() {
 void Shard::Tick(std::vector<Outgoing>* out) {
   const absl::Time now = clock_->Now();
   trains_.DropIdleSince(now - kTrainIdle);
+  trains_.kept().Expire(now);
   absl::erase_if(cut_trains_, [&](const auto& kv) { return kv.second.at < now - kTrainIdle; });
   BudgetPool();
   pool_.Trim(now);

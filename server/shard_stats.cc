@@ -61,6 +61,14 @@ std::string Shard::StatsJson() const {
   j["max_held_bytes"] = c.max_held_bytes;
   j["trains_cut"] = trains_.trains_cut();
   j["partial_trains"] = trains_.partial_trains();
+  // Push trains cut by a lost connection, kept for their workers to resume (schema/kept_trains.h).
+  const wire::KeptTrains& kept = trains_.kept();
+  j["kept_trains"] = kept.size();
+  j["kept_train_bytes"] = kept.bytes();
+  j["trains_kept"] = kept.kept();
+  j["trains_resumed"] = trains_.trains_resumed();
+  j["kept_trains_expired"] = kept.expired();
+  j["kept_trains_evicted"] = kept.evicted();
   j["cut_train_chunks"] = c.cut_train_chunks;
   j["store_rollback"] = store_ && !store_->rollback().empty();
   j["round_share"] = c.round_share;

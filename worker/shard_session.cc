@@ -14,6 +14,17 @@ using wire::AckStatus;
 using wire::ErrorCode;
 using wire::MsgType;
 
+namespace {
+
+// The payload bytes before chunk h.chunk_index, which a resumed send leaves out.
+uint64_t BytesBefore(const wire::HeaderFields& h) {
+  if (h.chunk_index == 0) return 0;
+  const kernels::Codec codec{static_cast<kernels::CodecKind>(h.codec), h.block, h.topk};
+  return wire::PayloadLayout(codec, h.num_elements).chunk(h.chunk_index).byte_offset;
+}
+
+}  // namespace
+
 ShardSession::ShardSession(uint32_t index, std::string endpoint, const SyncOptions& opt,
                            const Plan& plan, WorkerIdentity who,
                            std::vector<std::span<const float>> deltas, const Clock& clock,
@@ -173,6 +184,7 @@ void ShardSession::Finish(Kept::iterator it, bool applied) {
   if (!applied)
     UndoErrorFeedback(job.codec, deltas_[job.fragment], frags_.at(job.fragment).error, job.push);
   copies_.erase(it->first);
+  resume_.erase(it->first);
   unacked_.erase(it);
   shared_.PushEnded();
 }
@@ -214,6 +226,8 @@ void ShardSession::SendPush(PushJob& job) {
   wire::SetPayloadLayout(h, job.codec, f.numel);
   std::shared_ptr<const wire::Bytes> bytes = job.push.bytes;
   Copies& copies = copies_[{job.fragment, job.seq}];
+  // The shard holds the push's leading chunks from a lost connection: only the rest go.
+  if (auto held = resume_.extract({job.fragment, job.seq})) h.chunk_index = held.mapped();
   if (job.fragment == 0 && job.seq == 1 && lose_sends_left_ > 0) {
     --lose_sends_left_;  // test only (SyncOptions::test_lose_push_sends): lost on the way
     ++copies.unanswered;
@@ -227,7 +241,7 @@ void ShardSession::SendPush(PushJob& job) {
   }
   if (transport_.Send(false, h, std::move(bytes), job.codec, f.numel, job.push.checksums)) {
     ++copies.unanswered;
-    shared_.Add(&SyncStats::bytes_sent, job.push.bytes->size());
+    shared_.Add(&SyncStats::bytes_sent, job.push.bytes->size() - BytesBefore(h));
   }
 }
 
@@ -272,6 +286,7 @@ void ShardSession::OnWelcome(const wire::Header& h) {
   backoff_ = absl::Milliseconds(100);
   ReadVersions(h);
   if (!fresh) return;
+  ReadHeldTrains(h);
   if (restarted) {
     control_welcomed_ = false;  // the new process has no binding for it
     shared_.Add(&SyncStats::shard_restarts);
@@ -312,6 +327,24 @@ void ShardSession::OnWelcome(const wire::Header& h) {
         SendPull(id);
       }
     }
+  }
+}
+
+// A push the shard holds the leading chunks of goes on from the first it lacks, if those chunks
+// are this push's: the same seq, fewer chunks than the push has, and the same train checksum
+// (the hash of every chunk's checksum, so the shard's chunks and ours are one payload; the shard
+// checks it again when the train is complete).
+void ShardSession::ReadHeldTrains(const wire::Header& h) {
+  resume_.clear();
+  if (!h.held_trains()) return;
+  for (const wire::HeldTrain* t : *h.held_trains()) {
+    auto it = unacked_.find({t->fragment_id(), t->seq()});
+    if (it == unacked_.end() || !it->second.push.bytes) continue;
+    const std::vector<uint64_t>& sums = it->second.push.checksums;
+    if (t->chunks() == 0 || t->chunks() >= sums.size() ||
+        wire::TrainChecksum(sums) != t->train_checksum())
+      continue;
+    resume_[it->first] = t->chunks();
   }
 }
 
@@ -400,6 +433,13 @@ void ShardSession::OnError(const wire::Header& h) {
     if (it != unacked_.end()) {
       it->second.in_flight = false;
       it->second.not_before = clock_.Now() + absl::Milliseconds(200);
+    }
+    return;
+  }
+  if (code == ErrorCode::TrainNotHeld) {  // a resumed send the shard could not continue
+    if (it != unacked_.end() && !others) {
+      it->second.in_flight = false;  // PumpPushes sends it again, whole
+      shared_.Add(&SyncStats::resends);
     }
     return;
   }
@@ -512,6 +552,13 @@ void ShardSession::Tick(bool drained) {
   const absl::Time now = clock_.Now();
   const bool control = opt_.control_channel;
   if (!welcomed_ || (control && !control_welcomed_)) CheckHandshakes();
+  if (transport_.TakeDisconnected() && welcomed_) {
+    // The data connection was lost: what went since went nowhere, and the shard sees a new
+    // connection. Fresh ones now, so that the Hello, and the Welcome with the chunks the shard
+    // kept of a push that was under way, come before anything is sent again.
+    Connect();
+    shared_.Add(&SyncStats::reconnects);
+  }
   if (now - last_heard_ > opt_.shard_timeout) {
     // Silent shard: new connections, back off exponentially. Training goes on meanwhile.
     Connect();

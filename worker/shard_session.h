@@ -50,6 +50,9 @@ class SessionTransport {
   // With CURVE: why the shard refused this worker's key, for each connection whose handshake
   // it refused since the last call.
   virtual std::vector<std::string> TakeRefusals() = 0;
+  // Whether the data connection was lost since the last call (its peer or the network reset
+  // it; the transport reconnects it by itself): the session then reconnects at once.
+  virtual bool TakeDisconnected() { return false; }
 };
 
 // Who this worker is, as every header says it.
@@ -113,6 +116,8 @@ class ShardSession {
   void AskJoin(uint32_t fragment);
   void CheckHandshakes();
   void OnWelcome(const wire::Header& h);
+  // The Welcome's held trains: the pushes whose next send starts at a later chunk (resume_).
+  void ReadHeldTrains(const wire::Header& h);
   void OnPushAck(const wire::Header& h);
   void OnError(const wire::Header& h);
   void OnUpdate(wire::Message m);
@@ -176,6 +181,10 @@ class ShardSession {
     std::optional<std::pair<wire::ErrorCode, std::string>> refusal;
   };
   std::map<std::pair<uint32_t, uint64_t>, Copies> copies_;
+  // Kept pushes whose leading chunks the shard holds from a lost connection (its Welcome's
+  // held_trains, checked against the push's own chunks): the chunk their next send starts at.
+  // Taken by that send; a later send, or one after a refusal (TrainNotHeld), goes whole.
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> resume_;
   std::vector<uint32_t> fragments_;        // the shard's, in id order
   std::map<uint32_t, FragmentIo> frags_;   // by fragment id, this shard's only
   std::map<uint32_t, uint64_t> versions_;  // last published version the shard told us

@@ -45,11 +45,12 @@ void ZmqShardLink::Open(bool control) {
   monitor.reset();  // before the socket it watches
   socket = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
   wire::ConfigureSocket(*socket);
-  if (!opt_.curve_server_key.empty()) {  // keys checked by the caller; a bad one is refused there
+  const bool curve = !opt_.curve_server_key.empty();
+  if (curve)  // keys checked by the caller; a bad one is refused there
     (void)wire::MakeCurveClient(*socket, opt_.curve_server_key, opt_.curve_public_key,
                                 opt_.curve_secret_key);
-    monitor = std::make_unique<wire::HandshakeMonitor>(ctx_, *socket);
-  }
+  if (curve || !control)
+    monitor = std::make_unique<wire::HandshakeMonitor>(ctx_, *socket, /*disconnects=*/!control);
   socket->set(zmq::sockopt::linger, 0);
   socket->set(zmq::sockopt::reconnect_ivl, 100);
   socket->set(zmq::sockopt::reconnect_ivl_max, 2000);
@@ -87,6 +88,8 @@ std::vector<std::string> ZmqShardLink::TakeRefusals() {
       if (auto refusal = m->TakeRefusal()) out.push_back(std::move(*refusal));
   return out;
 }
+
+bool ZmqShardLink::TakeDisconnected() { return data_monitor_ && data_monitor_->TakeDisconnected(); }
 
 ZmqShardLink::Received ZmqShardLink::Receive(bool control) {
   zmq::socket_t* s = control ? control_.get() : data_.get();

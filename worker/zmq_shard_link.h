@@ -2,7 +2,8 @@
 // pulls, uploads, fragments) and, with SyncOptions::control_channel, a second one for
 // heartbeats, each its own TCP stream, so that a heartbeat never waits behind a fragment that
 // takes longer than the liveness timeout to cross a slow link. With CURVE, each socket is
-// watched for a refused handshake, the only trace of a key the shard does not list.
+// watched for a refused handshake, the only trace of a key the shard does not list; the data
+// socket is watched for a lost connection (libzmq's own reconnect is otherwise silent).
 //
 // It is the ShardSession's transport (worker/shard_session.h) and the I/O thread's receiver:
 // Receive joins payload trains and says how many bytes crossed the data connection, which the
@@ -34,6 +35,7 @@ class ZmqShardLink final : public SessionTransport {
   bool Send(bool control, const wire::HeaderFields& h, std::shared_ptr<const wire::Bytes> payload,
             kernels::Codec codec, uint64_t numel, std::span<const uint64_t> checksums) override;
   std::vector<std::string> TakeRefusals() override;
+  bool TakeDisconnected() override;
 
   // What one read of a connection brought.
   struct Received {

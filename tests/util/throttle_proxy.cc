@@ -128,6 +128,11 @@ void ThrottleProxy::set_rate(double bytes_per_second) {
   Wake();
 }
 
+void ThrottleProxy::CutAfter(uint64_t bytes) {
+  cut_left_.store(static_cast<int64_t>(bytes));
+  Wake();
+}
+
 void ThrottleProxy::Wake() {
   const char byte = 0;
   if (write(wake_write_fd_, &byte, 1) < 0) {
@@ -159,6 +164,11 @@ void ThrottleProxy::Run() {
         const size_t i = (next_[d] + k) % n;
         if (Transfer(*connections_[i], d, tokens[d])) next_[d] = (i + 1) % n;
       }
+    }
+    if (cut_left_.load() == 0) {  // the armed cut's bytes have passed: drop every connection
+      cut_left_.store(-1);
+      cuts_.fetch_add(1);
+      for (const std::unique_ptr<Connection>& c : connections_) c->dead = true;
     }
     std::erase_if(connections_, [](const std::unique_ptr<Connection>& c) { return c->dead; });
 
@@ -243,6 +253,12 @@ bool ThrottleProxy::Flush(Connection& c, int dir) {
     if (n > 0) {
       x.begin += static_cast<size_t>(n);
       bytes_forwarded_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      if (dir == 0) {
+        bytes_upstream_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+        int64_t left = cut_left_.load();
+        while (left > 0 && !cut_left_.compare_exchange_weak(left, std::max<int64_t>(left - n, 0))) {
+        }
+      }
     } else if (n < 0 && errno != EINTR) {
       return errno == EAGAIN || errno == EWOULDBLOCK;
     }
@@ -259,7 +275,12 @@ bool ThrottleProxy::Transfer(Connection& c, int dir, double& tokens) {
     return false;
   }
   if (tokens <= 0) return false;
-  const ssize_t n = recv(c.fd[dir], x.buffer.data(), x.buffer.size(), 0);
+  // An armed cut passes no byte beyond it: the connection ends there, mid-message.
+  size_t want = x.buffer.size();
+  if (const int64_t left = cut_left_.load(); dir == 0 && left >= 0)
+    want = std::min<size_t>(want, static_cast<size_t>(left));
+  if (want == 0) return false;
+  const ssize_t n = recv(c.fd[dir], x.buffer.data(), want, 0);
   if (n > 0) {
     tokens -= static_cast<double>(n);
     x.end = static_cast<size_t>(n);

@@ -10,6 +10,10 @@
 // reaches the sender as on a real link. Half-closes (shutdown(SHUT_WR)) are passed on; an error
 // on either side closes both sides of that connection.
 //
+// A cut imitates a link that drops: once armed (CutAfter), the proxy closes every connection it
+// holds as soon as the given number of further bytes went upstream (client -> upstream), and
+// accepts new ones as before, as a home router that resyncs does.
+//
 // One background thread poll()s every socket; it sleeps in poll() when idle and wakes at least
 // every millisecond while a bucket is empty. Destroying the proxy stops the thread and closes
 // every socket it holds (its clients see the connection drop).
@@ -41,8 +45,13 @@ class ThrottleProxy {
 
   int port() const { return port_; }
   std::string endpoint() const;  // "tcp://127.0.0.1:PORT"
-  // Bytes written on to their destination, both directions together.
+  // Bytes written on to their destination, both directions together, and upstream alone.
   uint64_t bytes_forwarded() const { return bytes_forwarded_.load(std::memory_order_relaxed); }
+  uint64_t bytes_upstream() const { return bytes_upstream_.load(std::memory_order_relaxed); }
+  // Closes every connection once `bytes` more have been written upstream (once). May be called
+  // from any thread; arm one cut at a time.
+  void CutAfter(uint64_t bytes);
+  uint64_t cuts() const { return cuts_.load(std::memory_order_relaxed); }  // cuts made
   // Changes the rate of both directions; may be called from any thread while running. A rate
   // <= 0 is ignored.
   void set_rate(double bytes_per_second);
@@ -68,6 +77,10 @@ class ThrottleProxy {
   const size_t chunk_bytes_;
   std::atomic<double> rate_;
   std::atomic<uint64_t> bytes_forwarded_{0};
+  std::atomic<uint64_t> bytes_upstream_{0};
+  // The cut: armed while >= 0, the upstream bytes still to pass before it.
+  std::atomic<int64_t> cut_left_{-1};
+  std::atomic<uint64_t> cuts_{0};
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<Connection>> connections_;  // only the thread touches these
   size_t next_[2] = {0, 0};                               // round-robin position per direction

@@ -321,5 +321,37 @@ TEST(ThrottleProxyTest, DestructorDropsConnections) {
   EXPECT_TRUE(ClosedWithin(client.get(), 2000));
 }
 
+// An armed cut passes exactly its bytes upstream, then drops the connection; a new one is
+// accepted and forwarded as before.
+TEST(ThrottleProxyTest, ACutDropsEveryConnectionOnceItsBytesPassed) {
+  std::mutex mu;
+  std::vector<std::string> received;
+  TestServer server([&](int fd) {
+    const std::string got = RecvAll(fd);
+    std::lock_guard<std::mutex> lock(mu);
+    received.push_back(got);
+  });
+  absl::StatusOr<std::unique_ptr<ThrottleProxy>> proxy = ThrottleProxy::Start(server.port(), 20e6);
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  (*proxy)->CutAfter(1000);
+  Fd client(ConnectTo((*proxy)->port()));
+  ASSERT_GE(client.get(), 0);
+  ASSERT_TRUE(SendAll(client.get(), RandomBytes(5000, 3)));
+  EXPECT_TRUE(ClosedWithin(client.get(), 2000));
+  EXPECT_EQ((*proxy)->cuts(), 1u);
+  EXPECT_EQ((*proxy)->bytes_upstream(), 1000u);
+  Fd again(ConnectTo((*proxy)->port()));
+  ASSERT_GE(again.get(), 0);
+  ASSERT_TRUE(SendAll(again.get(), "after"));
+  shutdown(again.get(), SHUT_WR);
+  EXPECT_TRUE(ClosedWithin(again.get(), 2000)) << "upstream closes after our EOF";
+  EXPECT_EQ((*proxy)->bytes_upstream(), 1005u);
+  proxy->reset();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_EQ(received[0].size(), 1000u);
+  EXPECT_EQ(received[1], "after");
+}
+
 }  // namespace
 }  // namespace diloco::testing

@@ -33,6 +33,7 @@ class RecordingTransport final : public SessionTransport {
     return true;
   }
   std::vector<std::string> TakeRefusals() override { return std::exchange(refusals, {}); }
+  bool TakeDisconnected() override { return std::exchange(disconnected, false); }
 
   // The messages of `type` sent since the last call for it.
   std::vector<Sent> Take(wire::MsgType type) {
@@ -44,6 +45,7 @@ class RecordingTransport final : public SessionTransport {
 
   std::vector<Sent> sent;
   std::vector<std::string> refusals;
+  bool disconnected = false;  // the data connection was lost (until the session takes it)
   int reconnects = 0;
   bool reconnected_control = false;
 };
