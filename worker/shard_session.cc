@@ -239,9 +239,10 @@ void ShardSession::SendPush(PushJob& job) {
     damaged->back() ^= 0x01;
     bytes = std::move(damaged);
   }
+  job.sent_bytes = job.push.bytes->size() - BytesBefore(h);
   if (transport_.Send(false, h, std::move(bytes), job.codec, f.numel, job.push.checksums)) {
     ++copies.unanswered;
-    shared_.Add(&SyncStats::bytes_sent, job.push.bytes->size() - BytesBefore(h));
+    shared_.Add(&SyncStats::bytes_sent, job.sent_bytes);
   }
 }
 
@@ -357,8 +358,8 @@ void ShardSession::OnPushAck(const wire::Header& h) {
         (void)OtherCopiesUnanswered(key);
         copies_[key].refusal.reset();
         if (!it->second.queued && it->second.push.bytes) {
-          up_.Arrived(it->second.push.bytes->size(), clock_.Now(), /*awaiting=*/true);
-          shared_.NoteUpload(it->second.sent, clock_.Now(), it->second.push.bytes->size());
+          up_.Arrived(it->second.sent_bytes, clock_.Now(), /*awaiting=*/true);
+          shared_.NoteUpload(it->second.sent, clock_.Now(), it->second.sent_bytes);
         }
         it->second.sent = clock_.Now();
         it->second.queued = true;

@@ -47,6 +47,7 @@ struct PushJob {
   // Push bytes ahead of this one on the data connection when it was last sent, its own
   // included: the upload its Queued answer waits behind.
   uint64_t bytes_ahead = 0;
+  uint64_t sent_bytes = 0;  // of its last send: the whole push, or a resumed train's rest
   absl::Time made = absl::InfinitePast();        // when the training thread took the delta
   absl::Time not_before = absl::InfinitePast();  // after a NoCredit refusal
   absl::Duration resend_interval;                // doubles with each resend (retry_max)

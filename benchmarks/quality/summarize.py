@@ -480,8 +480,9 @@ def frontier_points(loss, traffic_rows):
 
 
 def plot_frontier(out, loss, traffic_rows):
-    """frontier.png: group i's held-out loss against bytes up per parameter per round (log x),
-    the target's corner drawn; nothing when group i did not run."""
+    """frontier.png: group i's held-out loss against bytes up per parameter per round for the
+    push codecs (left, int8 downloads; the target's corner drawn) and against bytes down for
+    the download codecs (right, int8 pushes), log x; nothing when group i did not run."""
     pts = frontier_points(loss, traffic_rows)
     if not any(a.startswith("i.") for a, _, _ in pts):
         return None
@@ -491,29 +492,44 @@ def plot_frontier(out, loss, traffic_rows):
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, (ax, ad) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    downs = []
     for arm, up, l in pts:
         codec = traffic_rows[arm]["push_codec"]
         down = traffic_rows[arm]["download_codec"]
-        other = not down.startswith("int8")  # another download codec: square, label below
-        ax.plot([up], [l], "s" if other else "o", markersize=7)
-        label = f"{arm}\n{codec}" + (f", down {down}" if other else "")
-        ax.annotate(label, (up, l), fontsize=7,
-                    xytext=(5, -18 if other else 4), textcoords="offset points")
+        other = not down.startswith("int8")  # another download codec: the right panel's
+        if not other:
+            ax.plot([up], [l], "o", markersize=7)
+            ax.annotate(f"{arm}\n{codec}", (up, l), fontsize=7, xytext=(5, 4),
+                        textcoords="offset points")
+        d = figure(traffic_rows.get(arm), "down_per_param_round")
+        if d > 0 and codec.startswith("int8"):  # the download arms: int8 pushes
+            downs.append(d)
+            ad.plot([d], [l], "s" if other else "o", markersize=7)
+            ad.annotate(f"{arm}\ndown {down}", (d, l), fontsize=7, xytext=(5, 4),
+                        textcoords="offset points")
     ax.set_xscale("log")
     if FRONTIER_BASE in loss:
-        ax.axhline(loss[FRONTIER_BASE] * FRONTIER_RATIO, ls="--", lw=0.8, color="gray",
-                   label=f"int8 loss x {FRONTIER_RATIO}")
+        for a_ in (ax, ad):
+            a_.axhline(loss[FRONTIER_BASE] * FRONTIER_RATIO, ls="--", lw=0.8, color="gray",
+                       label=f"int8 loss x {FRONTIER_RATIO}")
     ax.axvline(FRONTIER_UP_BYTES, ls=":", lw=0.8, color="gray",
                label=f"{FRONTIER_UP_BYTES} B/param/round")
     xs = [p[1] for p in pts]
     ax.set_xlim(min(xs + [FRONTIER_UP_BYTES]) / 2, max(xs) * 4)
     ax.set_xlabel("bytes sent up per parameter per round (workers' bytes_sent), log")
     ax.set_ylabel("held-out loss of the export, nats/token")
-    ax.set_title("group i: the bytes frontier (sync DiLoCo, 4 workers; downloads int8 "
-                 "unless marked)", fontsize=9)
+    ax.set_title("pushes (int8 downloads)", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
+    if downs:
+        ad.set_xscale("log")
+        ad.set_xlim(min(downs) / 2, max(downs) * 4)
+    ad.set_xlabel("update bytes down per parameter per round (shards' counters), log")
+    ad.set_title("downloads (int8 pushes)", fontsize=9)
+    ad.legend(fontsize=7)
+    ad.grid(alpha=0.3, which="both")
+    fig.suptitle("group i: the bytes frontier (sync DiLoCo, 4 workers)", fontsize=10)
     fig.tight_layout()
     path = os.path.join(out, "frontier.png")
     fig.savefig(path, dpi=90)
