@@ -68,7 +68,7 @@ class TrainAssembler {
 
   size_t partial_trains() const { return partial_.size(); }
   uint64_t partial_bytes() const;
-  uint64_t trains_cut() const { return trains_cut_; }  // dropped incomplete, any reason
+  uint64_t trains_cut() const { return trains_cut_; }          // dropped incomplete, any reason
   uint64_t trains_resumed() const { return trains_resumed_; }  // kept trains continued
   // The trains lost connections cut: Held (for a Welcome), Expire (from a periodic tick).
   KeptTrains& kept() { return kept_; }

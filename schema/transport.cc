@@ -180,7 +180,8 @@ std::vector<zmq::message_t> PayloadFrames(std::shared_ptr<const Bytes> buffer, k
   const PayloadLayout layout(codec, numel);
   std::vector<zmq::message_t> frames;
   frames.reserve(layout.chunks());
-  for (const PayloadChunk& c : layout) frames.push_back(SharedFrame(buffer, c.byte_offset, c.bytes));
+  for (const PayloadChunk& c : layout)
+    frames.push_back(SharedFrame(buffer, c.byte_offset, c.bytes));
   return frames;
 }
 
