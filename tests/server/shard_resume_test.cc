@@ -94,7 +94,8 @@ TEST_F(ShardResumeTest, APushResumedOnANewConnectionIsTakenAsIfItCameWhole) {
   EXPECT_EQ(Stat("trains_resumed"), 1u);
   EXPECT_EQ(Stat("kept_trains"), 0u);
   h_->clock().Advance(absl::Seconds(6));
-  const Outgoing* applied = Only(h_->Tick(), MsgType::FragmentUpdate);
+  const auto ticked = h_->Tick();  // kept: Only points into it
+  const Outgoing* applied = Only(ticked, MsgType::FragmentUpdate);
   ASSERT_NE(applied, nullptr);
   EXPECT_EQ(applied->header.ack, AckStatus::Applied);
   EXPECT_EQ(applied->header.seq, 1u);
@@ -111,7 +112,8 @@ TEST_F(ShardResumeTest, APushResumedOnANewConnectionIsTakenAsIfItCameWhole) {
 
   // Resumed again after it was applied (its answer lost): Duplicate, as a whole resend is.
   ASSERT_EQ(CutAndHello(1, delta, "new", "newer").held_trains.size(), 1u);
-  const Outgoing* dup = Only(h_->SendRaw("newer", Chunk(1, delta, 2)), MsgType::PushAck);
+  const auto answered = h_->SendRaw("newer", Chunk(1, delta, 2));  // kept: Only points into it
+  const Outgoing* dup = Only(answered, MsgType::PushAck);
   ASSERT_NE(dup, nullptr);
   EXPECT_EQ(dup->header.ack, AckStatus::Duplicate);
   EXPECT_EQ(h_->shard().counters().pushes_queued, 1u);
@@ -122,7 +124,9 @@ TEST_F(ShardResumeTest, AChunkThatDoesNotContinueTheKeptTrainIsRefusedAndChanges
   ASSERT_EQ(CutAndHello(1, delta).held_trains.size(), 1u);
   const auto before = h_->shard().params(0);
   // Another payload under the same seq: its chunk 2 is sound, but not this train's.
-  const Outgoing* e = Only(h_->SendRaw("new", Chunk(1, DeltaOf(0.02f), 2)), MsgType::Error);
+  const auto refused =
+      h_->SendRaw("new", Chunk(1, DeltaOf(0.02f), 2));  // kept: Only points into it
+  const Outgoing* e = Only(refused, MsgType::Error);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->header.error_code, ErrorCode::TrainNotHeld);
   EXPECT_EQ(e->header.seq, 1u);
