@@ -211,9 +211,24 @@ TEST(WorkerSyncTest, PushesAreAppliedExactlyOnceAcrossAShardKillAndRestart) {
     return [n](const std::vector<Typed>& e) { return Named(e, "applied").size() >= size_t(n); };
   };
   ASSERT_TRUE(f.WaitFor(0, applied(20), absl::Seconds(30)));
+  // The kill must find pushes in flight. A worker sends nothing while its connection is down
+  // (it reconnects at once and waits for a Welcome), so a kill between two pushes found none
+  // about half the time. Stopped first, the shard takes pushes into its socket and answers
+  // none: once every fragment's push (one outstanding each) is logged with no answer, all four
+  // were sent in the same pass of the sync loop that logged them, and are in flight at the kill.
+  f.shards[0]->Signal(SIGSTOP);
+  ASSERT_TRUE(f.WaitFor(
+      0,
+      [](const std::vector<Typed>& e) {
+        return Named(e, "push").size() >=
+               Named(e, "applied").size() + Named(e, "duplicate").size() + 4;
+      },
+      absl::Seconds(30)))
+      << "the worker did not push to the stopped shard";
+  absl::SleepFor(absl::Milliseconds(500));
   f.shards[0]->Signal(SIGKILL);
   ASSERT_TRUE(f.shards[0]->Wait(absl::Seconds(5)).has_value());
-  absl::SleepFor(absl::Seconds(1));  // the worker keeps training and pushing into the void
+  absl::SleepFor(absl::Seconds(1));  // the worker keeps training; its pushes wait for a shard
   const size_t before = Named(ReadTyped(f.Jsonl(0)), "applied").size();
   f.shards[0] = f.StartShard(0, 1, f.endpoints[0], {"--durability=per-round"});
   ASSERT_TRUE(f.WaitFor(0, applied(static_cast<int>(before) + 20), absl::Seconds(30)))
