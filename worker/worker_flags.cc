@@ -74,6 +74,10 @@ ABSL_FLAG(int64_t, eval_every, 0,
           "every N inner steps, write an \"eval\" event with the held-out loss of the local model "
           "and of the last adopted global one (0: only at the end)");
 ABSL_FLAG(int64_t, steps, 0, "inner steps to run (0: until --duration or a signal)");
+ABSL_FLAG(int64_t, start_step, 0,
+          "the step this run starts at, of --steps: a restarted learner resumes its learning-rate "
+          "schedule there and trains the rest; its batches are drawn afresh (the seed mixed with "
+          "this step), not the ones it trained before");
 ABSL_FLAG(absl::Duration, duration, absl::InfiniteDuration(), "stop after this long");
 ABSL_FLAG(int, batch, 8, "sequences per inner step");
 ABSL_FLAG(int, seq_len, 0, "tokens per sequence (0: the model's context)");
@@ -269,6 +273,9 @@ absl::Status TrainerOptionsFromFlags(WorkerOptions& w) {
   w.lr_schedule = *lr_schedule;
   to.seed = absl::GetFlag(FLAGS_seed);
   to.init_seed = absl::GetFlag(FLAGS_init_seed) != 0 ? absl::GetFlag(FLAGS_init_seed) : to.seed;
+  // A restarted learner (--start_step) draws another stream than the one it trained on; theta(0)
+  // stays the seed's (it is the fleet's anyway once joined).
+  if (w.start_step > 0) to.seed += static_cast<uint64_t>(w.start_step) * 0x9E3779B97F4A7C15ull;
   to.eval_batches = absl::GetFlag(FLAGS_eval_batches);
   to.threads = absl::GetFlag(FLAGS_threads);
   to.gpus = absl::GetFlag(FLAGS_gpus);
@@ -311,6 +318,11 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
     return absl::InvalidArgumentError(
         "--eval_every needs a model to evaluate: --device=synthetic has none (use 0)");
   w.steps = absl::GetFlag(FLAGS_steps);
+  w.start_step = absl::GetFlag(FLAGS_start_step);
+  if (w.start_step < 0 || (w.start_step > 0 && w.start_step >= w.steps))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--start_step=", w.start_step, ": expected a step in [0, --steps) (--steps=", w.steps,
+        "): a restarted learner resumes a schedule of --steps steps where it stopped"));
   w.duration = absl::GetFlag(FLAGS_duration);
   if (auto st = TrainerOptionsFromFlags(w); !st.ok()) return st;
   w.synthetic_step_time = absl::GetFlag(FLAGS_synthetic_step_time);

@@ -39,6 +39,7 @@ struct WorkerOptions {
   absl::Duration synthetic_step_time;  // --device=synthetic
   std::optional<SyncOptions> sync;     // empty --servers: train without sync
   int64_t steps = 0;                   // 0: until --duration or a signal
+  int64_t start_step = 0;              // a restarted learner: where its schedule resumes
   absl::Duration duration;
   int64_t eval_every = 0;
   absl::Duration step_delay;

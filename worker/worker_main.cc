@@ -302,6 +302,9 @@ int main(int argc, char** argv) {
       sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync",
       eval_str.c_str());
 
+  if (w.start_step > 0)
+    std::fprintf(stderr, "diloco-worker[%u]: resumes its schedule at step %ld of %ld\n", wid,
+                 static_cast<long>(w.start_step), static_cast<long>(w.steps));
   const int64_t max_steps = w.steps;
   const int64_t eval_every = w.eval_every;
   const absl::Time start = absl::Now();
@@ -314,7 +317,7 @@ int main(int argc, char** argv) {
   absl::Time last = start;
   double loss_ema = 0;
   absl::Duration busy;  // inside Trainer::Step
-  int64_t step = 0;
+  int64_t step = w.start_step;  // of the schedule; this run trains step - start_step of them
   for (; !g_stop && (max_steps == 0 || step < max_steps) && absl::Now() < end; ++step) {
     const absl::Time t0 = absl::Now();
     const float lr = model::LrAt(w.lr_schedule, step + 1, t0 - start);
@@ -400,7 +403,8 @@ int main(int argc, char** argv) {
   }
   const float eval_local = evaluates ? tr.EvalLoss() : std::nanf("");
   JsonObject done;
-  done.Add("event", "done").Add("worker", uint64_t{wid}).Add("steps", step);
+  done.Add("event", "done").Add("worker", uint64_t{wid}).Add("steps", step - w.start_step);
+  if (w.start_step > 0) done.Add("start_step", w.start_step);
   if (evaluates)
     done.Add("eval_local", static_cast<double>(eval_local))
         .Add("eval_initial", static_cast<double>(eval0));
@@ -447,10 +451,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "diloco-worker[%u]: done after %ld steps, %s; held-out loss %.4f -> %.4f on "
                  "%lld tokens%s%s\n",
-                 wid, static_cast<long>(step), util_str.c_str(), eval0, eval_local,
+                 wid, static_cast<long>(step - w.start_step), util_str.c_str(), eval0, eval_local,
                  static_cast<long long>(heldout_tokens), global_str.c_str(), floor_str.c_str());
   else
     std::fprintf(stderr, "diloco-worker[%u]: done after %ld steps, %s\n", wid,
-                 static_cast<long>(step), util_str.c_str());
+                 static_cast<long>(step - w.start_step), util_str.c_str());
   return rc;
 }

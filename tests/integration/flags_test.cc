@@ -66,6 +66,8 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
        "--link_margin=0.5: expected a factor >= 1"},
       {"--lockstep --codec=auto --servers=tcp://127.0.0.1:9",
        "lockstep runs are deterministic and take a fixed codec and H, not auto"},
+      {"--start_step=1", "--start_step=1: expected a step in [0, --steps) (--steps=1)"},
+      {"--start_step=-3", "--start_step=-3: expected a step in [0, --steps)"},
       {"--step_slowdown=0.5", "--step_slowdown=0.5: expected a finite factor >= 1"},
       {"--step_slowdown=nan", "expected a finite factor >= 1"},
       {"--model=L=0", "--model=L=0: model spec 'L=0'"},
