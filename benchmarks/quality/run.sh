@@ -14,7 +14,9 @@
 #      momentum step per round, exactly composing partial steps, adoption by replacement,
 #      adoption by lerp(0.5)
 #   d  push codecs fp32 / bf16 / int8 / int4, int4 without error feedback (synchronous, 4 workers)
-#   e  10 / 30 / 50% of pushes dropped, and a worker killed half-way (asynchronous, 4 workers)
+#   e  10 / 30 / 50% of pushes dropped, a worker killed half-way, the same restarted 2 s later,
+#      and every worker under a failure process (asynchronous, 4 workers; the failure arms'
+#      kills, steps lost and goodput in table.md's failures table)
 #   f  step cost 1x / 2x / 4x across workers, with and without DyLU, vs a homogeneous fleet of
 #      about the same aggregate speed, for the same wall time; full mode also runs DyLU's unequal
 #      pushes (H, H/2, H/4, H) in synchronous rounds vs the same steps spread evenly
@@ -49,7 +51,7 @@
 #   smoke (a minute): the quick groups at 60 steps, to check the script itself.
 # A worker or shard that exits non-zero, or a shard that exits before it is told to (SIGTERM at
 # the end of its arm, which it must answer with status 0), fails the study at once with its
-# status and the last lines of its log; only group e's victim, SIGKILLed on purpose, is exempt.
+# status and the last lines of its log; only group e's victims, SIGKILLed on purpose, are exempt.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=full groups="" out="" build="$root/build/release" repeats="" steps_flag="" inner_flag=""
@@ -158,6 +160,60 @@ reached() {  # jsonl step
     f = 1 } END { exit !f }' "$1" 2>/dev/null
 }
 
+# The last step a worker's metrics show (0: none).
+last_step() {  # jsonl
+  awk 'match($0, /"step":[0-9]+/) { s = substr($0, RSTART + 7, RLENGTH - 7) + 0; if (s > m) m = s }
+       END { print m + 0 }' "$1" 2>/dev/null || echo 0
+}
+
+# Each worker's failure steps, one line per worker (empty: it never fails): the failure process
+# of benchmarks/fleet/goodput.py, exponential times to failure of mean `mean`, counted in the
+# learner's own steps so that where failures fall does not depend on this machine's load; none
+# within `last` steps of the end.
+failure_steps() {  # workers steps mean last seed
+  python3 - "$@" <<'PY'
+import random, sys
+n, steps, mean, last, seed = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rng = random.Random(seed)
+for _ in range(n):
+    at, kills = 0.0, []
+    while True:
+        at += rng.expovariate(1 / mean)
+        if at >= steps - last:
+            break
+        kills.append(str(int(at) + 1))
+    print(" ".join(kills))
+PY
+}
+
+# One worker that fails: SIGKILLed once its metrics show each of `kills` steps, restarted
+# `down` seconds later as a new generation that resumes its schedule (--start_step: the last step
+# its metrics show; the steps after it are lost, as a real failure loses them), until a run ends
+# by itself; returns that run's status. Killed runs' metrics: worker<w>.k<i>.jsonl.
+supervise() {  # run-dir worker "kill steps" down-seconds command...
+  local dir=$1 w=$2 kills=$3 down=$4 i=0 at pid st start=0 jsonl
+  shift 4
+  for at in $kills; do
+    jsonl=$dir/worker$w.k$i.jsonl
+    "$@" --start_step=$start --metrics_jsonl="$jsonl" 2>>"$dir/worker$w.log" &
+    pid=$!
+    until reached "$jsonl" "$at" || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done
+    kill -KILL $pid 2>/dev/null || true
+    st=0
+    wait $pid 2>/dev/null || st=$?  # (bash would say "Killed")
+    if ((st != 137)); then  # it ended by itself before its failure
+      ((st == 0)) && mv "$jsonl" "$dir/worker$w.jsonl"
+      return $st
+    fi
+    start=$(last_step "$jsonl")
+    echo "== worker $w SIGKILLed at step $start (planned $at); restarted in ${down}s" \
+      >>"$dir/worker$w.log"
+    sleep "$down"
+    i=$((i + 1))
+  done
+  "$@" --start_step=$start --metrics_jsonl="$dir/worker$w.jsonl" 2>>"$dir/worker$w.log"
+}
+
 # One worker without sync, `batch` sequences a step; its local model is the result.
 # Whether --arms (empty: every arm) names this arm.
 selected() { [[ -z $arms || ",$arms," == *",$1,"* ]]; }
@@ -218,12 +274,32 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
   done
   local per_worker=()
   IFS=';' read -r -a per_worker <<<"${PER_WORKER:-}"
+  # Workers that fail and come back (RESTART: one, FAILURES: the failure process), each run
+  # by `supervise`: its kill steps, and the seconds it stays down.
+  local fails=() down=0 victim at
+  if [[ -n ${RESTART:-} ]]; then
+    IFS=: read -r victim at down <<<"$RESTART"
+    fails[$victim]=$at
+  fi
+  if [[ -n ${FAILURES:-} ]]; then
+    local mean seed
+    IFS=: read -r mean down seed <<<"$FAILURES"
+    mapfile -t fails < <(failure_steps "$n" "$steps" "$mean" "$inner" "$seed")
+    ((${#fails[@]} == n)) || { echo "arm $arm: no failure schedule" >&2; exit 1; }
+    printf '%s\n' "${fails[@]}" >"$run/failure_steps"
+  fi
   t0=$(date +%s%N)
   for ((w = 0; w < n; w++)); do
-    "$build/worker/diloco-worker" "${common[@]}" --servers="$servers" --worker_id=$w \
-      --num_workers=1 --seed=$((100 + 7 * w)) --batch=$batch --inner_steps=$inner \
-      --metrics_jsonl="$run/worker$w.jsonl" "$@" $worker_extra ${per_worker[$w]:-} \
-      2>"$run/worker$w.log" &
+    local cmd=("$build/worker/diloco-worker" "${common[@]}" --servers="$servers" --worker_id=$w
+      --num_workers=1 --seed=$((100 + 7 * w)) --batch=$batch --inner_steps=$inner
+      --metrics_jsonl="$run/worker$w.jsonl" "$@" $worker_extra ${per_worker[$w]:-})
+    rm -f "$run/worker$w".k*.jsonl
+    if [[ -n ${fails[$w]:-} ]]; then
+      : >"$run/worker$w.log"
+      supervise "$run" "$w" "${fails[$w]}" "$down" "${cmd[@]}" &
+    else
+      "${cmd[@]}" 2>"$run/worker$w.log" &
+    fi
     wpids+=($!) pids+=($!)
   done
   local killed=""  # the worker SIGKILLed here on purpose (KILL), whose status 137 is no failure
@@ -264,7 +340,10 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
     wait "${spids[$i]}" || st=$?
     ((st == 0)) || died "$arm" "shard $i $(exited $st) on SIGTERM" "$run/shard$i.log"
   done
-  cp "$run/worker0.jsonl" "$out/curves/$arm.w0.jsonl"
+  # Worker 0's curve across its runs, if it failed (the steps are the schedule's).
+  local curve=("$run"/worker0.k*.jsonl)
+  [[ -e ${curve[0]} ]] || curve=()
+  cat "${curve[@]}" "$run/worker0.jsonl" >"$out/curves/$arm.w0.jsonl"
   # The arm's traffic from the processes' own counters (fails the study when a shard printed no
   # final Stats or a worker that was not killed on purpose wrote no done event), over each
   # fragment's elements times the rounds it went through (its final checkpoint: ctl show).
@@ -328,6 +407,13 @@ if [[ $groups == *e* ]]; then
   # Worker 3 dies half-way (SIGKILL once it is past half its steps): its remaining share of the
   # tokens is never trained.
   KILL="3:$((steps / 2))" run_fleet e.kill1 e 4 2 "" --steps=$steps
+  # The same, restarted 2 s later: it rejoins and trains the rest of its steps.
+  RESTART="3:$((steps / 2)):2" run_fleet e.restart1 e 4 2 "" --steps=$steps \
+    --progress_interval=0.2s
+  # Every worker under the failure process (exponential, mean 2/3 of a run's steps, down 2 s):
+  # failures.tsv holds the failures and the goodput they left.
+  FAILURES="$((2 * steps / 3)):2:1" run_fleet e.fail e 4 2 "" --steps=$steps \
+    --progress_interval=0.2s --log_sync_events
 fi
 if [[ $groups == *f* ]]; then
   # Every arm trains for the same wall time (a fleet's workers run side by side; with equal
@@ -389,4 +475,5 @@ if [[ $groups == *g* ]]; then
   done
 fi
 trap - EXIT
-/usr/bin/python3 "$root/benchmarks/quality/summarize.py" --mode="$mode" $report_only "$out"
+/usr/bin/python3 "$root/benchmarks/quality/summarize.py" --mode="$mode" $report_only \
+  --batch=$batch --seq=$seq --inner=$inner "$out"

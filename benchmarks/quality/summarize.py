@@ -41,7 +41,9 @@ GROUPS = {
     "d": ("d.fp32", [("d.bf16", 1.005, ""), ("a.sync4", 1.005, "int8: INTELLECT-1 no loss"),
                      ("d.int4", 1.01, "Decoupled DiLoCo +0.09%"), ("d.int4-noef", None, "")]),
     "e": ("c.async4", [("e.drop10", None, ""), ("e.drop30", None, ""),
-                       ("e.drop50", 1.025, "paper +2.1% at 50%"), ("e.kill1", None, "")]),
+                       ("e.drop50", 1.025, "paper +2.1% at 50%"), ("e.kill1", None, ""),
+                       ("e.restart1", 1.02, "target: killed and restarted within 2%"),
+                       ("e.fail", None, "the failure process (goodput: the failures table)")]),
     "f": ("f.homog", [("f.hetero", None, ""), ("f.hetero-dylu", 1.02, "target within 2%")]),
     "h": ("h.down-fp32", [("h.down-int8", 1.005, "target: int8 down within 0.5% of fp32"),
                           ("h.down-int4", None, "")]),
@@ -172,6 +174,8 @@ def traffic(run_dir, arm, codec, workers, killed=None):
     for w in range(workers):
         path = os.path.join(run_dir, f"worker{w}.jsonl")
         done = [e for e in read_jsonl(path) if e["event"] == "done"] if os.path.exists(path) else []
+        if glob.glob(os.path.join(run_dir, f"worker{w}.k*.jsonl")):
+            partial = True  # it failed and came back: its killed runs' bytes are not counted
         if not done:
             if w == killed:
                 partial = True
@@ -272,6 +276,55 @@ def tokens(files, batch, seq):
     return total
 
 
+# The failure arms (run.sh's RESTART and FAILURES): the fleet's goodput under them must stay at
+# least this (full mode's target: the rate is chosen where goodput.py measured async >= 0.85).
+FAILURE_GOODPUT_TARGET = 0.85
+
+
+def applied_steps(events):
+    """The steps of a learner process's work that reached the shards: per fragment, the steps of
+    its pushes answered Applied (or Duplicate: applied before), averaged over fragments."""
+    claimed = {(e["fragment"], e["seq"]): e["steps"] for e in events if e["event"] == "push"}
+    per_fragment = {}
+    for e in events:
+        key = (e.get("fragment"), e.get("seq"))
+        if e["event"] in ("applied", "duplicate") and key in claimed:
+            per_fragment[key[0]] = per_fragment.get(key[0], 0) + claimed[key]
+    frags = {f for f, _ in claimed}
+    return sum(per_fragment.values()) / len(frags) if frags else 0
+
+
+def failure_figures(run_dir, workers, inner, steps, wall, base_steps, base_wall):
+    """(kills, failures per round, steps lost, goodput) of an arm whose learners failed and came
+    back (worker<w>.k<i>.jsonl: each killed process's metrics). A killed process trained the
+    schedule's steps from its start to the last step its metrics show; of those, the ones whose
+    work no applied push carried are lost (a restarted process resumes at that last step, so
+    what it trained after it is lost unseen: at most the 0.2 s between progress events). Goodput:
+    the arm's steps (all its processes') that were not lost over workers x wall x the
+    baseline's steps per worker-second (the same fleet without failures, c.async4); failures
+    per round: kills x the baseline's round time (inner steps at its step rate) / wall."""
+    kills = lost = 0
+    for w in range(workers):
+        start = 0
+        for path in sorted(glob.glob(os.path.join(run_dir, f"worker{w}.k*.jsonl")),
+                           key=lambda p: int(p.rsplit(".k", 1)[1].split(".")[0])):
+            with open(path) as f:
+                lines = f.read().splitlines()
+            events = []
+            for i, line in enumerate(lines):
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    if i != len(lines) - 1:  # only the line being written may be cut
+                        raise
+            last = max([e["step"] for e in events if "step" in e] or [start])
+            kills += 1
+            lost += (last - start) - min(applied_steps(events), last - start)
+            start = last
+    rate = base_steps / (workers * base_wall)  # steps per worker-second, no failures
+    return kills, kills * (inner / rate) / wall, lost, (steps - lost) / (workers * wall * rate)
+
+
 def curve(out, arm):
     path = os.path.join(out, "curves", arm + ".w0.jsonl")
     if not os.path.exists(path):
@@ -291,6 +344,7 @@ def main():
     ap.add_argument("--tokens", action="store_true")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--inner", type=int, default=50, help="H: the failure arms' round")
     ap.add_argument("--report_only", action="store_true",
                     help="print what was met and missed, exit 0 either way")
     ap.add_argument("--bytes_header", action="store_true")
@@ -379,6 +433,28 @@ def main():
         if ratio > target and gated:
             missed.append(f"end of run {arm}: export {final:.4f} vs best late global "
                           f"{best:.4f} ({ratio:.4f} > {target})")
+    fail_lines = []
+    base = "e.async4" if "e.async4" in rows else "c.async4"
+    for arm in ("e.restart1", "e.fail"):
+        if arm not in rows or base not in rows:
+            continue
+        tps = a.batch * a.seq
+        kills, per_round, lost, goodput = failure_figures(
+            os.path.join(out, "logs", arm), int(rows[arm]["workers"]), a.inner,
+            int(rows[arm]["tokens"]) / tps, float(rows[arm]["wall_s"]),
+            int(rows[base]["tokens"]) / tps, float(rows[base]["wall_s"]))
+        fail_lines.append(f"| {arm} | {kills} | {per_round:.3f} | {lost:.0f} | {goodput:.3f} | "
+                          f"{loss[arm] / loss[base]:.4f} |")
+        if arm == "e.fail" and a.mode == "full":
+            ok = goodput >= FAILURE_GOODPUT_TARGET
+            targets.append(f"  {'met   ' if ok else 'missed'}  {arm} goodput = {goodput:.3f} "
+                           f"(target >= {FAILURE_GOODPUT_TARGET})")
+            if not ok:
+                missed.append(f"{arm} goodput = {goodput:.3f} < {FAILURE_GOODPUT_TARGET}")
+    if fail_lines:
+        lines += ["", f"Failures (learners SIGKILLed and restarted; against {base})", "",
+                  "| arm | kills | failures per round | steps lost | goodput | held-out ratio |",
+                  "|---|---|---|---|---|---|"] + fail_lines
     traffic_rows = read_bytes(out)
     front_lines, front_target, front_missed = frontier(loss, traffic_rows)
     lines += front_lines

@@ -32,11 +32,13 @@ def passing_quick():
             "g.lone.1": lone_g, "g.main.1": lone_g * (gate("g.main.1")[3] - 0.02)}
 
 
-def run(losses, mode="quick", extra=(), traffic=None, files=None):
+def run(losses, mode="quick", extra=(), traffic=None, files=None, prepare=None):
     """summarize.py over a study of these losses (and bytes.tsv rows: {arm: (push codec,
     download codec, up, down, received per param per round)}); `files` receives the names of
-    the files it wrote."""
+    the files it wrote; `prepare(out)` writes more of the study first."""
     with tempfile.TemporaryDirectory() as out:
+        if prepare is not None:
+            prepare(out)
         with open(os.path.join(out, "results.tsv"), "w") as f:
             f.write("\t".join(COLUMNS) + "\n")
             for arm, loss in losses.items():
@@ -253,6 +255,73 @@ class Frontier(unittest.TestCase):
         self.assertEqual(rc, 0, text)
         self.assertNotIn("frontier", text)
         self.assertNotIn("frontier.png", files)
+
+
+def write_events(path, events, cut=""):
+    with open(path, "w") as f:
+        for e in events:
+            f.write(json.dumps(e) + "\n")
+        f.write(cut)
+
+
+def pushes(fragment_seq_steps, answer):
+    """push events, each followed by its answer event (None: no answer, the process died)."""
+    out = []
+    for (fragment, seq, steps), a in zip(fragment_seq_steps, answer):
+        out.append({"event": "push", "fragment": fragment, "seq": seq, "steps": steps})
+        if a:
+            out.append({"event": a, "fragment": fragment, "seq": seq})
+    return out
+
+
+class FailureFigures(unittest.TestCase):
+    """The failure arms' figures from planted killed processes: a killed process loses the
+    steps no applied push carried (per fragment, averaged); goodput is the rest over workers x
+    wall x the baseline's step rate."""
+
+    def test_lost_steps_goodput_and_rate_from_planted_processes(self):
+        with tempfile.TemporaryDirectory() as d:
+            # Worker 0 killed twice. First process: steps 1..100; fragment 0 got 50 of its 100
+            # steps applied, fragment 1 all 100: 75 carried, 25 lost. Its last line was being
+            # written when it died.
+            write_events(os.path.join(d, "worker0.k0.jsonl"),
+                         [{"event": "progress", "step": 60}] +
+                         pushes([(0, 1, 50), (1, 1, 50), (0, 2, 50), (1, 2, 50)],
+                                ["applied", "applied", None, "applied"]) +
+                         [{"event": "progress", "step": 100}], cut='{"event": "prog')
+            # Second: steps 101..180; 40 steps carried on each fragment (one answered Duplicate,
+            # applied before): 40 lost.
+            write_events(os.path.join(d, "worker0.k1.jsonl"),
+                         pushes([(0, 3, 40), (1, 3, 40)], ["duplicate", "applied"]) +
+                         [{"event": "progress", "step": 180}])
+            kills, per_round, lost, goodput = summarize.failure_figures(
+                d, workers=2, inner=50, steps=800, wall=10, base_steps=800, base_wall=8)
+        self.assertEqual(kills, 2)
+        self.assertEqual(lost, 65)
+        # Baseline: 800 steps / (2 workers x 8 s) = 50 steps/s, a round of 50 steps = 1 s.
+        self.assertAlmostEqual(per_round, 2 * 1.0 / 10)
+        self.assertAlmostEqual(goodput, (800 - 65) / (2 * 10 * 50))
+
+    def test_a_damaged_line_before_the_last_is_an_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "worker0.k0.jsonl"), "w") as f:
+                f.write('{"event": "prog\n{"event": "progress", "step": 5}\n')
+            with self.assertRaises(ValueError):
+                summarize.failure_figures(d, 1, 50, 100, 10, 100, 10)
+
+    def test_the_study_reports_the_failure_arms_and_misses_a_low_goodput(self):
+        def killed_process(out):
+            logs = os.path.join(out, "logs", "e.fail")
+            os.makedirs(logs)
+            write_events(os.path.join(logs, "worker0.k0.jsonl"),
+                         [{"event": "progress", "step": 1}])
+
+        # The arm's 1000 tokens are 1.95 steps of 512 tokens: one lost, goodput 0.49.
+        rc, text = run({"a.lone4x": 1.3377, "c.async4": 1.39, "e.fail": 1.40}, mode="full",
+                       prepare=killed_process)
+        self.assertEqual(rc, 1, text)
+        self.assertIn("| e.fail | 1 | ", text)
+        self.assertIn("missed  e.fail goodput = 0.488", text)
 
 
 if __name__ == "__main__":
