@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
   uint64_t tokens = 0, tokens_at_last = 0;
   absl::Time last = start;
   double loss_ema = 0;
-  absl::Duration busy;  // inside Trainer::Step
+  absl::Duration busy;          // inside Trainer::Step
   int64_t step = w.start_step;  // of the schedule; this run trains step - start_step of them
   for (; !g_stop && (max_steps == 0 || step < max_steps) && absl::Now() < end; ++step) {
     const absl::Time t0 = absl::Now();

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <zmq.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -144,6 +145,14 @@ double LocalShards::Stat(int shard, const std::string& key) {
 
 std::string ServerBinary() { return DILOCO_SERVER_BINARY; }
 std::string WorkerBinary() { return DILOCO_WORKER_BINARY; }
+
+int PortOf(const std::string& endpoint) {
+  int port = 0;
+  const size_t colon = endpoint.rfind(':');
+  EXPECT_TRUE(colon != std::string::npos && absl::SimpleAtoi(endpoint.substr(colon + 1), &port))
+      << endpoint;
+  return port;
+}
 
 std::vector<std::string> TinyWorkerArgs(int worker_id, const std::vector<std::string>& servers,
                                         const std::filesystem::path& jsonl) {

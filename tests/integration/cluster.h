@@ -55,6 +55,9 @@ std::vector<Event> ReadEvents(const std::filesystem::path& jsonl, const std::str
 // JsonNumber (tests/util/jsonl.h) reads numbers out of it: "rounds", "versions.3".
 std::optional<std::string> ShardStats(const std::string& endpoint, absl::Duration timeout);
 
+// The port of a "tcp://host:port" endpoint (a test failure, and 0, if it names none).
+int PortOf(const std::string& endpoint);
+
 std::string ServerBinary();
 std::string WorkerBinary();
 

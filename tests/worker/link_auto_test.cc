@@ -10,9 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "tests/integration/cluster.h"
 #include "tests/util/jsonl.h"
 #include "tests/util/throttle_proxy.h"
@@ -24,13 +22,6 @@ namespace {
 constexpr char kModel[] = "L=1,H=4,C=128,T=64,V=256";
 constexpr double kSlowBytesPerSecond = 200e3;
 constexpr double kFastBytesPerSecond = 50e6;
-
-int PortOf(const std::string& endpoint) {
-  int port = 0;
-  const std::vector<std::string> parts = absl::StrSplit(endpoint, ':');
-  EXPECT_TRUE(!parts.empty() && absl::SimpleAtoi(parts.back(), &port)) << endpoint;
-  return port;
-}
 
 struct Choice {
   std::string codec;

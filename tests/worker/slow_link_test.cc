@@ -12,9 +12,7 @@
 
 #include <cstdio>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "kernels/codec.h"
 #include "schema/payload_layout.h"
 #include "tests/integration/cluster.h"
@@ -26,13 +24,6 @@ namespace {
 // About 240K parameters: one fp32 fragment is ~0.96 MB, ~2 s at the proxy's rate.
 constexpr char kModel[] = "L=1,H=4,C=128,T=64,V=256";
 constexpr double kLinkBytesPerSecond = 500e3;
-
-int PortOf(const std::string& endpoint) {
-  int port = 0;
-  const std::vector<std::string> parts = absl::StrSplit(endpoint, ':');
-  EXPECT_TRUE(!parts.empty() && absl::SimpleAtoi(parts.back(), &port)) << endpoint;
-  return port;
-}
 
 class SlowLinkTest : public ::testing::Test {
  protected:
