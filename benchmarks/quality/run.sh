@@ -407,13 +407,14 @@ if [[ $groups == *e* ]]; then
   # Worker 3 dies half-way (SIGKILL once it is past half its steps): its remaining share of the
   # tokens is never trained.
   KILL="3:$((steps / 2))" run_fleet e.kill1 e 4 2 "" --steps=$steps
-  # The same, restarted 2 s later: it rejoins and trains the rest of its steps.
-  RESTART="3:$((steps / 2)):2" run_fleet e.restart1 e 4 2 "" --steps=$steps \
-    --progress_interval=0.2s
+  # The failure arms' workers log every push and answer (the steps each killed process lost)
+  # and their progress every 0.2 s (where a restart resumes). The same worker 3, restarted 2 s
+  # later: it rejoins and trains the rest of its steps.
+  failing=(--steps=$steps --progress_interval=0.2s --log_sync_events)
+  RESTART="3:$((steps / 2)):2" run_fleet e.restart1 e 4 2 "" "${failing[@]}"
   # Every worker under the failure process (exponential, mean 2/3 of a run's steps, down 2 s):
-  # failures.tsv holds the failures and the goodput they left.
-  FAILURES="$((2 * steps / 3)):2:1" run_fleet e.fail e 4 2 "" --steps=$steps \
-    --progress_interval=0.2s --log_sync_events
+  # table.md's failures table holds the kills, the steps lost and the goodput left.
+  FAILURES="$((2 * steps / 3)):2:1" run_fleet e.fail e 4 2 "" "${failing[@]}"
 fi
 if [[ $groups == *f* ]]; then
   # Every arm trains for the same wall time (a fleet's workers run side by side; with equal
