@@ -1,6 +1,6 @@
 // diloco-sim: the discrete-event simulation of a fleet under learner failures
-// (benchmarks/sim/fleet_sim.h). One run prints one JSON line; --sweep=fleet|scale|all runs the
-// sweep configurations (benchmarks/sim/sweeps.h) and writes their lines to --out as well;
+// (benchmarks/sim/fleet_sim.h). One run prints one JSON line; --sweep=fleet|scale|recovery|all runs
+// the sweep configurations (benchmarks/sim/sweeps.h) and writes their lines to --out as well;
 // --quick runs the self-checking quick form and exits 1 when a check fails.
 #include <cstdio>
 #include <fstream>
@@ -39,7 +39,7 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the failure process and the jitter");
 ABSL_FLAG(std::string, schedule, "",
           "file of 'learner seconds' lines: failure times after the window opens, replacing the "
           "seeded process");
-ABSL_FLAG(std::string, sweep, "", "fleet, scale or all");
+ABSL_FLAG(std::string, sweep, "", "fleet, scale, recovery or all");
 ABSL_FLAG(std::string, out, "", "with --sweep: also write the lines here");
 ABSL_FLAG(bool, quick, false, "the quick form: small runs checked against their expectations");
 
@@ -62,7 +62,9 @@ int Main() {
     if (s == "fleet" || s == "all") runs = FleetSweep();
     if (s == "scale" || s == "all")
       for (FleetConfig& c : ScaleSweep()) runs.push_back(std::move(c));
-    if (runs.empty()) return Fail("--sweep: expected fleet, scale or all");
+    if (s == "recovery" || s == "all")
+      for (FleetConfig& c : RecoverySweep()) runs.push_back(std::move(c));
+    if (runs.empty()) return Fail("--sweep: expected fleet, scale, recovery or all");
     std::ofstream out;
     if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
       out.open(path);

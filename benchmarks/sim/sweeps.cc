@@ -14,6 +14,29 @@ namespace {
 constexpr Mode kModes[] = {Mode::kAsync, Mode::kRigid, Mode::kElastic};
 constexpr double kYear = 365.25 * 86400;
 
+// The scale sweep's fleet of N learners in mode m, before its failure process is set.
+FleetConfig ScaleFleet(uint32_t n, Mode m) {
+  FleetConfig c;
+  c.mode = m;
+  c.learners = n;
+  c.shards = 1;
+  c.fragments = 1;
+  c.inner_steps = 100;
+  c.step_time_s = 1;
+  c.jitter = 0.02;
+  c.latency_s = 0.05;
+  c.recovery_s = 600;
+  c.detect_s = 10;
+  c.async_timeout_s = 30;
+  c.async_grace_cap_s = 50;  // half a round, as 5 s is at goodput.py's 1 s rounds x 5
+  // Synchronous rounds wait for their members however long: goodput.py's 600 s cap stands for
+  // that at its 5 s recovery, but here a recovery of 600 s and more would run into it, and a
+  // rigid round would close without its failed member (a floor of about a round over the cap).
+  c.sync_grace_cap_s = std::numeric_limits<double>::infinity();
+  c.warmup_s = 2 * c.inner_steps * c.step_time_s;
+  return c;
+}
+
 }  // namespace
 
 double MttfForRate(const FleetConfig& c, double rate) {
@@ -40,23 +63,25 @@ std::vector<FleetConfig> ScaleSweep() {
   for (uint32_t n : {1'000u, 10'000u, 100'000u, 1'000'000u})
     for (double years : {1.0, 0.1})
       for (Mode m : kModes) {
-        FleetConfig c;
-        c.mode = m;
-        c.learners = n;
-        c.shards = 1;
-        c.fragments = 1;
-        c.inner_steps = 100;
-        c.step_time_s = 1;
-        c.jitter = 0.02;
-        c.latency_s = 0.05;
-        c.recovery_s = 600;
-        c.detect_s = 10;
-        c.async_timeout_s = 30;
-        c.async_grace_cap_s = 50;  // half a round, as 5 s is at goodput.py's 1 s rounds x 5
+        FleetConfig c = ScaleFleet(n, m);
         c.mttf_s = years * kYear;
-        c.warmup_s = 2 * c.inner_steps * c.step_time_s;
         // About ten fleet failures per run, at least an hour.
         c.window_s = std::max(3600.0, 10 * c.mttf_s / n);
+        out.push_back(c);
+      }
+  return out;
+}
+
+std::vector<FleetConfig> RecoverySweep() {
+  std::vector<FleetConfig> out;
+  for (double rate : {1.0, 3.0})
+    for (double rounds : {1.0, 2.0, 4.0, 8.0, 16.0, 32.0})
+      for (Mode m : kModes) {
+        FleetConfig c = ScaleFleet(1'000, m);
+        const double round_s = c.inner_steps * c.step_time_s;
+        c.recovery_s = rounds * round_s;
+        c.mttf_s = MttfForRate(c, rate);
+        c.window_s = 100 * round_s;  // about 100 to 300 fleet failures
         out.push_back(c);
       }
   return out;
