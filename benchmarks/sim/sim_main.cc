@@ -29,6 +29,11 @@ ABSL_FLAG(double, rate, -1, "fleet failures per round (sets --mttf = N x H x ste
 ABSL_FLAG(double, recovery, 5, "seconds a failed learner is down");
 ABSL_FLAG(double, rejoin, 0, "seconds from restart to training, beyond the pull");
 ABSL_FLAG(double, detect, 2, "elastic: the worker timeout, s");
+ABSL_FLAG(double, sync_grace_cap, 600,
+          "rigid and elastic: the longest a round waits for its members, s (inf: for ever; "
+          "600: benchmarks/fleet/goodput.py's shards)");
+ABSL_FLAG(double, async_grace_cap, 5, "async: the shards' grace cap, s");
+ABSL_FLAG(double, async_timeout, 10, "async: the shards' worker timeout, s");
 ABSL_FLAG(double, latency, 0, "one-way link latency, s");
 ABSL_FLAG(double, bandwidth, 0, "link bytes/s (0: unlimited)");
 ABSL_FLAG(double, shard_ingress, 0, "a shard's ingress bytes/s (0: unlimited)");
@@ -93,6 +98,9 @@ int Main() {
   c.recovery_s = absl::GetFlag(FLAGS_recovery);
   c.rejoin_s = absl::GetFlag(FLAGS_rejoin);
   c.detect_s = absl::GetFlag(FLAGS_detect);
+  c.sync_grace_cap_s = absl::GetFlag(FLAGS_sync_grace_cap);
+  c.async_grace_cap_s = absl::GetFlag(FLAGS_async_grace_cap);
+  c.async_timeout_s = absl::GetFlag(FLAGS_async_timeout);
   c.latency_s = absl::GetFlag(FLAGS_latency);
   c.bandwidth_Bps = absl::GetFlag(FLAGS_bandwidth);
   c.shard_ingress_Bps = absl::GetFlag(FLAGS_shard_ingress);
@@ -108,10 +116,12 @@ int Main() {
         "positive and jitter in [0, 1)");
   if (!(c.mttf_s > 0) || !(c.recovery_s >= 0) || !(c.rejoin_s >= 0) || !(c.detect_s >= 0) ||
       !(c.latency_s >= 0) || !(c.bandwidth_Bps >= 0) || !(c.shard_ingress_Bps >= 0) ||
-      !(c.warmup_s >= 0))
+      !(c.warmup_s >= 0) || !(c.sync_grace_cap_s > 0) || !(c.async_grace_cap_s >= 0) ||
+      !(c.async_timeout_s > 0))
     return Fail(
-        "mttf must be positive; recovery, rejoin, detect, latency, bandwidth, shard_ingress "
-        "and warmup must not be negative");
+        "mttf, the sync grace cap and the async timeout must be positive; recovery, rejoin, "
+        "detect, latency, bandwidth, shard_ingress, warmup and the async grace cap must not be "
+        "negative");
   if (const std::string path = absl::GetFlag(FLAGS_schedule); !path.empty()) {
     std::ifstream in(path);
     if (!in) return Fail("cannot read --schedule " + path);
