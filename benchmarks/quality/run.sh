@@ -284,7 +284,9 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
   if [[ -n ${FAILURES:-} ]]; then
     local mean seed
     IFS=: read -r mean down seed <<<"$FAILURES"
-    mapfile -t fails < <(failure_steps "$n" "$steps" "$mean" "$inner" "$seed")
+    # None in the last tenth of the steps: a learner restarted there would train on alone after
+    # the others' end, a tail that a run of fixed steps has and a fleet that trains on does not.
+    mapfile -t fails < <(failure_steps "$n" "$steps" "$mean" "$((steps / 10))" "$seed")
     ((${#fails[@]} == n)) || { echo "arm $arm: no failure schedule" >&2; exit 1; }
     printf '%s\n' "${fails[@]}" >"$run/failure_steps"
   fi
@@ -412,9 +414,9 @@ if [[ $groups == *e* ]]; then
   # later: it rejoins and trains the rest of its steps.
   failing=(--steps=$steps --progress_interval=0.2s --log_sync_events)
   RESTART="3:$((steps / 2)):2" run_fleet e.restart1 e 4 2 "" "${failing[@]}"
-  # Every worker under the failure process (exponential, mean 2/3 of a run's steps, down 2 s):
+  # Every worker under the failure process (exponential, mean a run's steps, down 2 s):
   # table.md's failures table holds the kills, the steps lost and the goodput left.
-  FAILURES="$((2 * steps / 3)):2:1" run_fleet e.fail e 4 2 "" "${failing[@]}"
+  FAILURES="$steps:2:1" run_fleet e.fail e 4 2 "" "${failing[@]}"
 fi
 if [[ $groups == *f* ]]; then
   # Every arm trains for the same wall time (a fleet's workers run side by side; with equal
