@@ -253,7 +253,9 @@ void SyncClient::AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step
   im.shared.set_step_time_us(static_cast<uint64_t>(step_us));
   for (auto& a : im.shared.TakeArrivals()) im.Process(params, a);
   const bool draining = im.shared.draining();  // set by Drain, on this thread
-  auto [codec, h_link] = im.Cadence(step_us);
+  // Named, not a structured binding: the lambda below captures it (clang before 16 refuses).
+  const auto [chosen_codec, h_link] = im.Cadence(step_us);
+  const kernels::Codec codec = chosen_codec;
   // Dynamic Local Updates: a slower worker takes fewer inner steps per push.
   uint32_t h = h_link;
   const double fleet = static_cast<double>(im.shared.fleet_step_time_us());
