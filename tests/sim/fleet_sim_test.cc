@@ -43,6 +43,24 @@ TEST(FleetSimTest, LockstepLinkCostIsTheSyncShareOfARound) {
   EXPECT_NEAR(FleetSim(c).Run().goodput, 1.0, 1e-9);
 }
 
+// Four lockstep learners in rigid rounds of `round_s` (10 steps), one fragment on one shard,
+// the window opening after one round and lasting `rounds`; learner 0 fails tau into the window
+// and is down `recovery`.
+FleetConfig RigidOneFailure(double round_s, int rounds, double tau, double recovery) {
+  FleetConfig c;
+  c.mode = Mode::kRigid;
+  c.learners = 4;
+  c.fragments = 1;
+  c.shards = 1;
+  c.inner_steps = 10;
+  c.step_time_s = round_s / 10;
+  c.recovery_s = recovery;
+  c.warmup_s = round_s;
+  c.window_s = rounds * round_s;
+  c.schedule = {{tau}, {}, {}, {}};
+  return c;
+}
+
 TEST(FleetSimTest, RigidOneFailureMatchesTheClosedForm) {
   // N learners, rounds of H t = 1 s, the window opening at a round boundary. Learner 0 fails
   // tau into a round, is down R, rejoins at once and takes its H steps: every other learner
@@ -50,17 +68,7 @@ TEST(FleetSimTest, RigidOneFailureMatchesTheClosedForm) {
   // since its last push, then the stall), and goodput = 1 - (tau + R) / W.
   for (double tau : {0.35, 0.8}) {
     for (double recovery : {2.0, 4.5}) {
-      FleetConfig c;
-      c.mode = Mode::kRigid;
-      c.learners = 4;
-      c.fragments = 1;
-      c.shards = 1;
-      c.inner_steps = 10;
-      c.step_time_s = 0.1;
-      c.recovery_s = recovery;
-      c.warmup_s = 1;
-      c.window_s = 10;
-      c.schedule = {{tau}, {}, {}, {}};
+      const FleetConfig c = RigidOneFailure(/*round_s=*/1, /*rounds=*/10, tau, recovery);
       const SimResult r = FleetSim(c).Run();
       EXPECT_EQ(r.failures, 1u);
       EXPECT_NEAR(r.goodput, 1 - (tau + recovery) / c.window_s, 1e-9)
@@ -74,18 +82,8 @@ TEST(FleetSimTest, RigidOneFailureMatchesTheClosedForm) {
 // the scale and recovery sweeps run it so (their rigid rows once sat on a floor of about a
 // round over the 600 s cap, whatever the recovery).
 TEST(FleetSimTest, RigidWaitsOutARecoveryLongerThanTheGraceCapOnlyUncapped) {
-  FleetConfig c;
-  c.mode = Mode::kRigid;
-  c.learners = 4;
-  c.fragments = 1;
-  c.shards = 1;
-  c.inner_steps = 100;
-  c.step_time_s = 1;
-  c.recovery_s = 900;
-  c.warmup_s = 100;
-  c.window_s = 3000;
   const double tau = 35;
-  c.schedule = {{tau}, {}, {}, {}};
+  FleetConfig c = RigidOneFailure(/*round_s=*/100, /*rounds=*/30, tau, /*recovery=*/900);
   c.sync_grace_cap_s = std::numeric_limits<double>::infinity();
   const double uncapped = FleetSim(c).Run().goodput;
   EXPECT_NEAR(uncapped, 1 - (tau + c.recovery_s) / c.window_s, 1e-9);
