@@ -181,6 +181,8 @@ absl::StatusOr<std::unique_ptr<diloco::Trainer>> MakeTrainer(
         why.empty() ? "" : " (CUDA: ", why, why.empty() ? "" : ")"));
   auto t = diloco::model::MakeCudaTrainer(to);
   if (!t.ok()) return t.status();
+  std::fprintf(stderr, "diloco-worker: CUDA trainer on %d GPU(s), %s attention\n", (*t)->gpus(),
+               diloco::model::cuda::AttentionName((*t)->attention()));
   return std::unique_ptr<diloco::Trainer>(*std::move(t));
 #else
   return absl::FailedPreconditionError(

@@ -1,11 +1,11 @@
 // GPU throughput of the CUDA model (TF32 cuBLAS, fp32 storage): tokens/s and achieved TFLOP/s for
 // GPT-2 124M and GPT-2 350M at batch 8 x 1024 on one GPU, full training steps (forward,
-// backward, AdamW) on random tokens, with streaming attention (the default; RESULT name = the
-// preset) and with materialized attention (name-materialized). Prints one "RESULT name tokens_per_s
-// tflops" line per config for gpu_check.sh. Fails (exit 1) without a GPU, and unless each config's
-// loss is finite, within 1 of ln(V) at the first step (what GPT-2 init gives on random tokens) and
-// lower after the timed steps than at the first (the same batch every step: training must fit it):
-// a fast step that computes garbage is not a result.
+// backward, AdamW) on random tokens, with streaming attention (RESULT name = the preset) and
+// with materialized attention (name-materialized; what the trainer's kAuto takes where it fits).
+// Prints one "RESULT name tokens_per_s tflops" line per config for gpu_check.sh. Fails (exit 1)
+// without a GPU, and unless each config's loss is finite, within 1 of ln(V) at the first step (what
+// GPT-2 init gives on random tokens) and lower after the timed steps than at the first (the same
+// batch every step: training must fit it): a fast step that computes garbage is not a result.
 //   model_gpu_bench [batch=8] [steps=10]
 #include <algorithm>
 #include <chrono>

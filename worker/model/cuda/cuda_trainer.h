@@ -39,6 +39,7 @@ class CudaTrainer final : public Trainer {
   absl::Status CopyParamsToHost();
   absl::Status CopyParamsToDevice();
   int gpus() const { return gpt_->gpus(); }
+  cuda::GpuAttention attention() const { return gpt_->attention(); }
   absl::Status error() const override { return error_; }
 
  private:

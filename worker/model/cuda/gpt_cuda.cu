@@ -1,7 +1,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "worker/model/cuda/cublas_loader.h"
@@ -142,6 +144,16 @@ std::string GptCuda::Impl::Init(int gpus) {
   const size_t N = size_t(s.batch) * s.seq_len, C = s.width, V = s.vocab;
   const size_t att = size_t(s.batch) * s.heads * s.seq_len * s.seq_len;
   const size_t rows = size_t(s.batch) * s.heads * s.seq_len;
+  if (shape.attention == GpuAttention::kAuto) {
+    size_t least = SIZE_MAX;  // the fullest GPU's free memory decides for every replica
+    for (int g = 0; g < gpus; ++g) {
+      size_t free_bytes = 0, total = 0;
+      CUDA_TRY(cudaSetDevice(g));
+      CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
+      least = std::min(least, free_bytes);
+    }
+    shape.attention = ChooseAttention(shape, least);
+  }
   if (!Streaming() && shape.attention == GpuAttention::kStreaming)
     shape.attention = GpuAttention::kMaterialized;  // a head size the kernels do not take
   std::string load_error;
@@ -403,6 +415,7 @@ GptCuda::GptCuda(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GptCuda::~GptCuda() = default;
 
 int GptCuda::gpus() const { return static_cast<int>(impl_->replicas.size()); }
+GpuAttention GptCuda::attention() const { return impl_->shape.attention; }
 
 std::string GptCuda::Create(const GpuShape& shape, const GpuLayout& layout, int gpus,
                             std::unique_ptr<GptCuda>* out) {

@@ -21,13 +21,34 @@ namespace diloco::model::cuda {
 // How attention runs: streaming (flash_attention.cuh: scores never stored, B x NH x T floats
 // kept per layer) for head sizes it takes (up to 128), else materialized (scores and softmax as
 // B x NH x T x T per layer through cuBLAS batched GEMMs, the reference it is tested against).
-enum class GpuAttention { kStreaming, kMaterialized };
+// kAuto (the trainer's default) takes materialized where its scores fit (ChooseAttention): on
+// the H200 it trains GPT-2 124M and 350M at 2.1x the streaming kernels' tokens/s
+// (benchmarks/RESULTS.md, "Model (GPU)"), whose one-thread-per-row fp32 loops use no tensor cores.
+enum class GpuAttention { kAuto, kStreaming, kMaterialized };
 
 struct GpuShape {
   int vocab, context, layers, heads, width;  // the GptConfig
   int batch, seq_len;                        // per replica
-  GpuAttention attention = GpuAttention::kStreaming;
+  GpuAttention attention = GpuAttention::kAuto;
 };
+
+// The attention a replica of `s` runs with `free_bytes` of device memory free before it
+// allocates: s.attention unless kAuto; for kAuto, materialized when its scores, (layers + 1)
+// x B x NH x T x T floats (every layer's softmax kept for the backward, plus one gradient
+// buffer), take at most a quarter of free_bytes (the rest is for the model, its AdamW state and
+// the other activations, and for the other programs on the GPU), else streaming.
+inline GpuAttention ChooseAttention(const GpuShape& s, size_t free_bytes) {
+  if (s.attention != GpuAttention::kAuto) return s.attention;
+  const double scores = double(s.layers + 1) * s.batch * s.heads * double(s.seq_len) *
+                        double(s.seq_len) * sizeof(float);
+  return scores <= double(free_bytes) / 4 ? GpuAttention::kMaterialized : GpuAttention::kStreaming;
+}
+
+inline const char* AttentionName(GpuAttention a) {
+  return a == GpuAttention::kAuto        ? "auto"
+         : a == GpuAttention::kStreaming ? "streaming"
+                                         : "materialized";
+}
 
 struct GpuLayout {
   uint64_t wte = 0, wpe = 0, lnfw = 0, lnfb = 0, total = 0;
@@ -67,6 +88,8 @@ class GptCuda {
   GptCuda& operator=(const GptCuda&) = delete;
 
   int gpus() const;
+  // The attention the replicas run (never kAuto: Create resolved it).
+  GpuAttention attention() const;
   // Parameters host -> every replica, and replica 0 -> host (both synchronous). AdamW state is
   // kept.
   std::string Upload(const float* host);
