@@ -5,7 +5,7 @@
 #   PART: no GPU (N programs started: ...)
 # to stdout. Exits 3 when every program behaved so (the rehearsal's pass: rehearse.sh), 1 when
 # one did not start or did not say why.
-# Usage: benchmarks/gpu/no_gpu_check.sh BUNDLE OUT PART     (PART: kernels, model or cluster)
+# Usage: benchmarks/gpu/no_gpu_check.sh BUNDLE OUT PART   (PART: kernels, model, cluster, learner)
 set -u
 bundle=${1:?usage: no_gpu_check.sh BUNDLE OUT PART}
 out=${2:?usage: no_gpu_check.sh BUNDLE OUT PART}
@@ -47,8 +47,14 @@ case $part in
     expect diloco-worker-cuda 2 'CUDA GPUs usable on this machine' \
       "$bundle/worker/diloco-worker" --device=cuda --model=tiny --steps=1
     ;;
+  learner)
+    # The part's own programs (the shard, and diloco-ctl for the data); the Python module is
+    # built for the GPU machine's Python, not this one's.
+    expect diloco-ctl 0 'tokens' "$bundle/ctl/diloco-ctl" gen-data --heldout --out="$out/heldout.bin"
+    expect diloco-server 0 'diloco-server' "$bundle/server/diloco-server" --version
+    ;;
   *)
-    echo "no_gpu_check: unknown part $part (kernels, model, cluster)" >&2
+    echo "no_gpu_check: unknown part $part (kernels, model, cluster, learner)" >&2
     exit 2
     ;;
 esac

@@ -7,6 +7,9 @@
 #   benchmarks/gpu/run.sh build-gpu-carry/bundle.tgz "$OUT" kernels      (then model, cluster,
 #   transport)
 # Usage: benchmarks/gpu/prepare.sh [BUNDLE]     (default build-gpu-bundle, ignored by git)
+# With DILOCO_GPU_PYTHON_HEADERS=TGZ (the GPU machine's Python headers, python_headers.sh) the
+# bundle also holds diloco_ps built for that Python (python/, python_module.sh), which the learner
+# part imports; without it that part says the module is missing.
 # The bundle mirrors the build tree for the programs below, so the per-part scripts
 # (benchmarks/kernels/gpu_check.sh, benchmarks/model/gpu_check.sh) run on it unchanged, plus
 # lib/ with every shared library they load that is neither glibc's, the compiler's nor CUDA's.
@@ -19,7 +22,8 @@ build=${DILOCO_GPU_BUILD:-build-gpu}
 programs=(tests/kernels/kernels_cuda_test benchmarks/kernels/diloco-bench-kernels-gpu
           tests/model/model_cuda_test benchmarks/model/model_gpu_bench
           server/diloco-server worker/diloco-worker
-          benchmarks/transport/diloco-bench-transport benchmarks/checksum/diloco-bench-checksum)
+          benchmarks/transport/diloco-bench-transport benchmarks/checksum/diloco-bench-checksum
+          ctl/diloco-ctl)
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
@@ -33,17 +37,22 @@ for p in "${programs[@]}"; do
   mkdir -p "$bundle/$(dirname "$p")"
   strip -o "$bundle/$p" "$build/$p"
 done
-# What travels: every library the programs load that the GPU machine has not of its own (glibc's
+module=()
+if [[ -n ${DILOCO_GPU_PYTHON_HEADERS:-} ]]; then
+  benchmarks/gpu/python_module.sh "$build" "$DILOCO_GPU_PYTHON_HEADERS" "$bundle/python"
+  module=("$bundle"/python/diloco_ps/_diloco_ps.*.so)
+fi
+# What travels: every library the programs (and the module) load that the GPU machine has not of its own (glibc's
 # family, the compiler runtime and CUDA's libraries stay: benchmarks/gpu/bundle_libs.sh).
 built=()
 for p in "${programs[@]}"; do built+=("$build/$p"); done
-benchmarks/gpu/bundle_libs.sh "${built[@]}" | while read -r name path; do
+benchmarks/gpu/bundle_libs.sh "${built[@]}" "${module[@]}" | while read -r name path; do
   cp -L "$path" "$bundle/lib/$name"
 done
 # Check: run from the bundle, every library that travels resolves into the bundle.
 bundled=()
 for p in "${programs[@]}"; do bundled+=("$bundle/$p"); done
-stray=$(LD_LIBRARY_PATH="$bundle/lib" benchmarks/gpu/bundle_libs.sh "${bundled[@]}" |
+stray=$(LD_LIBRARY_PATH="$bundle/lib" benchmarks/gpu/bundle_libs.sh "${bundled[@]}" "${module[@]}" |
         awk -v lib="$bundle/lib/" 'index($2, lib) != 1')
 if [[ -n $stray ]]; then
   echo "prepare: libraries not resolved from $bundle/lib:" >&2

@@ -38,8 +38,8 @@ if ! why=$(unshare -rm true 2>&1); then
   echo "rehearse: cannot hide $toolkit (unshare -rm: $why); it stays visible"
   hide=()
 fi
-declare -A limit=([kernels]=150 [model]=240 [cluster]=90 [transport]=45)
-for part in kernels model cluster transport; do
+declare -A limit=([kernels]=150 [model]=240 [cluster]=90 [learner]=180 [transport]=45)
+for part in kernels model cluster learner transport; do
   start=$SECONDS
   set +e
   "${hide[@]}" env DILOCO_REHEARSAL=1 benchmarks/gpu/run.sh "$work/machine/bundle.tgz" "$work/out" "$part" \

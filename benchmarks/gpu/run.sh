@@ -5,7 +5,9 @@
 # bundle.tgz that the device tool carries; OUT is the device tool's $OUT. Parts (default all,
 # in this order): kernels (CUDA kernel tests and benchmark, 150 s at most), model (CUDA model
 # tests, the GPT-2 benchmark and PyTorch eager on the same model, 240 s), cluster (a one-shard
-# cluster with a --device=cuda worker, 90 s), transport (the transport and checksum benchmarks on
+# cluster with a --device=cuda worker, 90 s), learner (the PyTorch learner on CUDA parameters
+# against a shard, fp32 and bf16, beside the same loop without it: learner_check.sh, 180 s),
+# transport (the transport and checksum benchmarks on
 # cores the development machine lacks, 45 s). Run each part as its own device command, in that
 # order (the first verdicts are the ones no other machine can give), e.g.
 #   run.sh build-gpu-carry/bundle.tgz $OUT kernels
@@ -13,15 +15,15 @@
 # as it goes, so one killed at its limit still returns what it measured; one line per part in
 # OUT/summary.txt; exits 1 if any part failed, 3 if there was no GPU (every GPU part's programs
 # started and said so: benchmarks/gpu/no_gpu_check.sh), else 0. benchmarks/gpu/rehearse.sh runs
-# this driver here, without a GPU, against the packed bundle. All four together: 525 s of limits, under
-# 9 of a session's 15 device minutes with the start-up.
+# this driver here, without a GPU, against the packed bundle. All five together: 705 s of limits;
+# the first four (525 s) fit one device command, the learner a second.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 bundle=${1:?usage: run.sh BUNDLE OUT [PART...]}
 out=${2:?usage: run.sh BUNDLE OUT [PART...]}
 shift 2
 parts=("$@")
-((${#parts[@]} > 0)) || parts=(kernels model cluster transport)
+((${#parts[@]} > 0)) || parts=(kernels model cluster learner transport)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 if [[ -f $bundle ]]; then  # the packed bundle: unpack it beside itself
@@ -90,8 +92,9 @@ for p in "${parts[@]}"; do
     kernels) part kernels 150 benchmarks/kernels/gpu_check.sh "$bundle" "$out/kernels" ;;
     model) part model 240 benchmarks/model/gpu_check.sh "$bundle" "$out/model" ;;
     cluster) part cluster 90 benchmarks/gpu/cluster_check.sh "$bundle" "$out/cluster" ;;
+    learner) part learner 180 benchmarks/gpu/learner_check.sh "$bundle" "$out/learner" ;;
     *)
-      echo "unknown part $p (transport, kernels, model, cluster)" | tee -a "$out/summary.txt"
+      echo "unknown part $p (transport, kernels, model, cluster, learner)" | tee -a "$out/summary.txt"
       status=1
       ;;
   esac

@@ -84,7 +84,7 @@ class Attention(nn.Module):
         rep = self.H // self.KV  # each key/value head serves `rep` query heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.H * self.hd))
 
@@ -140,6 +140,7 @@ class Llama(nn.Module):
         cos, sin = rope(idx.shape[1], c["hidden_size"] // c["num_attention_heads"],
                         c["rope_theta"])
         x = self.model.embed_tokens(idx)
+        cos, sin = cos.to(x.device, x.dtype), sin.to(x.device, x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin)
         logits = self.lm_head(self.model.norm(x))
@@ -169,7 +170,7 @@ def heldout_loss(model, tokens, windows, T):
     tokens for every caller), in one batch."""
     if len(tokens) < windows * (T + 1):
         raise ValueError(f"held-out file: {len(tokens)} tokens, {windows * (T + 1)} needed")
-    w = tokens[:windows * (T + 1)].view(windows, T + 1)
+    w = tokens[:windows * (T + 1)].view(windows, T + 1).to(next(model.parameters()).device)
     with torch.no_grad():
         return model(w[:, :-1], w[:, 1:]).item()
 

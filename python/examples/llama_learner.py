@@ -7,7 +7,9 @@ DIR/model.safetensors into it (so whichever learner joins first uploads the fold
 theta(0)), and hands diloco_ps.Learner its named_parameters(): LlamaForCausalLM's order, which
 is the folder's data order and so the shards' manifest. AdamW (betas 0.9/0.95, weight decay 0.1
 on matrices, gradient clip 1.0) on this worker's share of the built-in synthetic data
-(`diloco-ctl gen-data`, --ctl) or on an llm.c .bin file. The model stays float32 on the CPU.
+(`diloco-ctl gen-data`, --ctl) or on an llm.c .bin file. The model trains where --device says
+(cpu, or cuda with TF32 matrix products) in the --dtype given (float32, or bfloat16: the
+learner keeps the fp32 master on the host, docs/pytorch.md).
 
   PYTHONPATH=build/dev/python /usr/bin/python3 python/examples/llama_learner.py \\
       --servers=tcp://127.0.0.1:5555,tcp://127.0.0.1:5556 --worker_id=0 --num_workers=2 \\
@@ -18,7 +20,10 @@ exactly (a join pulls every fragment whole, in fp32), and leaves. With --eval=FI
 held-out loss of the module after the run (after --steps=0: the global model's) on the file's
 first --eval_windows windows of the context is printed; --save=FILE.safetensors writes the
 module's tensors. The last line is JSON: the learner's stats, the loss, the parameters'
-checksum (diloco_ps.checksum over named_parameters() in order: the C++ worker's params_checksum).
+checksum (diloco_ps.checksum over named_parameters() in order: the C++ worker's params_checksum)
+and step_s, the mean seconds per step after the first --warmup steps. --no_learner runs the
+same loop without the learner (nothing joins or pushes): the peer that the learner's
+utilization (step_s without / step_s with) is measured against.
 """
 import argparse
 import json
@@ -63,11 +68,19 @@ def main():
     ap.add_argument("--go_file", default="", help="after the join, wait for this file to exist")
     ap.add_argument("--lockstep", action="store_true",
                     help="wait at each push for its round's answer (synchronous DiLoCo)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--no_learner", action="store_true",
+                    help="the same loop without the learner (the utilization peer)")
+    ap.add_argument("--warmup", type=int, default=10, help="steps left out of step_s")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
+    device = torch.device(a.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # as the C++ CUDA trainer's cuBLAS calls
 
-    model = llama.load_hf_folder(a.model_dir)
+    model = llama.load_hf_folder(a.model_dir).to(device, getattr(torch, a.dtype))
     T, V = model.config["max_position_embeddings"], model.config["vocab_size"]
     tokens = None
     if a.steps > 0:
@@ -85,40 +98,55 @@ def main():
         if int(tokens.max()) >= V:
             sys.exit(f"{a.data}: token {int(tokens.max())} is outside the vocabulary of {V}")
 
-    learner = diloco_ps.Learner(servers=a.servers, worker_id=a.worker_id,
-                                params=model.named_parameters(), codec=a.codec,
-                                inner_steps=a.inner_steps, fragments=a.fragments,
-                                lockstep=a.lockstep)
+    learner = None if a.no_learner else diloco_ps.Learner(
+        servers=a.servers, worker_id=a.worker_id, params=model.named_parameters(),
+        codec=a.codec, inner_steps=a.inner_steps, fragments=a.fragments, lockstep=a.lockstep)
     decayed = [p for p in model.parameters() if p.dim() == 2]
     others = [p for p in model.parameters() if p.dim() != 2]
     opt = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.1},
                              {"params": others, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    learner.join()
+    if learner:
+        learner.join()
     joined_checksum = checksum(model)
     print(f"learner {a.worker_id} joined: parameters checksum {joined_checksum}", flush=True)
     llama.wait_for_go(a.go_file)
     gen = torch.Generator().manual_seed(a.seed * 31 + a.worker_id + 1)
-    start, ema = time.time(), None
+    # The loss's running mean stays on the device (no synchronisation per step; printed at
+    # --progress), so the loop is what a GPU training loop would be.
+    start, ema, timed = time.time(), None, None
     for step in range(1, a.steps + 1):
+        if step == a.warmup + 1:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            timed = time.perf_counter()
         starts = torch.randint(0, len(tokens) - T - 1, (a.batch,), generator=gen)
-        window = torch.stack([tokens[s:s + T + 1] for s in starts.tolist()])
+        window = torch.stack([tokens[s:s + T + 1] for s in starts.tolist()]).to(device)
         loss = model(window[:, :-1], window[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        learner.after_step(tokens=a.batch * T)
-        ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()
+        if learner:
+            learner.after_step(tokens=a.batch * T)
+        loss = loss.detach().float()
+        ema = loss if ema is None else 0.9 * ema + 0.1 * loss
         if step % a.progress == 0:
-            st = learner.stats
-            print(f"learner {a.worker_id} step {step} loss {ema:.4f} pushes {st['pushes']} "
-                  f"applied {st['applied']} adopted {st['adoptions']} "
+            st = learner.stats if learner else {"pushes": 0, "applied": 0, "adoptions": 0}
+            print(f"learner {a.worker_id} step {step} loss {ema.item():.4f} pushes "
+                  f"{st['pushes']} applied {st['applied']} adopted {st['adoptions']} "
                   f"({time.time() - start:.1f}s)", flush=True)
-    if a.steps > 0:
+    step_s = None
+    if timed is not None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        step_s = (time.perf_counter() - timed) / (a.steps - a.warmup)
+    if a.steps > 0 and learner:
         learner.drain()
     done = {"event": "done", "worker": a.worker_id, "joined_checksum": joined_checksum,
-            "checksum": checksum(model), "train_loss": ema, **learner.stats}
+            "checksum": checksum(model), "train_loss": None if ema is None else ema.item(),
+            "step_s": step_s, "device": str(device), "dtype": a.dtype,
+            **(learner.stats if learner else {})}
     if a.eval:
         tokens = llama.read_bin(a.eval)
         done["heldout_loss"] = llama.heldout_loss(model, tokens, a.eval_windows, T)
