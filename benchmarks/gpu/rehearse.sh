@@ -9,9 +9,10 @@
 #      (libc6) nor of the compiler runtime (libgcc-s1, libstdc++6) travels;
 #   3. unpacks the pack in a fresh folder and runs the driver (run.sh) on it one part per call,
 #      in the GPU run's order, inside a private mount namespace where the CUDA toolkit's folder
-#      is an empty tmpfs (where the machine allows one): every GPU part must end with the verdict "no GPU" once its programs
-#      have started and said so (no_gpu_check.sh), the transport part must pass in its short
-#      form, and each within its limit.
+#      is an empty tmpfs (where the machine allows one): every GPU part must end with the
+#      verdict "no GPU" once its programs have started and said so (no_gpu_check.sh), the parts
+#      that need no GPU (transport, rejoin) must pass in their short form, and each within its
+#      limit.
 # Usage: benchmarks/gpu/rehearse.sh [BUILD]   (BUILD: a CUDA build folder; default build-gpu)
 # deploy/test.sh runs it on its own build when that build has the CUDA paths.
 set -euo pipefail
@@ -38,8 +39,9 @@ if ! why=$(unshare -rm true 2>&1); then
   echo "rehearse: cannot hide $toolkit (unshare -rm: $why); it stays visible"
   hide=()
 fi
-declare -A limit=([kernels]=150 [model]=240 [cluster]=90 [learner]=180 [transport]=45)
-for part in kernels model cluster learner transport; do
+declare -A limit=([kernels]=150 [model]=240 [cluster]=90 [learner]=180 [transport]=45
+                  [rejoin]=60)
+for part in kernels model cluster learner transport rejoin; do
   start=$SECONDS
   set +e
   "${hide[@]}" env DILOCO_REHEARSAL=1 benchmarks/gpu/run.sh "$work/machine/bundle.tgz" "$work/out" "$part" \
@@ -50,7 +52,8 @@ for part in kernels model cluster learner transport; do
   verdict=$(grep "^$part: " "$work/out/summary.txt" | tail -n 1 || true)
   echo "rehearse: $part: exit $rc in $took s: ${verdict:-no verdict}"
   want=3 pattern="^$part: no GPU \\("
-  [[ $part == transport ]] && want=0 pattern="^transport: exit 0 "
+  # Parts that need no GPU run their short form here and must pass.
+  [[ $part == transport || $part == rejoin ]] && want=0 pattern="^$part: exit 0 "
   if ((rc != want)) || ! grep -qE "$pattern" <<<"$verdict" || ((took > limit[$part])); then
     tail -n 20 "$work/$part.log" >&2
     fail "$part: expected exit $want and /$pattern/ within ${limit[$part]} s"

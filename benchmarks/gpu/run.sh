@@ -3,27 +3,28 @@
 #   benchmarks/gpu/run.sh BUNDLE OUT [PART...]
 # BUNDLE comes from benchmarks/gpu/prepare.sh: its folder, or the packed build-gpu-carry/
 # bundle.tgz that the device tool carries; OUT is the device tool's $OUT. Parts (default all,
-# in this order): kernels (CUDA kernel tests and benchmark, 150 s at most), model (CUDA model
-# tests, the GPT-2 benchmark and PyTorch eager on the same model, 240 s), cluster (a one-shard
-# cluster with a --device=cuda worker, 90 s), learner (the PyTorch learner on CUDA parameters
-# against a shard, fp32 and bf16, beside the same loop without it: learner_check.sh, 180 s),
-# transport (the transport and checksum benchmarks on
-# cores the development machine lacks, 45 s). Run each part as its own device command, in that
-# order (the first verdicts are the ones no other machine can give), e.g.
-#   run.sh build-gpu-carry/bundle.tgz $OUT kernels
-# and rerun a part that failed alone the same way. Every part writes its logs under OUT/<part>
-# as it goes, so one killed at its limit still returns what it measured; one line per part in
-# OUT/summary.txt; exits 1 if any part failed, 3 if there was no GPU (every GPU part's programs
-# started and said so: benchmarks/gpu/no_gpu_check.sh), else 0. benchmarks/gpu/rehearse.sh runs
-# this driver here, without a GPU, against the packed bundle. All five together: 705 s of limits;
-# the first four (525 s) fit one device command, the learner a second.
+# in this order), each with its limit and what it took on an H200 on 2026-12-04:
+#   kernels    CUDA kernel tests and benchmark                                 150 s (38 s)
+#   model      CUDA model tests, the GPT-2 benchmark, PyTorch eager alike      240 s (46 s)
+#   cluster    one shard, a --device=cuda worker and a CPU worker               90 s (41 s)
+#   learner    the PyTorch learner on CUDA parameters (learner_check.sh)      180 s (142 s)
+#   transport  the transport and checksum benchmarks on 16 cores               45 s (29 s)
+#   rejoin     rejoin time at 124M and 1.26B in 128 GiB (rejoin_check.sh)     300 s (not run yet)
+# A cold start of the machine costs about 60-75 s of the session's device time, so group
+# parts into a few commands under the 600 s a command may run, the ones no other machine can
+# give first: e.g. `run.sh build-gpu-carry/bundle.tgz $OUT kernels model cluster transport`,
+# then `... learner rejoin`; rerun a part that failed alone the same way. Every part writes its
+# logs under OUT/<part> as it goes, so one killed at its limit still returns what it measured;
+# one line per part in OUT/summary.txt; exits 1 if any part failed, 3 if there was no GPU
+# (every GPU part's programs started and said so: benchmarks/gpu/no_gpu_check.sh), else 0.
+# benchmarks/gpu/rehearse.sh runs this driver here, without a GPU, against the packed bundle.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 bundle=${1:?usage: run.sh BUNDLE OUT [PART...]}
 out=${2:?usage: run.sh BUNDLE OUT [PART...]}
 shift 2
 parts=("$@")
-((${#parts[@]} > 0)) || parts=(kernels model cluster learner transport)
+((${#parts[@]} > 0)) || parts=(kernels model cluster learner transport rejoin)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 if [[ -f $bundle ]]; then  # the packed bundle: unpack it beside itself
@@ -71,7 +72,7 @@ part() {  # part NAME LIMIT_S COMMAND...
   local name=$1 limit=$2
   shift 2
   local start=$SECONDS rc
-  if ((gpu == 0)) && [[ $name != transport ]]; then
+  if ((gpu == 0)) && [[ $name != transport && $name != rejoin ]]; then
     timeout "$limit" benchmarks/gpu/no_gpu_check.sh "$bundle" "$out/$name" "$name" |
       tee -a "$out/summary.txt"
     rc=${PIPESTATUS[0]}
@@ -89,12 +90,13 @@ part() {  # part NAME LIMIT_S COMMAND...
 for p in "${parts[@]}"; do
   case $p in
     transport) part transport 45 benchmarks/gpu/transport_check.sh "$bundle" "$out/transport" ;;
+    rejoin) part rejoin 300 benchmarks/gpu/rejoin_check.sh "$bundle" "$out/rejoin" ;;
     kernels) part kernels 150 benchmarks/kernels/gpu_check.sh "$bundle" "$out/kernels" ;;
     model) part model 240 benchmarks/model/gpu_check.sh "$bundle" "$out/model" ;;
     cluster) part cluster 90 benchmarks/gpu/cluster_check.sh "$bundle" "$out/cluster" ;;
     learner) part learner 180 benchmarks/gpu/learner_check.sh "$bundle" "$out/learner" ;;
     *)
-      echo "unknown part $p (transport, kernels, model, cluster, learner)" | tee -a "$out/summary.txt"
+      echo "unknown part $p (transport, kernels, model, cluster, learner, rejoin)" | tee -a "$out/summary.txt"
       status=1
       ;;
   esac
