@@ -87,6 +87,10 @@ for dtype in ("float32", "bfloat16"):
           f"{alone['step_s'] * 1e3:.1f} alone, utilization {util:.3f}; pushes "
           f"{with_['pushes']} applied {with_['applied']} adopted {with_['adoptions']}; held-out "
           f"loss {with_['heldout_loss']:.4f} (alone {alone['heldout_loss']:.4f})")
+    if with_.get("due_ms") is not None and alone.get("other_ms") is not None:
+        print(f"  by the GPU's clock: {with_['due_steps']} steps that copied a fragment "
+              f"{with_['due_ms']:.1f} ms each, the {with_['other_steps']} others "
+              f"{with_['other_ms']:.1f} ms; alone {alone['other_ms']:.1f} ms")
     ok = ok and with_["applied"] > 0
     ok = ok and abs(with_["heldout_loss"] / alone["heldout_loss"] - 1) <= 0.05
 print(f"learner: bf16 held-out loss / fp32's = {loss['bfloat16'] / loss['float32']:.4f}")

@@ -23,7 +23,11 @@ module's tensors. The last line is JSON: the learner's stats, the loss, the para
 checksum (diloco_ps.checksum over named_parameters() in order: the C++ worker's params_checksum)
 and step_s, the mean seconds per step after the first --warmup steps. --no_learner runs the
 same loop without the learner (nothing joins or pushes): the peer that the learner's
-utilization (step_s without / step_s with) is measured against.
+utilization (step_s without / step_s with) is measured against. On CUDA the JSON also splits
+the timed steps by the GPU's clock (an event recorded at each step's start, read at the end,
+so no step waits for it): due_ms and other_ms, the mean from one step's start to the next for
+steps whose after_step copied a fragment and for the others; a learner whose cost lies in its
+copies and waits shows it in due_ms only.
 """
 import argparse
 import json
@@ -115,11 +119,18 @@ def main():
     # The loss's running mean stays on the device (no synchronisation per step; printed at
     # --progress), so the loop is what a GPU training loop would be.
     start, ema, timed = time.time(), None, None
+    marks = []  # CUDA: (start event, whether after_step copied) per timed step
+    copies = 0  # fragments copied down and up so far (CUDA, with the learner)
+    if learner and device.type == "cuda":
+        copies = learner.stats["fetched_fragments"] + learner.stats["stored_fragments"]
     for step in range(1, a.steps + 1):
         if step == a.warmup + 1:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             timed = time.perf_counter()
+        if timed is not None and device.type == "cuda":
+            marks.append([torch.cuda.Event(enable_timing=True), False])
+            marks[-1][0].record()
         starts = torch.randint(0, len(tokens) - T - 1, (a.batch,), generator=gen)
         window = torch.stack([tokens[s:s + T + 1] for s in starts.tolist()]).to(device)
         loss = model(window[:, :-1], window[:, 1:])
@@ -129,6 +140,12 @@ def main():
         opt.step()
         if learner:
             learner.after_step(tokens=a.batch * T)
+            if device.type == "cuda":
+                st = learner.stats
+                now = st["fetched_fragments"] + st["stored_fragments"]
+                if marks:
+                    marks[-1][1] = now != copies
+                copies = now
         loss = loss.detach().float()
         ema = loss if ema is None else 0.9 * ema + 0.1 * loss
         if step % a.progress == 0:
@@ -141,11 +158,21 @@ def main():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         step_s = (time.perf_counter() - timed) / (a.steps - a.warmup)
+    split = {}
+    if len(marks) > 1:
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        end.synchronize()
+        ms = [(m[0].elapsed_time(n[0]), m[1]) for m, n in zip(marks, marks[1:] + [[end]])]
+        for key, due in (("due_ms", True), ("other_ms", False)):
+            xs = [t for t, d in ms if d == due]
+            split[key] = sum(xs) / len(xs) if xs else None
+            split[key.replace("_ms", "_steps")] = len(xs)
     if a.steps > 0 and learner:
         learner.drain()
     done = {"event": "done", "worker": a.worker_id, "joined_checksum": joined_checksum,
             "checksum": checksum(model), "train_loss": None if ema is None else ema.item(),
-            "step_s": step_s, "device": str(device), "dtype": a.dtype,
+            "step_s": step_s, **split, "device": str(device), "dtype": a.dtype,
             **(learner.stats if learner else {})}
     if a.eval:
         tokens = llama.read_bin(a.eval)
