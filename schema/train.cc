@@ -124,7 +124,8 @@ bool TrainAssembler::Keep(const std::string& connection, uint32_t worker, uint64
   partial_.erase(it);
   ++trains_cut_;
   const Header& h = p.first.header();
-  if (h.type() != MsgType::Push || h.worker_id() != worker || h.generation() != generation ||
+  const bool resumable = h.type() == MsgType::Push || h.type() == MsgType::InitFragment;
+  if (!resumable || h.worker_id() != worker || h.generation() != generation ||
       h.train_checksum() == 0)
     return false;
   return kept_.Put(std::move(p), now);

@@ -124,7 +124,21 @@ void ShardSession::Init(uint32_t fragment, std::shared_ptr<const wire::Bytes> va
   auto h = Header(MsgType::InitFragment);
   h.fragment_id = fragment;
   wire::SetPayloadLayout(h, wire::kFragmentCodec, f.numel);
-  (void)transport_.Send(false, h, std::move(values), wire::kFragmentCodec, f.numel, {});
+  // An upload a lost connection cut goes on from the chunks the shard kept, if these values are
+  // that upload's (no training in between: the same bytes, so the same train checksum).
+  std::vector<uint64_t> sums;
+  if (auto held = init_resume_.extract(fragment)) {
+    for (const zmq::message_t& frame : wire::PayloadFrames(values, wire::kFragmentCodec, f.numel))
+      sums.push_back(wire::FrameChecksum(frame));
+    if (held.mapped().chunks < sums.size() &&
+        wire::TrainChecksum(sums) == held.mapped().train_checksum) {
+      h.chunk_index = held.mapped().chunks;
+      shared_.Add(&SyncStats::init_resumed);
+    }
+  }
+  const uint64_t bytes = values->size() - BytesBefore(h);
+  if (transport_.Send(false, h, std::move(values), wire::kFragmentCodec, f.numel, sums))
+    shared_.Add(&SyncStats::init_bytes_sent, bytes);
 }
 
 uint64_t ShardSession::JoinBytesAhead() const {
@@ -337,8 +351,13 @@ void ShardSession::OnWelcome(const wire::Header& h) {
 // checks it again when the train is complete).
 void ShardSession::ReadHeldTrains(const wire::Header& h) {
   resume_.clear();
+  init_resume_.clear();
   if (!h.held_trains()) return;
   for (const wire::HeldTrain* t : *h.held_trains()) {
+    if (t->seq() == 0) {  // a theta(0) upload: checked against its values when they are sent
+      if (t->chunks() > 0) init_resume_[t->fragment_id()] = {t->chunks(), t->train_checksum()};
+      continue;
+    }
     auto it = unacked_.find({t->fragment_id(), t->seq()});
     if (it == unacked_.end() || !it->second.push.bytes) continue;
     const std::vector<uint64_t>& sums = it->second.push.checksums;

@@ -116,7 +116,8 @@ class ShardSession {
   void AskJoin(uint32_t fragment);
   void CheckHandshakes();
   void OnWelcome(const wire::Header& h);
-  // The Welcome's held trains: the pushes whose next send starts at a later chunk (resume_).
+  // The Welcome's held trains: the pushes whose next send starts at a later chunk (resume_),
+  // and the theta(0) uploads that may (init_resume_).
   void ReadHeldTrains(const wire::Header& h);
   void OnPushAck(const wire::Header& h);
   void OnError(const wire::Header& h);
@@ -185,6 +186,13 @@ class ShardSession {
   // held_trains, checked against the push's own chunks): the chunk their next send starts at.
   // Taken by that send; a later send, or one after a refusal (TrainNotHeld), goes whole.
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> resume_;
+  // The same for theta(0) uploads (held trains of seq 0): by fragment, the chunks held and the
+  // train checksum; Init resumes when its values' chunks hash to it.
+  struct HeldInit {
+    uint32_t chunks;
+    uint64_t train_checksum;
+  };
+  std::map<uint32_t, HeldInit> init_resume_;
   std::vector<uint32_t> fragments_;        // the shard's, in id order
   std::map<uint32_t, FragmentIo> frags_;   // by fragment id, this shard's only
   std::map<uint32_t, uint64_t> versions_;  // last published version the shard told us

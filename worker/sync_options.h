@@ -104,7 +104,10 @@ struct SyncStats {
   // Fragments whose local work passed carry_max x H and was dropped for the global values,
   // and the steps so dropped.
   uint64_t reanchors = 0, reanchored_steps = 0;
-  uint64_t join_asks = 0;     // fragments asked for while joining (the first asks and any re-asks)
+  uint64_t join_asks = 0;  // fragments asked for while joining (the first asks and any re-asks)
+  // theta(0) uploads sent on from the chunks a shard held (a cut upload resumed), and the
+  // payload bytes of theta(0) sent (of a resumed upload, the rest only).
+  uint64_t init_resumed = 0, init_bytes_sent = 0;
   uint32_t joined = 0;        // fragments joined (pulled once)
   uint32_t unacked = 0;       // pushes waiting for their answer
   double mean_staleness = 0;  // EMA of rounds merged between a push's base and its round

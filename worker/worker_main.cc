@@ -417,6 +417,7 @@ int main(int argc, char** argv) {
     done.Add("pushes", st.pushes).Add("applied", st.applied).Add("stale", st.stale);
     done.Add("resends", st.resends).Add("joined", uint64_t{st.joined});
     done.Add("join_asks", st.join_asks);
+    done.Add("init_resumed", st.init_resumed).Add("init_bytes_sent", st.init_bytes_sent);
     done.Add("reanchors", st.reanchors).Add("reanchored_steps", st.reanchored_steps);
     done.Add("reconnects", st.reconnects).Add("errors", st.errors).Add("refused", st.refused);
     done.Add("after_step_us", st.after_step_us).Add("step_time_us", st.step_time_us);

@@ -1,8 +1,8 @@
-// Cut trains kept and resumed (schema/kept_trains.h, schema/train.h): a push train whose
-// connection was lost is kept under the push's identity, and the push's next send on another
-// connection continues it from the first chunk it lacks; nothing else continues it (another
-// payload, a gap, a lie in the header), a kept train goes after its time or beyond the byte
-// bound (the oldest first), and chunks that do not hash to the train's checksum never join.
+// Cut trains kept and resumed (schema/kept_trains.h, schema/train.h): a push train (or a
+// theta(0) upload) whose connection was lost is kept under the push's identity, and the push's next
+// send on another connection continues it from the first chunk it lacks; nothing else continues it
+// (another payload, a gap, a lie in the header), a kept train goes after its time or beyond the
+// byte bound (the oldest first), and chunks that do not hash to the train's checksum never join.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -109,9 +109,9 @@ TEST(TrainKeepTest, OnlyAPushOfTheBoundWorkerWithATrainChecksumIsKept) {
       t.Add("old", kPush.Chunk(0, [](HeaderFields& h) { h.train_checksum = 0; }), kT0).ok());
   EXPECT_FALSE(t.Keep("old", 3, 9, kT0));
   ASSERT_TRUE(
-      t.Add("old", kPush.Chunk(0, [](HeaderFields& h) { h.type = MsgType::InitFragment; }), kT0)
+      t.Add("old", kPush.Chunk(0, [](HeaderFields& h) { h.type = MsgType::FragmentUpdate; }), kT0)
           .ok());
-  EXPECT_FALSE(t.Keep("old", 3, 9, kT0)) << "pushes only";
+  EXPECT_FALSE(t.Keep("old", 3, 9, kT0)) << "pushes and theta(0) uploads only";
   EXPECT_EQ(t.kept().size(), 0u);
   EXPECT_EQ(t.partial_trains(), 0u);
   // Such a chunk resumes nothing: refused as before (Malformed), not TrainNotHeld.
@@ -119,6 +119,31 @@ TEST(TrainKeepTest, OnlyAPushOfTheBoundWorkerWithATrainChecksumIsKept) {
       ErrorCodeOf(t.Add("new", kPush.Chunk(1, [](HeaderFields& h) { h.train_checksum = 0; }), kT0)
                       .status()),
       ErrorCode::Malformed);
+}
+
+// A theta(0) upload (InitFragment, seq 0) is kept and resumed as a push is: a big model's first
+// upload over a slow link is the longest train a worker sends.
+TEST(TrainKeepTest, ACutThetaZeroUploadIsKeptAndResumed) {
+  Train init({std::string(100, 'x'), std::string(100, 'y'), std::string(80, 'z')}, /*seq=*/0);
+  init.h.type = MsgType::InitFragment;
+  TrainAssembler t(Limits());
+  CutAfterTwo(t, init);
+  const auto held = t.kept().Held(3, 9);
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].seq(), 0u);
+  EXPECT_EQ(held[0].chunks(), 2u);
+  EXPECT_EQ(held[0].train_checksum(), init.h.train_checksum);
+  // A push's chunk of the same fragment does not continue it (another type of payload).
+  EXPECT_EQ(ErrorCodeOf(t.Add("new", kPush.Chunk(2), kT0).status()), ErrorCode::TrainNotHeld);
+  EXPECT_EQ(t.kept().size(), 1u);
+  auto r = t.Add("new", init.Chunk(2), kT0 + absl::Seconds(1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->header().type(), MsgType::InitFragment);
+  ASSERT_EQ((*r)->num_payloads(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(Bytes((*r)->payload(i)), init.chunks[i]);
+  EXPECT_EQ(t.trains_resumed(), 1u);
+  EXPECT_EQ(t.kept().size(), 0u);
 }
 
 // Whatever does not continue the kept train exactly is refused TrainNotHeld and leaves it as it

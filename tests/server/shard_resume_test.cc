@@ -2,8 +2,9 @@
 // "Trains"): the shard keeps the chunks it holds when the worker's Hello comes on another
 // connection, lists them in the Welcome, completes the train from the chunks sent after it and
 // handles the push exactly as if it had come whole (Queued, Applied, Duplicate, the same
-// params). A resumed chunk that does not continue what is held, or comes on a connection
-// without a Hello, is refused and changes nothing; a kept train expires by the fake clock.
+// params); a theta(0) upload alike. A resumed chunk that does not continue what is held, or
+// comes on a connection without a Hello, is refused and changes nothing; a kept train expires
+// by the fake clock.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -74,6 +75,43 @@ class ShardResumeTest : public ::testing::Test {
   std::unique_ptr<ShardHarness> h_;
   uint64_t n_ = 0;
 };
+
+// theta(0) is the longest train a worker sends (the whole fragment in fp32): cut, it is kept and
+// resumed as a push is, and initializes the fragment exactly as the values sent whole would.
+TEST_F(ShardResumeTest, ACutThetaZeroUploadResumesAndInitializesTheFragment) {
+  ShardHarness fresh(ResumeOptions());  // no theta(0) yet
+  std::vector<float> theta(n_);
+  for (uint64_t i = 0; i < n_; ++i) theta[i] = 0.1f * static_cast<float>(i % 5);
+  const auto chunks = ShardHarness::Encode(wire::kFragmentCodec, theta);
+  ASSERT_EQ(chunks.size(), 3u);
+  std::vector<uint64_t> sums;
+  for (const auto& c : chunks) sums.push_back(Checksum64(c.data(), c.size()));
+  auto h = fresh.Base(MsgType::InitFragment, 1);
+  h.fragment_id = 0;
+  wire::SetPayloadLayout(h, wire::kFragmentCodec, n_);
+  h.num_chunks = 3;
+  h.train_checksum = wire::TrainChecksum(sums);
+  auto chunk = [&](uint32_t k) {
+    auto hk = h;
+    hk.chunk_index = k;
+    return ShardHarness::Frames(hk, {chunks[k]});
+  };
+  fresh.Hello("old", 1);
+  for (uint32_t k = 0; k < 2; ++k) EXPECT_TRUE(fresh.SendRaw("old", chunk(k)).empty());
+  const auto welcomed = fresh.Hello("new", 1);  // kept: Only points into it
+  const Outgoing* w = Only(welcomed, MsgType::Welcome);
+  ASSERT_NE(w, nullptr);
+  ASSERT_EQ(w->header.held_trains.size(), 1u);
+  EXPECT_EQ(w->header.held_trains[0].seq(), 0u) << "an upload, not a push";
+  EXPECT_EQ(w->header.held_trains[0].chunks(), 2u);
+  EXPECT_EQ(w->header.held_trains[0].train_checksum(), h.train_checksum);
+
+  const auto out = fresh.SendRaw("new", chunk(2));  // kept: Only points into it
+  const Outgoing* ack = Only(out, MsgType::PushAck);
+  ASSERT_NE(ack, nullptr);
+  EXPECT_EQ(ack->header.ack, AckStatus::Initialized);
+  EXPECT_EQ(fresh.shard().params(0), theta);
+}
 
 TEST_F(ShardResumeTest, APushResumedOnANewConnectionIsTakenAsIfItCameWhole) {
   const auto delta = DeltaOf(0.01f);

@@ -4,6 +4,7 @@
 // recording transport sees the send start at that chunk, and the bytes sent count only those).
 // A held train that is not this push's payload, or a shard that lists nothing (an older one),
 // gets the push whole; a resumed send the shard refuses TrainNotHeld goes again whole at once.
+// A theta(0) upload resumes alike when its values are the cut upload's.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -173,6 +174,57 @@ TEST_F(ShardSessionResumeTest, AResumedSendRefusedTrainNotHeldGoesAgainWholeAtOn
   auto whole = transport_.Take(MsgType::Push);
   ASSERT_EQ(whole.size(), 1u);
   EXPECT_EQ(whole[0].h.chunk_index, 0u);
+}
+
+// theta(0) uploads resume the same way (a held train of seq 0), when the values handed over
+// again are the cut upload's: the same bytes, so the same train checksum.
+TEST_F(ShardSessionResumeTest, ACutThetaZeroUploadGoesOnFromTheChunksTheShardHeld) {
+  const uint64_t numel = plan_.fragment(0).numel;
+  auto values = std::make_shared<wire::Bytes>(numel * sizeof(float));
+  for (size_t i = 0; i < values->size(); ++i) (*values)[i] = static_cast<uint8_t>(i * 131 + 7);
+  std::vector<uint64_t> sums;
+  for (const auto& f : wire::PayloadFrames(values, wire::kFragmentCodec, numel))
+    sums.push_back(wire::FrameChecksum(f));
+  ASSERT_EQ(sums.size(), 3u) << "fp32 chunks of 4 MiB";
+  const uint64_t size = values->size();
+  const uint64_t before2 = wire::PayloadLayout(wire::kFragmentCodec, numel).chunk(2).byte_offset;
+
+  session_->Init(0, values);
+  auto first = transport_.Take(MsgType::InitFragment);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].h.chunk_index, 0u);
+  EXPECT_EQ(shared_.stats().init_bytes_sent, size);
+
+  // Held chunks of another payload (the learner trained meanwhile): whole.
+  LoseConnection();
+  Welcome({wire::HeldTrain(0, 2, 0, wire::TrainChecksum(sums) ^ 1)});
+  session_->Init(0, values);
+  auto whole = transport_.Take(MsgType::InitFragment);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].h.chunk_index, 0u);
+  EXPECT_EQ(shared_.stats().init_resumed, 0u);
+
+  // This upload's first two chunks held: only the third goes.
+  LoseConnection();
+  Welcome({wire::HeldTrain(0, 2, 0, wire::TrainChecksum(sums))});
+  EXPECT_TRUE(transport_.Take(MsgType::InitFragment).empty())
+      << "theta(0) goes when the training thread hands it over, not at the Welcome";
+  session_->Init(0, values);
+  auto resumed = transport_.Take(MsgType::InitFragment);
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].h.chunk_index, 2u);
+  EXPECT_EQ(resumed[0].payload, values) << "the same bytes";
+  EXPECT_EQ(shared_.stats().init_resumed, 1u);
+  EXPECT_EQ(shared_.stats().init_bytes_sent, 2 * size + (size - before2));
+  EXPECT_LT(size - before2, size / 2);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "a held upload is not a push";
+
+  // Once used, the held train is forgotten: the next upload (answered TrainNotHeld, say) goes
+  // whole.
+  session_->Init(0, values);
+  auto again = transport_.Take(MsgType::InitFragment);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].h.chunk_index, 0u);
 }
 
 }  // namespace

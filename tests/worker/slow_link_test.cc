@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/codec.h"
 #include "schema/payload_layout.h"
+#include "schema/transport.h"
 #include "tests/integration/cluster.h"
 #include "tests/util/throttle_proxy.h"
 
@@ -154,6 +155,45 @@ TEST_F(CutLinkTest, APushCutInTheMiddleResumesFromTheChunksTheShardHoldsAndCross
   EXPECT_LT(up, 1.3 * push) << up << " bytes up the link for a push of " << push;
   std::printf("push %lu B: the worker sent %.0f B (%.3fx), %.0f B went up the link (%.3fx)\n",
               static_cast<unsigned long>(push), sent, sent / push, up, up / push);
+}
+
+// With --keep_cut_trains_mib=0 on the shard this fails: init_resumed 0, trains_kept 0, and the
+// worker sent 2.000x theta(0), 1.93x went up the link (measured 2026-12-04).
+// theta(0) is the first and largest train up the link: cut in its last chunk, the upload goes on
+// from the chunks the shard kept once the worker has reconnected (the worker does not train
+// before it has joined, so it hands over the same values again: the same train checksum).
+TEST_F(CutLinkTest, AThetaZeroUploadCutInTheMiddleResumesAndCrossesOnce) {
+  const auto jsonl = shards_.dir / "worker.jsonl";
+  const uint64_t params = static_cast<uint64_t>(shards_.Stat(0, "params"));
+  const wire::PayloadLayout layout(wire::kFragmentCodec, params);
+  ASSERT_EQ(layout.chunks(), 3u);
+  const uint64_t theta = layout.bytes(), last = layout.chunk(2).bytes;
+  // Hellos, Welcomes and heartbeats before it are a few KB: the cut falls in the last chunk.
+  proxy_->CutAfter(theta - last / 2);
+  Process w({WorkerBinary(), "--worker_id=0", "--fragments=1", absl::StrCat("--model=", kCutModel),
+             "--steps=1", "--inner_steps=5", "--batch=2", "--threads=1", "--eval_batches=1",
+             "--servers=" + proxy_->endpoint(), "--heartbeat=200ms", "--shard_timeout=2s",
+             "--join_timeout=60s", "--drain_timeout=10s", "--log_sync_events",
+             "--metrics_jsonl=" + jsonl.string()},
+            (shards_.dir / "worker.log").string());
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (shards_.Stat(0, "versions.0") < 1 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_GE(shards_.Stat(0, "versions.0"), 1) << "theta(0) never arrived";
+  const double up = proxy_->bytes_upstream();
+  ASSERT_EQ(w.Wait(absl::Seconds(60)), std::optional<int>(0));
+  const auto done = ReadEvents(jsonl, "done");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(proxy_->cuts(), 1u);
+  EXPECT_GE(done[0].at("reconnects"), 1);
+  EXPECT_EQ(done[0].at("init_resumed"), 1);
+  EXPECT_EQ(shards_.Stat(0, "trains_kept"), 1);
+  EXPECT_EQ(shards_.Stat(0, "trains_resumed"), 1);
+  const double sent = done[0].at("init_bytes_sent");
+  EXPECT_LT(sent, 1.3 * theta) << sent << " bytes of theta(0) sent for " << theta;
+  EXPECT_LT(up, 1.3 * theta) << up << " bytes up the link for theta(0) of " << theta;
+  std::printf("theta(0) %lu B: the worker sent %.0f B (%.3fx), %.0f B went up the link (%.3fx)\n",
+              static_cast<unsigned long>(theta), sent, sent / theta, up, up / theta);
 }
 
 }  // namespace
