@@ -10,8 +10,9 @@
 # held-out loss must match the loop's alone: a check of the copies between the GPU and the host
 # (pushed fragments down, adopted ones up) that the default outer Nesterov step would hide (a
 # lone learner under it overshoots: at lr 1.3 and momentum 0.7 each round moves ~4x its delta).
-# Passes when every run exits 0, every learner's pushes were applied, and each held-out loss
-# is within 5% of the loop's alone in the same dtype.
+# Then an island of 2 ranks on that GPU (DDP over gloo) against its own shard. Passes when
+# every run exits 0, every learner's pushes were applied, each held-out loss is within 5% of the
+# loop's alone in the same dtype, and the island's ranks end with identical parameters.
 # Usage: benchmarks/gpu/learner_check.sh BUNDLE OUT [STEPS]
 # BUNDLE/python must hold diloco_ps built for this machine's python3 (prepare.sh does so when
 # given that Python's headers: benchmarks/gpu/python_headers.sh says how); without it the part
@@ -71,6 +72,22 @@ for dtype in float32 bfloat16; do
   kill -TERM $server
   wait $server || { echo "learner: the shard ($dtype) exited $?"; status=1; }
 done
+# An island of 2 ranks (llama_island.py: DDP, rank 0's learner, adopted fragments broadcast)
+# on the same GPU, so gloo (NCCL takes one GPU per rank), llama.py's small default model: its
+# parameters are CUDA tensors; the script exits non-zero when the ranks differ after the drain.
+python3 "$examples/llama.py" --out="$out/tiny" >/dev/null 2>&1 || { echo "learner: llama.py"; exit 1; }
+"$bundle/server/diloco-server" --model=hf:"$out/tiny" --fragments=4 --shards=1 --shard=0 \
+  --store="$out/store_island" --bind='tcp://127.0.0.1:*' --port_file="$out/endpoint_island" \
+  --progress_interval=30s >"$out/shard_island.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do [[ -s $out/endpoint_island ]] && break; sleep 0.1; done
+timeout 120 python3 "$examples/llama_island.py" --servers="$(cat "$out/endpoint_island")" \
+  --worker_id=0 --num_workers=1 --ranks=2 --device="$device" --backend=gloo \
+  --model_dir="$out/tiny" --ctl="$ctl" --steps=60 --inner_steps=10 --progress=30 \
+  >"$out/island.log" 2>&1 || { echo "learner: the island failed"; tail -5 "$out/island.log"; status=1; }
+tail -1 "$out/island.log" | cut -c1-300
+kill -TERM $server
+wait $server || { echo "learner: the island's shard exited $?"; status=1; }
 ((status == 0)) || exit 1
 
 python3 - "$out" <<'PY'
@@ -94,6 +111,10 @@ for dtype in ("float32", "bfloat16"):
     ok = ok and with_["applied"] > 0
     ok = ok and abs(with_["heldout_loss"] / alone["heldout_loss"] - 1) <= 0.05
 print(f"learner: bf16 held-out loss / fp32's = {loss['bfloat16'] / loss['float32']:.4f}")
+island = last(f"{out}/island.log")
+print(f"island of {island['ranks']} ranks: pushes {island['pushes']} applied {island['applied']} "
+      f"adopted {island['adoptions']}; the ranks' checksums after the drain {island['checksums']}")
+ok = ok and island["applied"] > 0 and len(set(island["checksums"])) == 1
 print("learner:", "ok" if ok else "FAILED")
 sys.exit(0 if ok else 1)
 PY

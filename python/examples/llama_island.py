@@ -3,12 +3,13 @@
 DiLoCo fleet (diloco_ps.Island), its ranks under DistributedDataParallel.
 
 Starts --ranks processes on this host (torch.multiprocessing; gloo on the CPU, or NCCL with
---device=cuda, one GPU per rank), each a DDP replica of the module built from
-DIR/config.json and DIR/model.safetensors (the folder the shards serve as --model=hf:DIR). Rank
-0's learner is the only one that talks to the shards; after every step what it adopted is
-broadcast to the other ranks (python/diloco_ps/island.py). The island's data is the worker's
-share of the built-in synthetic data (`diloco-ctl gen-data --worker=W --workers=N`), each rank
-sampling its batches from it with its own generator. The last line is rank 0's JSON: the
+--device=cuda, one GPU per rank; --backend=gloo with --device=cuda lets ranks share GPUs),
+each a DDP replica of the module built from DIR/config.json and DIR/model.safetensors (the
+folder the shards serve as --model=hf:DIR). Rank 0's learner is the only one that talks to the
+shards; after every step what it adopted is broadcast to the other ranks
+(python/diloco_ps/island.py). The island's data is the worker's share of the built-in
+synthetic data (`diloco-ctl gen-data --worker=W --workers=N`), each rank sampling its batches
+from it with its own generator. The last line is rank 0's JSON: the
 learner's stats and each rank's parameter checksum after the join and after the drain (those
 after the drain must all be equal, else this exits 1).
 
@@ -50,15 +51,18 @@ def tokens_of(a):
 
 def rank_main(rank, a, init, tokens):
     cuda = a.device == "cuda"
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    # One GPU per rank; with fewer GPUs than ranks (gloo only: NCCL refuses two ranks on one
+    # GPU) the ranks share them round robin.
+    device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     torch.set_num_threads(a.threads)
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=init, rank=rank,
-                            world_size=a.ranks, timeout=datetime.timedelta(seconds=300))
+    backend = a.backend or ("nccl" if cuda else "gloo")
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=a.ranks,
+                            timeout=datetime.timedelta(seconds=300))
     model = llama.load_hf_folder(a.model_dir).to(device)
     T = model.config["max_position_embeddings"]
-    ddp = DistributedDataParallel(model, device_ids=[rank] if cuda else None)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     island = diloco_ps.Island(servers=a.servers, worker_id=a.worker_id, params=ddp,
                               codec=a.codec, inner_steps=a.inner_steps, fragments=a.fragments,
                               lockstep=a.lockstep)
@@ -107,6 +111,9 @@ def main():
     ap.add_argument("--num_workers", type=int, default=0, help="data shares (0: worker_id + 1)")
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--backend", choices=["", "nccl", "gloo"], default="",
+                    help="torch.distributed's backend ('': NCCL on CUDA, gloo on the CPU); gloo "
+                    "with --device=cuda lets ranks share a GPU")
     ap.add_argument("--model_dir", required=True, help="the Hugging Face folder the shards serve")
     ap.add_argument("--fragments", type=int, default=4)
     ap.add_argument("--codec", default="int8:256")
