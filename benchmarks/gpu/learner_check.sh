@@ -52,7 +52,8 @@ status=0
 for dtype in float32 bfloat16; do
   log=$out/alone_$dtype.log
   timeout 120 python3 "$examples/llama_learner.py" "${common[@]}" --dtype=$dtype --no_learner \
-    --servers=none >"$log" 2>&1 || { echo "learner: the loop alone ($dtype) failed"; tail -5 "$log"; status=1; }
+    --servers=none >"$log" 2>&1 ||
+    { echo "learner: the loop alone ($dtype) failed"; tail -5 "$log"; status=1; }
   store=$out/store_$dtype
   "$bundle/server/diloco-server" --model=hf:"$out/llama" --fragments=4 --shards=1 --shard=0 \
     --outer_lr=1 --outer_momentum=0 \
@@ -75,7 +76,8 @@ done
 # An island of 2 ranks (llama_island.py: DDP, rank 0's learner, adopted fragments broadcast)
 # on the same GPU, so gloo (NCCL takes one GPU per rank), llama.py's small default model: its
 # parameters are CUDA tensors; the script exits non-zero when the ranks differ after the drain.
-python3 "$examples/llama.py" --out="$out/tiny" >/dev/null 2>&1 || { echo "learner: llama.py"; exit 1; }
+python3 "$examples/llama.py" --out="$out/tiny" >/dev/null 2>&1 ||
+  { echo "learner: llama.py"; exit 1; }
 "$bundle/server/diloco-server" --model=hf:"$out/tiny" --fragments=4 --shards=1 --shard=0 \
   --store="$out/store_island" --bind='tcp://127.0.0.1:*' --port_file="$out/endpoint_island" \
   --progress_interval=30s >"$out/shard_island.log" 2>&1 &
@@ -84,7 +86,8 @@ for _ in $(seq 100); do [[ -s $out/endpoint_island ]] && break; sleep 0.1; done
 timeout 120 python3 "$examples/llama_island.py" --servers="$(cat "$out/endpoint_island")" \
   --worker_id=0 --num_workers=1 --ranks=2 --device="$device" --backend=gloo \
   --model_dir="$out/tiny" --ctl="$ctl" --steps=60 --inner_steps=10 --progress=30 \
-  >"$out/island.log" 2>&1 || { echo "learner: the island failed"; tail -5 "$out/island.log"; status=1; }
+  >"$out/island.log" 2>&1 ||
+  { echo "learner: the island failed"; tail -5 "$out/island.log"; status=1; }
 tail -1 "$out/island.log" | cut -c1-300
 kill -TERM $server
 wait $server || { echo "learner: the island's shard exited $?"; status=1; }

@@ -50,7 +50,8 @@ case $part in
   learner)
     # The part's own programs (the shard, and diloco-ctl for the data); the Python module is
     # built for the GPU machine's Python, not this one's.
-    expect diloco-ctl 0 'tokens' "$bundle/ctl/diloco-ctl" gen-data --heldout --out="$out/heldout.bin"
+    expect diloco-ctl 0 'tokens' "$bundle/ctl/diloco-ctl" gen-data --heldout \
+      --out="$out/heldout.bin"
     expect diloco-server 0 'diloco-server' "$bundle/server/diloco-server" --version
     ;;
   *)

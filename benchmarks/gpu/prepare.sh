@@ -42,8 +42,9 @@ if [[ -n ${DILOCO_GPU_PYTHON_HEADERS:-} ]]; then
   benchmarks/gpu/python_module.sh "$build" "$DILOCO_GPU_PYTHON_HEADERS" "$bundle/python"
   module=("$bundle"/python/diloco_ps/_diloco_ps.*.so)
 fi
-# What travels: every library the programs (and the module) load that the GPU machine has not of its own (glibc's
-# family, the compiler runtime and CUDA's libraries stay: benchmarks/gpu/bundle_libs.sh).
+# What travels: every library the programs (and the module) load that the GPU machine has not
+# of its own (glibc's family, the compiler runtime and CUDA's libraries stay:
+# benchmarks/gpu/bundle_libs.sh).
 built=()
 for p in "${programs[@]}"; do built+=("$build/$p"); done
 benchmarks/gpu/bundle_libs.sh "${built[@]}" "${module[@]}" | while read -r name path; do

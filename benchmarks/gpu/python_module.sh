@@ -16,7 +16,10 @@ trap 'rm -rf "$work"' EXIT
 tar -xzf "$headers" -C "$work"
 python_h=$(find "$work" -name Python.h -path '*/python3.*' | head -n 1)
 pybind_h=$(find "$work" -name pybind11.h -path '*/pybind11/pybind11.h' | head -n 1)
-[[ -n $python_h && -n $pybind_h ]] || { echo "python_module: $headers lacks Python.h or pybind11" >&2; exit 1; }
+if [[ -z $python_h || -z $pybind_h ]]; then
+  echo "python_module: $headers lacks Python.h or pybind11" >&2
+  exit 1
+fi
 pyinc=$(dirname "$python_h")
 pybind=$(dirname "$(dirname "$pybind_h")")
 major=$(awk '/#define PY_MAJOR_VERSION/ {print $3}' "$pyinc/patchlevel.h")
@@ -28,14 +31,18 @@ extra=()
 [[ -d $work/usr/include ]] && extra+=(-isystem "$work/usr/include")
 
 object=python/CMakeFiles/_diloco_ps.dir/learner.cc.o
-library=$(ninja -C "$build" -t targets all | awk -F: '/^python\/diloco_ps\/_diloco_ps\..*\.so:/ {print $1}')
+library=$(ninja -C "$build" -t targets all |
+  awk -F: '/^python\/diloco_ps\/_diloco_ps\..*\.so:/ {print $1}')
 [[ -n $library ]] || { echo "python_module: $build does not build diloco_ps" >&2; exit 1; }
 ninja -C "$build" "$library" >/dev/null
 compile=$(ninja -C "$build" -t commands "$object" | tail -n 1)
 link=$(ninja -C "$build" -t commands "$library" | tail -n 1)
 # This machine's Python include folder, as CMake put it on the command line.
 ours=$(grep -o -- '-isystem [^ ]*python3\.[0-9]*' <<<"$compile" | head -n 1)
-[[ -n $ours ]] || { echo "python_module: no Python include folder in $object's command" >&2; exit 1; }
+if [[ -z $ours ]]; then
+  echo "python_module: no Python include folder in $object's command" >&2
+  exit 1
+fi
 compile=${compile/"$ours"/-isystem $pybind -isystem $pyinc ${extra[*]}}
 compile=${compile//"$object"/$work/learner.o}
 link=${link//"$object"/$work/learner.o}
@@ -45,5 +52,5 @@ link=${link//"$library"/$work/_diloco_ps$suffix}
 mkdir -p "$dest/diloco_ps"
 cp "$work/_diloco_ps$suffix" "$dest/diloco_ps/"
 cp "$here"/python/diloco_ps/*.py "$dest/diloco_ps/"
-echo "python_module: diloco_ps for Python $major.$minor ($(basename "$pybind_h" .h) from" \
-  "the pack) in $dest/diloco_ps"
+echo "python_module: diloco_ps for Python $major.$minor (its headers and pybind11's from" \
+  "$headers) in $dest/diloco_ps"

@@ -96,7 +96,8 @@ for p in "${parts[@]}"; do
     cluster) part cluster 90 benchmarks/gpu/cluster_check.sh "$bundle" "$out/cluster" ;;
     learner) part learner 180 benchmarks/gpu/learner_check.sh "$bundle" "$out/learner" ;;
     *)
-      echo "unknown part $p (transport, kernels, model, cluster, learner, rejoin)" | tee -a "$out/summary.txt"
+      echo "unknown part $p (kernels, model, cluster, learner, transport, rejoin)" |
+        tee -a "$out/summary.txt"
       status=1
       ;;
   esac

@@ -22,8 +22,8 @@ namespace diloco::model::cuda {
 // kept per layer) for head sizes it takes (up to 128), else materialized (scores and softmax as
 // B x NH x T x T per layer through cuBLAS batched GEMMs, the reference it is tested against).
 // kAuto (the trainer's default) takes materialized where its scores fit (ChooseAttention): on
-// the H200 it trains GPT-2 124M and 350M at 2.1x the streaming kernels' tokens/s
-// (benchmarks/RESULTS.md, "Model (GPU)"), whose one-thread-per-row fp32 loops use no tensor cores.
+// an H200 it trains GPT-2 124M and 350M about twice as fast as the streaming kernels, whose
+// one-thread-per-row fp32 loops use no tensor cores (benchmarks/RESULTS.md, "Model (GPU)").
 enum class GpuAttention { kAuto, kStreaming, kMaterialized };
 
 struct GpuShape {
