@@ -11,6 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/codec.h"
@@ -106,6 +109,32 @@ class CutLinkTest : public ::testing::Test {
     for (auto& s : shards_.shards) s->Wait(absl::Seconds(10));
   }
 
+  // A worker of kCutModel through the proxy, its events in worker.jsonl, with `args` besides.
+  std::unique_ptr<Process> StartWorker(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {WorkerBinary(),
+                                     "--worker_id=0",
+                                     "--fragments=1",
+                                     absl::StrCat("--model=", kCutModel),
+                                     "--batch=2",
+                                     "--threads=1",
+                                     "--eval_batches=1",
+                                     "--servers=" + proxy_->endpoint(),
+                                     "--heartbeat=200ms",
+                                     "--shard_timeout=2s",
+                                     "--join_timeout=60s",
+                                     "--log_sync_events",
+                                     "--metrics_jsonl=" + (shards_.dir / "worker.jsonl").string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<Process>(argv, (shards_.dir / "worker.log").string());
+  }
+  // Waits until the shard holds theta(0) (a minute at most).
+  void WaitForThetaZero() {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (shards_.Stat(0, "versions.0") < 1 && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_GE(shards_.Stat(0, "versions.0"), 1) << "theta(0) never arrived";
+  }
+
   LocalShards shards_;
   std::unique_ptr<ThrottleProxy> proxy_;
 };
@@ -113,20 +142,11 @@ class CutLinkTest : public ::testing::Test {
 // With --keep_cut_trains_mib=0 on the shard this fails: trains_kept 0, and the worker sent 2.000x
 // the push, 1.93x went up the link (measured 2026-12-04).
 TEST_F(CutLinkTest, APushCutInTheMiddleResumesFromTheChunksTheShardHoldsAndCrossesOnce) {
-  const auto jsonl = shards_.dir / "worker.jsonl";
   // One push (inner steps 5 of 7), then the drain waits for its answer.
-  Process w({WorkerBinary(), "--worker_id=0", "--fragments=1", absl::StrCat("--model=", kCutModel),
-             "--codec=int8", "--inner_steps=5", "--steps=7", "--batch=2", "--threads=1",
-             "--eval_batches=1", "--servers=" + proxy_->endpoint(), "--heartbeat=200ms",
-             "--shard_timeout=2s", "--join_timeout=60s", "--drain_timeout=30s", "--log_sync_events",
-             "--metrics_jsonl=" + jsonl.string()},
-            (shards_.dir / "worker.log").string());
+  auto w = StartWorker({"--codec=int8", "--inner_steps=5", "--steps=7", "--drain_timeout=30s"});
   // Once theta(0) is in, the only large message up the link is the push: the cut is armed to
   // fall in its last chunk, after its first two crossed.
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (shards_.Stat(0, "versions.0") < 1 && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(20));
-  ASSERT_GE(shards_.Stat(0, "versions.0"), 1) << "theta(0) never arrived";
+  ASSERT_NO_FATAL_FAILURE(WaitForThetaZero());
   const auto codec = kernels::ParseCodec("int8");
   ASSERT_TRUE(codec.ok());
   const wire::PayloadLayout layout(*codec, static_cast<uint64_t>(shards_.Stat(0, "params")));
@@ -135,8 +155,8 @@ TEST_F(CutLinkTest, APushCutInTheMiddleResumesFromTheChunksTheShardHoldsAndCross
   const uint64_t up_before = proxy_->bytes_upstream();
   proxy_->CutAfter(push - last / 2);
 
-  ASSERT_EQ(w.Wait(absl::Seconds(120)), std::optional<int>(0));
-  const auto done = ReadEvents(jsonl, "done");
+  ASSERT_EQ(w->Wait(absl::Seconds(120)), std::optional<int>(0));
+  const auto done = ReadEvents(shards_.dir / "worker.jsonl", "done");
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(proxy_->cuts(), 1u);
   EXPECT_EQ(done[0].at("pushes"), 1);
@@ -163,26 +183,17 @@ TEST_F(CutLinkTest, APushCutInTheMiddleResumesFromTheChunksTheShardHoldsAndCross
 // from the chunks the shard kept once the worker has reconnected (the worker does not train
 // before it has joined, so it hands over the same values again: the same train checksum).
 TEST_F(CutLinkTest, AThetaZeroUploadCutInTheMiddleResumesAndCrossesOnce) {
-  const auto jsonl = shards_.dir / "worker.jsonl";
   const uint64_t params = static_cast<uint64_t>(shards_.Stat(0, "params"));
   const wire::PayloadLayout layout(wire::kFragmentCodec, params);
   ASSERT_EQ(layout.chunks(), 3u);
   const uint64_t theta = layout.bytes(), last = layout.chunk(2).bytes;
   // Hellos, Welcomes and heartbeats before it are a few KB: the cut falls in the last chunk.
   proxy_->CutAfter(theta - last / 2);
-  Process w({WorkerBinary(), "--worker_id=0", "--fragments=1", absl::StrCat("--model=", kCutModel),
-             "--steps=1", "--inner_steps=5", "--batch=2", "--threads=1", "--eval_batches=1",
-             "--servers=" + proxy_->endpoint(), "--heartbeat=200ms", "--shard_timeout=2s",
-             "--join_timeout=60s", "--drain_timeout=10s", "--log_sync_events",
-             "--metrics_jsonl=" + jsonl.string()},
-            (shards_.dir / "worker.log").string());
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (shards_.Stat(0, "versions.0") < 1 && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(20));
-  ASSERT_GE(shards_.Stat(0, "versions.0"), 1) << "theta(0) never arrived";
+  auto w = StartWorker({"--steps=1", "--inner_steps=5", "--drain_timeout=10s"});
+  ASSERT_NO_FATAL_FAILURE(WaitForThetaZero());
   const double up = proxy_->bytes_upstream();
-  ASSERT_EQ(w.Wait(absl::Seconds(60)), std::optional<int>(0));
-  const auto done = ReadEvents(jsonl, "done");
+  ASSERT_EQ(w->Wait(absl::Seconds(60)), std::optional<int>(0));
+  const auto done = ReadEvents(shards_.dir / "worker.jsonl", "done");
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(proxy_->cuts(), 1u);
   EXPECT_GE(done[0].at("reconnects"), 1);
