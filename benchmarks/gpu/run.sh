@@ -12,11 +12,17 @@
 #   rejoin     rejoin time at 124M and 1.26B in 128 GiB (rejoin_check.sh)     300 s (not run yet)
 # A cold start of the machine costs about 60-75 s of the session's device time, so group
 # parts into a few commands under the 600 s a command may run, the ones no other machine can
-# give first: e.g. `run.sh build-gpu-carry/bundle.tgz $OUT kernels model cluster transport`,
-# then `... learner rejoin`; rerun a part that failed alone the same way. Every part writes its
-# logs under OUT/<part> as it goes, so one killed at its limit still returns what it measured;
-# one line per part in OUT/summary.txt; exits 1 if any part failed, 3 if there was no GPU
-# (every GPU part's programs started and said so: benchmarks/gpu/no_gpu_check.sh), else 0.
+# give first. The learner part needs diloco_ps built for that machine's Python, from headers
+# packed there, so the first command packs them too:
+#   benchmarks/gpu/python_headers.sh $OUT && \
+#     benchmarks/gpu/run.sh build-gpu-carry/bundle.tgz $OUT kernels model cluster transport
+# then here `DILOCO_GPU_PYTHON_HEADERS=<files_at>/python_headers.tgz benchmarks/gpu/prepare.sh`
+# (the device tool brings back a limited number of files: on 2026-12-04 the top-level ones came
+# first), and `run.sh build-gpu-carry/bundle.tgz $OUT learner rejoin`; rerun a failed part
+# alone. Every part writes its logs under OUT/<part> as it goes, so one killed at its limit
+# still returns what it measured; one line per part in OUT/summary.txt; exits 1 if any part
+# failed, 3 if there was no GPU (every GPU part's programs started and said so:
+# benchmarks/gpu/no_gpu_check.sh), else 0.
 # benchmarks/gpu/rehearse.sh runs this driver here, without a GPU, against the packed bundle.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
