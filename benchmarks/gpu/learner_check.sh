@@ -48,26 +48,34 @@ common=(--model_dir="$out/llama" --worker_id=0 --num_workers=1 --ctl="$ctl" --de
         --steps="$steps" --batch=8 --fragments=4 --inner_steps=50 --progress=100
         --eval="$out/heldout.bin")
 
+# start_shard NAME MODEL_DIR [FLAG...]: one shard of the folder on 127.0.0.1, its pid in
+# $server and its endpoint in $endpoint; exits the script when it does not start.
+start_shard() {
+  local name=$1 model=$2
+  shift 2
+  "$bundle/server/diloco-server" --model=hf:"$model" --fragments=4 --shards=1 --shard=0 "$@" \
+    --store="$out/store_$name" --bind='tcp://127.0.0.1:*' --port_file="$out/endpoint_$name" \
+    --progress_interval=30s >"$out/shard_$name.log" 2>&1 &
+  server=$!
+  for _ in $(seq 100); do [[ -s $out/endpoint_$name ]] && break; sleep 0.1; done
+  if [[ ! -s $out/endpoint_$name ]]; then
+    echo "learner: the shard ($name) did not start"; tail -5 "$out/shard_$name.log"
+    kill -KILL $server
+    exit 1
+  fi
+  endpoint=$(cat "$out/endpoint_$name")
+}
+
 status=0
 for dtype in float32 bfloat16; do
   log=$out/alone_$dtype.log
   timeout 120 python3 "$examples/llama_learner.py" "${common[@]}" --dtype=$dtype --no_learner \
     --servers=none >"$log" 2>&1 ||
     { echo "learner: the loop alone ($dtype) failed"; tail -5 "$log"; status=1; }
-  store=$out/store_$dtype
-  "$bundle/server/diloco-server" --model=hf:"$out/llama" --fragments=4 --shards=1 --shard=0 \
-    --outer_lr=1 --outer_momentum=0 \
-    --store="$store" --bind='tcp://127.0.0.1:*' --port_file="$out/endpoint_$dtype" \
-    --progress_interval=30s >"$out/shard_$dtype.log" 2>&1 &
-  server=$!
-  for _ in $(seq 100); do [[ -s $out/endpoint_$dtype ]] && break; sleep 0.1; done
-  if [[ ! -s $out/endpoint_$dtype ]]; then
-    echo "learner: the shard did not start"; tail -5 "$out/shard_$dtype.log"; kill -KILL $server
-    exit 1
-  fi
+  start_shard "$dtype" "$out/llama" --outer_lr=1 --outer_momentum=0
   log=$out/learner_$dtype.log
   timeout 150 python3 "$examples/llama_learner.py" "${common[@]}" --dtype=$dtype \
-    --servers="$(cat "$out/endpoint_$dtype")" >"$log" 2>&1 ||
+    --servers="$endpoint" >"$log" 2>&1 ||
     { echo "learner: the learner ($dtype) failed"; tail -5 "$log"; status=1; }
   tail -2 "$log"
   kill -TERM $server
@@ -78,12 +86,8 @@ done
 # parameters are CUDA tensors; the script exits non-zero when the ranks differ after the drain.
 python3 "$examples/llama.py" --out="$out/tiny" >/dev/null 2>&1 ||
   { echo "learner: llama.py"; exit 1; }
-"$bundle/server/diloco-server" --model=hf:"$out/tiny" --fragments=4 --shards=1 --shard=0 \
-  --store="$out/store_island" --bind='tcp://127.0.0.1:*' --port_file="$out/endpoint_island" \
-  --progress_interval=30s >"$out/shard_island.log" 2>&1 &
-server=$!
-for _ in $(seq 100); do [[ -s $out/endpoint_island ]] && break; sleep 0.1; done
-timeout 120 python3 "$examples/llama_island.py" --servers="$(cat "$out/endpoint_island")" \
+start_shard island "$out/tiny"
+timeout 120 python3 "$examples/llama_island.py" --servers="$endpoint" \
   --worker_id=0 --num_workers=1 --ranks=2 --device="$device" --backend=gloo \
   --model_dir="$out/tiny" --ctl="$ctl" --steps=60 --inner_steps=10 --progress=30 \
   >"$out/island.log" 2>&1 ||
