@@ -33,42 +33,61 @@ check_filter() {  # build include-regex exclude-regex [label arguments...]
   done
 }
 
+# Each stage's wall time, printed as it ends and together at the end (also when a stage fails),
+# so that a CI log shows where the minutes go.
+stage_start=$SECONDS stage_log=()
+stage() {  # name: the stage that has just ended
+  stage_log+=("$(printf '%5d s  %s' $((SECONDS - stage_start)) "$1")")
+  echo "deploy/test.sh: $1 took $((SECONDS - stage_start)) s"
+  stage_start=$SECONDS
+}
+trap 'printf "deploy/test.sh: stages (%d s in all)\n" $SECONDS; printf "  %s\n" "${stage_log[@]}"' EXIT
+
 "$root/deploy/install-deps.sh" --with-python-tests
+stage "install-deps"
 
 build=${BUILD_DIR:-$root/build/test}
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR=ON
 ninja -C "$build" -j"$jobs"
+stage "release build"
 ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600 --no-tests=error
+stage "release ctest"
 
 # The GPU run's rehearsal where nvcc is (about 15 s): the bundle for the GPU machine is packed
 # from this build and every part of the GPU run ends with its "no GPU" verdict here, with the
 # CUDA toolkit hidden (benchmarks/gpu/rehearse.sh).
 if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   "$root/benchmarks/gpu/rehearse.sh" "$build"
+  stage "GPU rehearsal"
 fi
 
 # Training quality: the convergence study's quick mode (about 6 minutes on 2 cores) fails the
 # run when one of its gates is missed (benchmarks/quality/summarize.py, QUICK_GATES: the
 # exported models against synchronous DiLoCo and a lone worker).
 "$root/benchmarks/quality/run.sh" --mode=quick --build="$build" --out="$build/quality"
+stage "convergence study, quick"
 
 # The fleet benchmark's quick mode (< 5 min on 2 cores): shards and synthetic learners on
 # 127.0.0.1, a few throughput rows, utilization against no sync, a learner and a shard killed
 # mid-run. It fails when its own output is malformed (a row missing, a number not finite, a plot
 # not written), never on speed.
 "$root/benchmarks/fleet/diloco-bench" --mode=quick --build="$build" --out="$build/fleet"
+stage "fleet benchmark, quick"
 
 if ((sanitize)); then
   FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-$root/build/fuzz} "$root/tests/fuzz/run_fuzz.sh" "$fuzz_seconds"
+  stage "fuzz build and run"
 
   # Unit tests only (no multi-process, no slow training runs): ASan + UBSan, no CUDA.
   asan=${ASAN_BUILD_DIR:-$root/build/asan}
   cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDILOCO_SANITIZE=ON \
     -DDILOCO_CUDA=OFF -DDILOCO_BUILD_BENCHMARKS=OFF
   ninja -C "$asan" -j"$jobs"
+  stage "ASan build"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$asan" -j"$jobs" --output-on-failure --timeout 600 --no-tests=error \
     -LE "integration|slow|gpu"
+  stage "ASan unit tests"
   # The multi-process tests of the sync client, the shard and the security paths under ASan +
   # UBSan too (the processes they start are the sanitized builds); cadence and long training
   # tests stay out (timing-bound).
@@ -79,7 +98,9 @@ if ((sanitize)); then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$asan" -j"$jobs" --output-on-failure --timeout 600 --no-tests=error \
     -L integration -R "$asan_include" -E "$asan_exclude"
+  stage "ASan multi-process tests"
 
   # ThreadSanitizer over the threaded code (tests/sanitizers/run_tsan.sh).
   "$root/tests/sanitizers/run_tsan.sh" "${TSAN_BUILD_DIR:-$root/build/tsan}"
+  stage "TSan build and tests"
 fi
