@@ -24,10 +24,12 @@
 #   h  download codecs: new versions sent whole (fp32) or as int8 / int4 updates from the previous
 #      one (--download_codec; synchronous, 4 workers)
 #   i  the bytes frontier: group d's fleet (synchronous, 4 workers) pushing fp32 / int8 / int4 /
-#      topk:0.03 / topk:0.01, and int8 pushes with int4 or top-k 25% / 10% downloads; each
-#      arm's held-out loss against the bytes sent up and down per parameter per round,
-#      measured by the workers' and shards' own counters (bytes.tsv; int8: a.sync4, fp32 and int4: d.fp32 and d.int4,
-#      int4 downloads: h.down-int4, each run here when its own group is not)
+#      topk:0.03 / topk:0.01, top-k 3% at H = 10 and int4 at H = 100 (equal bytes over the run;
+#      --inner_steps does not change these two), and int8 pushes with int4 or top-k 25% / 10%
+#      downloads; each arm's held-out loss against the bytes sent up and down per parameter per
+#      round and up over the whole run, measured by the workers' and shards' own counters
+#      (bytes.tsv; int8: a.sync4, fp32 and int4: d.fp32 and d.int4, int4 downloads:
+#      h.down-int4, each run here when its own group is not)
 #
 # Every fleet arm's traffic goes to bytes.tsv (summarize.py --bytes): the push payload bytes the
 # workers sent (their `bytes_sent`, resends included), the update payload bytes the shards sent
@@ -458,6 +460,11 @@ if [[ $groups == *i* ]]; then
   for f in 0.03 0.01; do
     run_fleet "i.topk$f" i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:$f
   done
+  # Equal bytes over the run rather than per round: top-k 3% pushed every 10 steps (5x the
+  # rounds; the best H for it of 5, 10, 15, 20 and 50) against int4 every 100 (half the rounds):
+  # each sends about 8 B up per parameter per worker in the 1500 steps, int8 at H = 50 30.
+  run_fleet i.topk0.03-h10 i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:0.03 --inner_steps=10
+  run_fleet i.int4-h100 i 4 2 "$sync_srv" "${sync4[@]}" --codec=int4 --inner_steps=100
   # Downloads that follow: the shards' updates sparse (top-k, 2-bit values), int8 pushes.
   for f in 0.25 0.1; do
     run_fleet "i.down-topk$f" i 4 2 "$sync_srv --download_codec=topk:$f" "${sync4[@]}"

@@ -211,6 +211,15 @@ def figure(row, column):
         return math.nan
 
 
+def run_up_bytes(row):
+    """Bytes a worker sent up per parameter over its whole run (every arm trains the same steps,
+    so arms of different H compare here at equal steps; per round they do not)."""
+    try:
+        return float(row["up_bytes"]) / (float(row["params"]) * float(row["workers"]))
+    except (TypeError, KeyError, ValueError, ZeroDivisionError):
+        return math.nan
+
+
 def frontier_arms(loss):
     named = [a for a, _ in FRONTIER]
     return [a for a in named if a in loss] + sorted(
@@ -227,8 +236,9 @@ def frontier(loss, traffic_rows):
              "update_bytes_delta (down); target: some arm <= "
              f"{FRONTIER_UP_BYTES} B up within {FRONTIER_RATIO} of int8)", "",
              "| arm | pushes | downloads | held-out loss | ratio to int8 | B up/param/round | "
-             "B down/param/round | B received/param/round (joins included) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "B down/param/round | B received/param/round (joins included) | "
+             "B up/param per worker, whole run |",
+             "|---|---|---|---|---|---|---|---|---|"]
     best = None  # the smallest-upload arm within the ratio, among those under the byte bound
     for arm in frontier_arms(loss):
         t = traffic_rows.get(arm)
@@ -239,7 +249,7 @@ def frontier(loss, traffic_rows):
         push = t["push_codec"] if t else "?"
         dl = t["download_codec"] if t else "?"
         lines.append(f"| {arm} | {push} | {dl} | {loss[arm]:.4f} | {ratio:.4f} | {up:.4f} | "
-                     f"{down:.4f} | {recv:.4f} |")
+                     f"{down:.4f} | {recv:.4f} | {run_up_bytes(t):.2f} |")
         if up <= FRONTIER_UP_BYTES and ratio <= FRONTIER_RATIO and (best is None or up < best[1]):
             best = (arm, up, ratio)
     if base is None:
@@ -557,8 +567,10 @@ def frontier_points(loss, traffic_rows):
 
 def plot_frontier(out, loss, traffic_rows):
     """frontier.png: group i's held-out loss against bytes up per parameter per round for the
-    push codecs (left, int8 downloads; the target's corner drawn) and against bytes down for
-    the download codecs (right, int8 pushes), log x; nothing when group i did not run."""
+    push codecs (left, int8 downloads; the target's corner drawn), against the bytes a worker
+    sent up per parameter over its whole run (middle: the arms that push at another H compare
+    here, at equal steps) and against bytes down for the download codecs (right, int8 pushes),
+    log x; nothing when group i did not run."""
     pts = frontier_points(loss, traffic_rows)
     if not any(a.startswith("i.") for a, _, _ in pts):
         return None
@@ -568,8 +580,8 @@ def plot_frontier(out, loss, traffic_rows):
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, (ax, ad) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    downs = []
+    fig, (ax, aw, ad) = plt.subplots(1, 3, figsize=(16, 4.2), sharey=True)
+    downs, runs = [], []
     for arm, up, l in pts:
         codec = traffic_rows[arm]["push_codec"]
         down = traffic_rows[arm]["download_codec"]
@@ -578,6 +590,12 @@ def plot_frontier(out, loss, traffic_rows):
             ax.plot([up], [l], "o", markersize=7)
             ax.annotate(f"{arm}\n{codec}", (up, l), fontsize=7, xytext=(5, 4),
                         textcoords="offset points")
+            whole = run_up_bytes(traffic_rows[arm])
+            if whole > 0:
+                runs.append(whole)
+                aw.plot([whole], [l], "o", markersize=7)
+                aw.annotate(f"{arm}\n{codec}", (whole, l), fontsize=7, xytext=(5, 4),
+                            textcoords="offset points")
         d = figure(traffic_rows.get(arm), "down_per_param_round")
         if d > 0 and codec.startswith("int8"):  # the download arms: int8 pushes
             downs.append(d)
@@ -586,7 +604,7 @@ def plot_frontier(out, loss, traffic_rows):
                         textcoords="offset points")
     ax.set_xscale("log")
     if FRONTIER_BASE in loss:
-        for a_ in (ax, ad):
+        for a_ in (ax, aw, ad):
             a_.axhline(loss[FRONTIER_BASE] * FRONTIER_RATIO, ls="--", lw=0.8, color="gray",
                        label=f"int8 loss x {FRONTIER_RATIO}")
     ax.axvline(FRONTIER_UP_BYTES, ls=":", lw=0.8, color="gray",
@@ -598,6 +616,13 @@ def plot_frontier(out, loss, traffic_rows):
     ax.set_title("pushes (int8 downloads)", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
+    if runs:
+        aw.set_xscale("log")
+        aw.set_xlim(min(runs) / 2, max(runs) * 4)
+    aw.set_xlabel("bytes sent up per parameter per worker over the run (equal steps), log")
+    aw.set_title("pushes, whole run: arms of another H compare here", fontsize=9)
+    aw.legend(fontsize=7)
+    aw.grid(alpha=0.3, which="both")
     if downs:
         ad.set_xscale("log")
         ad.set_xlim(min(downs) / 2, max(downs) * 4)

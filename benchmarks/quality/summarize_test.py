@@ -48,7 +48,8 @@ def run(losses, mode="quick", extra=(), traffic=None, files=None, prepare=None):
             with open(os.path.join(out, "bytes.tsv"), "w") as f:
                 f.write("\t".join(summarize.BYTES_COLUMNS) + "\n")
                 for arm, (push, down_codec, up, down, recv) in traffic.items():
-                    f.write("\t".join([arm, push, down_codec, "4", "120576", "3617280", "0",
+                    up_bytes = f"{float(up) * 4 * 3617280:.0f}"  # 4 workers, 30 rounds
+                    f.write("\t".join([arm, push, down_codec, "4", "120576", "3617280", up_bytes,
                                        "0", "0", "0", "0", up, down, recv]) + "\n")
         p = subprocess.run([sys.executable, os.path.join(HERE, "summarize.py"), f"--mode={mode}",
                             *extra, out], capture_output=True, text=True, env={
@@ -217,8 +218,9 @@ class Frontier(unittest.TestCase):
         files = {}
         rc, text = run(losses, mode="full", traffic=traffic, files=files)
         self.assertEqual(rc, 0, text)
+        # The last column: bytes up per parameter per worker over the run (0.0210 x 30 rounds).
         self.assertIn("| i.topk0.01 | topk:0.01 | int8:256 | 1.3769 | 1.0060 | 0.0210 | 1.0157 | "
-                      "1.1500 |", text)
+                      "1.1500 | 0.63 |", text)
         self.assertIn("| h.down-int4 | int8:256 | int4:256 | 1.3714 | 1.0020 | 1.0157 | 0.5157 |",
                       text)
         self.assertIn("met     frontier: i.topk0.01 sends 0.0210 B/param/round up", text)
