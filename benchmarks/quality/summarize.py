@@ -581,55 +581,47 @@ def plot_frontier(out, loss, traffic_rows):
     except ImportError:
         return None
     fig, (ax, aw, ad) = plt.subplots(1, 3, figsize=(16, 4.2), sharey=True)
-    downs, runs = [], []
+    xs = {ax: [], aw: [], ad: []}  # each panel's x values, for its limits
+
+    def point(panel, x, y, label, marker="o"):
+        xs[panel].append(x)
+        panel.plot([x], [y], marker, markersize=7)
+        panel.annotate(label, (x, y), fontsize=7, xytext=(5, 4), textcoords="offset points")
+
     for arm, up, l in pts:
         codec = traffic_rows[arm]["push_codec"]
         down = traffic_rows[arm]["download_codec"]
         other = not down.startswith("int8")  # another download codec: the right panel's
         if not other:
-            ax.plot([up], [l], "o", markersize=7)
-            ax.annotate(f"{arm}\n{codec}", (up, l), fontsize=7, xytext=(5, 4),
-                        textcoords="offset points")
+            point(ax, up, l, f"{arm}\n{codec}")
             whole = run_up_bytes(traffic_rows[arm])
             if whole > 0:
-                runs.append(whole)
-                aw.plot([whole], [l], "o", markersize=7)
-                aw.annotate(f"{arm}\n{codec}", (whole, l), fontsize=7, xytext=(5, 4),
-                            textcoords="offset points")
+                point(aw, whole, l, f"{arm}\n{codec}")
         d = figure(traffic_rows.get(arm), "down_per_param_round")
         if d > 0 and codec.startswith("int8"):  # the download arms: int8 pushes
-            downs.append(d)
-            ad.plot([d], [l], "s" if other else "o", markersize=7)
-            ad.annotate(f"{arm}\ndown {down}", (d, l), fontsize=7, xytext=(5, 4),
-                        textcoords="offset points")
-    ax.set_xscale("log")
+            point(ad, d, l, f"{arm}\ndown {down}", "s" if other else "o")
     if FRONTIER_BASE in loss:
         for a_ in (ax, aw, ad):
             a_.axhline(loss[FRONTIER_BASE] * FRONTIER_RATIO, ls="--", lw=0.8, color="gray",
                        label=f"int8 loss x {FRONTIER_RATIO}")
     ax.axvline(FRONTIER_UP_BYTES, ls=":", lw=0.8, color="gray",
                label=f"{FRONTIER_UP_BYTES} B/param/round")
-    xs = [p[1] for p in pts]
-    ax.set_xlim(min(xs + [FRONTIER_UP_BYTES]) / 2, max(xs) * 4)
-    ax.set_xlabel("bytes sent up per parameter per round (workers' bytes_sent), log")
+    xs[ax].append(FRONTIER_UP_BYTES)  # the bound stays in view
     ax.set_ylabel("held-out loss of the export, nats/token")
-    ax.set_title("pushes (int8 downloads)", fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3, which="both")
-    if runs:
-        aw.set_xscale("log")
-        aw.set_xlim(min(runs) / 2, max(runs) * 4)
-    aw.set_xlabel("bytes sent up per parameter per worker over the run (equal steps), log")
-    aw.set_title("pushes, whole run: arms of another H compare here", fontsize=9)
-    aw.legend(fontsize=7)
-    aw.grid(alpha=0.3, which="both")
-    if downs:
-        ad.set_xscale("log")
-        ad.set_xlim(min(downs) / 2, max(downs) * 4)
-    ad.set_xlabel("update bytes down per parameter per round (shards' counters), log")
-    ad.set_title("downloads (int8 pushes)", fontsize=9)
-    ad.legend(fontsize=7)
-    ad.grid(alpha=0.3, which="both")
+    for panel, xlabel, title in (
+            (ax, "bytes sent up per parameter per round (workers' bytes_sent), log",
+             "pushes (int8 downloads)"),
+            (aw, "bytes sent up per parameter per worker over the run (equal steps), log",
+             "pushes, whole run: arms of another H compare here"),
+            (ad, "update bytes down per parameter per round (shards' counters), log",
+             "downloads (int8 pushes)")):
+        if xs[panel]:
+            panel.set_xscale("log")
+            panel.set_xlim(min(xs[panel]) / 2, max(xs[panel]) * 4)
+        panel.set_xlabel(xlabel)
+        panel.set_title(title, fontsize=9)
+        panel.legend(fontsize=7)
+        panel.grid(alpha=0.3, which="both")
     fig.suptitle("group i: the bytes frontier (sync DiLoCo, 4 workers)", fontsize=10)
     fig.tight_layout()
     path = os.path.join(out, "frontier.png")
