@@ -4,8 +4,9 @@
 # Usage: deploy/install-deps.sh [--with-python-tests]   (the Python the tests run: PyTorch for the
 # safetensors and Hugging Face export checks, the PyTorch learner (python/, diloco_ps) and the
 # second protocol client's reference, ZeroMQ, FlatBuffers and xxhash for that client,
-# tests/protocol/; matplotlib for the fleet benchmark's plots, benchmarks/fleet/). python3-dev and
-# pybind11-dev build the diloco_ps module itself.
+# tests/protocol/; matplotlib for the fleet benchmark's plots, benchmarks/fleet/), and gdb, whose
+# stacks of a process the convergence study finds hung go into the test log
+# (benchmarks/quality/procs.sh). python3-dev and pybind11-dev build the diloco_ps module itself.
 set -euo pipefail
 
 pkgs=(
@@ -15,12 +16,12 @@ pkgs=(
   libabsl-dev librocksdb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libcpp-httplib-dev libopenblas-dev nlohmann-json3-dev
-  clang libclang-rt-dev iproute2 python3
+  clang libclang-rt-dev iproute2 procps python3
   python3-dev pybind11-dev
 )
 if [[ "${1:-}" == "--with-python-tests" ]]; then
   pkgs+=(python3-torch python3-numpy python3-zmq python3-flatbuffers python3-xxhash
-         python3-matplotlib)
+         python3-matplotlib gdb)
 fi
 
 missing=()

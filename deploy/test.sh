@@ -8,6 +8,9 @@
 #
 # Usage: deploy/test.sh [--no-sanitize] [--fuzz-seconds=N]
 set -euo pipefail
+# One stream, in order: a log that keeps only the standard output (and only its tail) still
+# shows why a stage failed, and where.
+exec 2>&1
 root=$(cd "$(dirname "$0")/.." && pwd)
 sanitize=1 fuzz_seconds=60
 for a in "$@"; do

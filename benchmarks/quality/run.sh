@@ -40,6 +40,7 @@
 #                                  [--build=DIR] [--repeats=N] [--steps=N] [--inner_steps=H]
 #                                  [--outer_lr=LR] [--outer_momentum=MU] [--server_flags="..."]
 #                                  [--worker_flags="..."] [--arms=c.async4,...] [--report_only]
+#                                  [--arm_timeout=SECONDS]
 #   The run exits 1 when a gate (quick) or target (full) is missed, each printed as met or missed;
 #   --report_only prints the same and exits 0.
 #   --server_flags / --worker_flags are appended to every fleet arm's shard / worker flags, and
@@ -54,10 +55,14 @@
 # A worker or shard that exits non-zero, or a shard that exits before it is told to (SIGTERM at
 # the end of its arm, which it must answer with status 0), fails the study at once with its
 # status and the last lines of its log; only group e's victims, SIGKILLed on purpose, are exempt.
+# So does an arm still running after --arm_timeout (quick 300 s, full 1200 s, smoke 120 s; a quick
+# arm takes 25-75 s on 2 cores) or a shard that has not exited 60 s after its SIGTERM: the study
+# prints what each process still running was doing (its threads' stacks where gdb is installed)
+# and its log's last lines, kills them and fails (benchmarks/quality/procs.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=full groups="" out="" build="$root/build/release" repeats="" steps_flag="" inner_flag=""
-outer_lr="" outer_mu="" server_extra="" worker_extra="" arms="" report_only=""
+outer_lr="" outer_mu="" server_extra="" worker_extra="" arms="" report_only="" arm_timeout=""
 for a in "$@"; do
   case $a in
     --mode=*) mode=${a#*=} ;;
@@ -73,6 +78,7 @@ for a in "$@"; do
     --worker_flags=*) worker_extra=${a#*=} ;;
     --arms=*) arms=${a#*=} ;;
     --report_only) report_only=--report_only ;;
+    --arm_timeout=*) arm_timeout=${a#*=} ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -84,15 +90,16 @@ done
 # scattered from 1.04 to 1.13 of synchronous DiLoCo, too wide to gate near the 1.01 target; at
 # 1500 steps it scatters from 1.012 to 1.023 (benchmarks/RESULTS.md, "The quick mode's gates").
 case $mode in
-  smoke) steps=60 every=20 main_secs=8 hetero_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 schedule=auto ;;
-  quick) steps=1500 every=100 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=50 schedule=auto ;;
-  full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefghi} repeats=${repeats:-3} inner=50 schedule=auto ;;
+  smoke) steps=60 every=20 main_secs=8 hetero_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 schedule=auto timeout=120 ;;
+  quick) steps=1500 every=100 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=50 schedule=auto timeout=300 ;;
+  full) steps=1500 every=100 main_secs=60 hetero_secs=70 groups=${groups:-abcdefghi} repeats=${repeats:-3} inner=50 schedule=auto timeout=1200 ;;
   *) echo "--mode must be smoke, quick or full" >&2; exit 2 ;;
 esac
 outer=()  # empty: the shards' defaults
 [[ -n $outer_lr ]] && outer+=(--outer_lr="$outer_lr")
 [[ -n $outer_mu ]] && outer+=(--outer_momentum="$outer_mu")
-steps=${steps_flag:-$steps} inner=${inner_flag:-$inner}
+steps=${steps_flag:-$steps} inner=${inner_flag:-$inner} arm_timeout=${arm_timeout:-$timeout}
+[[ $arm_timeout =~ ^[1-9][0-9]*$ ]] || { echo "--arm_timeout must be a whole number of seconds" >&2; exit 2; }
 for b in server/diloco-server worker/diloco-worker ctl/diloco-ctl; do
   [[ -x $build/$b ]] || { echo "missing $build/$b (build first, or pass --build=DIR)" >&2; exit 2; }
 done
@@ -114,7 +121,10 @@ model=tiny batch=8 seq=64 lr=3e-3 fragments=4 eval_batches=64 curve_batches=16
 common=(--model=$model --fragments=$fragments --lr=$lr --lr_schedule=$schedule --threads=1
         --progress_interval=2s --init_seed=1234 --eval_every=$every --eval_batches=$curve_batches)
 
+# shellcheck source=benchmarks/quality/procs.sh
+source "$root/benchmarks/quality/procs.sh"
 pids=()
+declare -A what=()  # pid -> "name|log" of each worker and shard started, for a hung arm's report
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
@@ -129,6 +139,20 @@ exited() {  # status: "exited with status 1", "... 137 (SIGKILL)"
   local how="exited with status $1"
   (($1 > 128)) && how+=" (SIG$(kill -l $(($1 - 128)) 2>/dev/null || echo "?"))"
   echo "$how"
+}
+
+# An arm whose processes did not end in time: what each of `pids` still running was doing (the
+# whole stacks kept in its run folder), then all of them killed and the study failed.
+hung() {  # arm what-happened dir pid...
+  local arm=$1 why=$2 dir=$3 p entries=()
+  shift 3
+  for p; do entries+=("${what[$p]%%|*}|$p|${what[$p]#*|}"); done
+  {
+    echo "arm $arm: $why; still running:"
+    proc_report_hung "$dir" "${entries[@]}"
+    echo "arm $arm: $why"
+  } >&2
+  exit 1
 }
 
 seconds() { awk "BEGIN { printf \"%.1f\", ($2 - $1) / 1e9 }"; }  # t0 t1 in ns
@@ -225,11 +249,16 @@ run_lone() {  # arm group batch [worker flags...]
   shift 3
   selected "$arm" || return 0
   t0=$(date +%s%N)
-  local st=0
+  # shellcheck disable=SC2086
   "$build/worker/diloco-worker" "${common[@]}" --batch="$b" --threads=2 \
     --metrics_jsonl="$out/curves/$arm.w0.jsonl" --save_model="$out/logs/$arm.safetensors" \
-    "$@" $worker_extra 2>"$out/logs/$arm.w0.log" || st=$?
-  ((st == 0)) || died "$arm" "the lone worker $(exited $st)" "$out/logs/$arm.w0.log"
+    "$@" $worker_extra 2>"$out/logs/$arm.w0.log" &
+  local pid=$!
+  pids+=("$pid")
+  what[$pid]="the lone worker|$out/logs/$arm.w0.log"
+  proc_await_any $((SECONDS + arm_timeout)) $pid ||
+    hung "$arm" "not done after ${arm_timeout}s (--arm_timeout)" "$out/logs" $pid
+  ((PROC_STATUS == 0)) || died "$arm" "the lone worker $(exited "$PROC_STATUS")" "$out/logs/$arm.w0.log"
   t1=$(date +%s%N)
   local tokens
   tokens=$(python3 "$root/benchmarks/quality/summarize.py" --tokens --batch="$b" --seq=$seq \
@@ -257,6 +286,7 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
       --progress_interval=1000s "${outer[@]}" $sflags $server_extra \
       2>"$run/shard$s.log" &
     spids+=($!) pids+=($!)
+    what[$!]="shard $s|$run/shard$s.log"
     stores+=("$run/store$s")
   done
   for ((s = 0; s < s_count; s++)); do
@@ -293,6 +323,7 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
     printf '%s\n' "${fails[@]}" >"$run/failure_steps"
   fi
   t0=$(date +%s%N)
+  local deadline=$((SECONDS + arm_timeout))
   for ((w = 0; w < n; w++)); do
     local cmd=("$build/worker/diloco-worker" "${common[@]}" --servers="$servers" --worker_id=$w
       --num_workers=1 --seed=$((100 + 7 * w)) --batch=$batch --inner_steps=$inner
@@ -305,24 +336,26 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
       "${cmd[@]}" 2>"$run/worker$w.log" &
     fi
     wpids+=($!) pids+=($!)
+    what[$!]="worker $w|$run/worker$w.log"
   done
   local killed=""  # the worker SIGKILLed here on purpose (KILL), whose status 137 is no failure
   if [[ -n ${KILL:-} ]]; then
     local victim=${KILL%%:*} at=${KILL#*:}
     until reached "$run/worker$victim.jsonl" "$at" || ! kill -0 "${wpids[$victim]}" 2>/dev/null; do
+      ((SECONDS < deadline)) || hung "$arm" "worker $victim not at step $at after ${arm_timeout}s \
+(--arm_timeout)" "$run" "${wpids[@]}" "${spids[@]}"
       sleep 0.2
     done
     kill -KILL "${wpids[$victim]}" 2>/dev/null && killed=${wpids[$victim]}
   fi
-  # Until every worker has exited (wait -n: bash 5.1 or later). A worker that exits non-zero
-  # fails the arm, and so does a shard that exits at all before the SIGTERM below (its workers
-  # could wait for it until their timeouts).
+  # Until every worker has exited, or the arm's time is up (procs.sh: not bash's `wait -n`). A
+  # worker that exits non-zero fails the arm, and so does a shard that exits at all before the
+  # SIGTERM below (its workers could wait for it until their timeouts).
   local left=("${wpids[@]}") done_pid st i
   while ((${#left[@]})); do
-    st=0
-    done_pid=""
-    wait -n -p done_pid "${left[@]}" "${spids[@]}" || st=$?
-    [[ -n $done_pid ]] || { echo "arm $arm: wait -n found no process ($st)" >&2; exit 1; }
+    proc_await_any $deadline "${spids[@]}" "${left[@]}" ||
+      hung "$arm" "not done after ${arm_timeout}s (--arm_timeout)" "$run" "${left[@]}" "${spids[@]}"
+    done_pid=$PROC_ENDED st=$PROC_STATUS
     for i in "${!spids[@]}"; do
       [[ ${spids[$i]} == "$done_pid" ]] &&
         died "$arm" "shard $i $(exited $st) before the run's end" "$run/shard$i.log"
@@ -337,12 +370,14 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
     left=("${rest[@]}")
   done
   t1=$(date +%s%N)
-  # SIGTERM: each shard writes its final checkpoint and exits 0; any other status fails the arm.
+  # SIGTERM: each shard writes its final checkpoint and exits 0 (a small model's in well under a
+  # second); any other status, or none within 60 s, fails the arm.
   for p in "${spids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  deadline=$((SECONDS + 60))
   for i in "${!spids[@]}"; do
-    st=0
-    wait "${spids[$i]}" || st=$?
-    ((st == 0)) || died "$arm" "shard $i $(exited $st) on SIGTERM" "$run/shard$i.log"
+    proc_await_any $deadline "${spids[$i]}" ||
+      hung "$arm" "shard $i still running 60 s after its SIGTERM" "$run" "${spids[@]}"
+    ((PROC_STATUS == 0)) || died "$arm" "shard $i $(exited "$PROC_STATUS") on SIGTERM" "$run/shard$i.log"
   done
   # Worker 0's curve across its runs, if it failed (the steps are the schedule's).
   local curve=("$run"/worker0.k*.jsonl)
