@@ -42,7 +42,7 @@ absl::Duration GraceWindow(const RoundPolicy& p, const RoundTimings& t) {
 bool ShouldClose(const RoundPolicy& p, absl::Duration grace, const OpenRound& r, absl::Time now) {
   if (r.pushes == 0) return false;
   if (now - r.opened >= p.grace_cap) return true;
-  if (r.pushes < p.quorum) return r.live_workers_missing == 0;  // nobody else can come
+  if (r.pushes < p.quorum) return p.elastic && r.live_workers_missing == 0;  // none else live
   return r.live_workers_missing == 0 || now - r.quorum_reached >= grace;
 }
 

@@ -20,7 +20,14 @@ double PushWeight(WeightScheme scheme, uint64_t tokens, uint32_t steps, uint64_t
                   double staleness_alpha);
 
 struct RoundPolicy {
-  uint32_t quorum = 1;                          // K: pushes needed before closing
+  uint32_t quorum = 1;  // K: pushes needed before closing (or the cap)
+  // Elastic: a round short of K also closes once every live worker has pushed, so the quorum
+  // re-forms around the workers heard from within the worker timeout (torchft-like). Off, K is
+  // the fleet: a worker the shard has not heard from yet (one starting late) or that went silent
+  // (stalled, or failed and coming back) is waited for until the cap; closing without it let the
+  // others run rounds ahead of it, and lockstep learners with streamed fragments then waited on
+  // each other's rounds until the cap, round after round.
+  bool elastic = false;
   absl::Duration grace_cap = absl::Seconds(5);  // no round waits longer than this
   double gamma = 1.0;                           // grace = gamma*(cycle - t_q - t_sync)
   absl::Duration min_grace = absl::Milliseconds(20);
@@ -52,7 +59,8 @@ struct OpenRound {
 };
 
 // True when the round should close now: quorum in and (grace passed or nobody live is
-// missing), or the cap since the first push has passed.
+// missing), or (elastic) short of the quorum with nobody live missing, or the cap since the
+// first push has passed.
 bool ShouldClose(const RoundPolicy& p, absl::Duration grace, const OpenRound& r, absl::Time now);
 // When ShouldClose will next become true without new events (for the poll timeout).
 absl::Time CloseDeadline(const RoundPolicy& p, absl::Duration grace, const OpenRound& r);

@@ -79,7 +79,10 @@ ABSL_FLAG(Durability, durability, Durability::kPeriodic, "periodic or per-round"
 ABSL_FLAG(uint32_t, checkpoint_every_rounds, 20, "periodic mode: rounds between checkpoints");
 ABSL_FLAG(absl::Duration, checkpoint_interval, absl::Seconds(30),
           "periodic mode: time between checkpoints");
-ABSL_FLAG(uint32_t, quorum, 1, "K: pushes before a round may close");
+ABSL_FLAG(uint32_t, quorum, 1, "K: pushes before a round may close (or --grace_cap)");
+ABSL_FLAG(bool, elastic_quorum, false,
+          "a round short of --quorum also closes once every live worker (heard from within "
+          "--worker_timeout) has pushed: the quorum re-forms around the live workers");
 ABSL_FLAG(absl::Duration, grace_cap, absl::Seconds(5), "no round stays open longer than this");
 ABSL_FLAG(double, grace_gamma, 1.0,
           "adaptive grace window factor: a round waits this many fleet push cadences (less the "
@@ -180,6 +183,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.checkpoint_every_rounds = absl::GetFlag(FLAGS_checkpoint_every_rounds);
   o.checkpoint_interval = absl::GetFlag(FLAGS_checkpoint_interval);
   o.round.quorum = absl::GetFlag(FLAGS_quorum);
+  o.round.elastic = absl::GetFlag(FLAGS_elastic_quorum);
   o.round.grace_cap = absl::GetFlag(FLAGS_grace_cap);
   o.round.gamma = absl::GetFlag(FLAGS_grace_gamma);
   o.weights = absl::GetFlag(FLAGS_weights);

@@ -13,9 +13,9 @@ same schedule (one seed: the same failure times) runs against three modes:
            and the worker timeout at 10 minutes: a failed learner stalls the fleet until it is
            back and has pushed;
   elastic  the same learners, the round re-forming without a failed member once it is detected
-           (torchft-like): --quorum=N closes a round once every live worker has pushed (the
-           shard's rule "every live worker has pushed", server/round_policy.cc), and a learner
-           silent for --detect seconds (the shards' --worker_timeout) is no longer live.
+           (torchft-like): --quorum=N --elastic_quorum closes a round once every live worker has
+           pushed (server/round_policy.cc), and a learner silent for --detect seconds (the
+           shards' --worker_timeout) is no longer live.
 
 Goodput of a row = useful learner-steps in the window / (N x window x r0), with r0 the per-learner
 step rate of the async row without failures (M = infinity) of the same N, this run. A step is
@@ -86,9 +86,11 @@ def mode_flags(mode, n, detect):
     """(shard flags, learner flags) of a mode."""
     if mode == "async":
         return [], []
-    timeout = UNBOUNDED if mode == "rigid" else f"{detect}s"
-    return ([f"--quorum={n}", f"--grace_cap={UNBOUNDED}", f"--worker_timeout={timeout}"],
-            ["--lockstep", "--stream=false"])
+    if mode == "rigid":
+        shard = [f"--worker_timeout={UNBOUNDED}"]
+    else:
+        shard = [f"--worker_timeout={detect}s", "--elastic_quorum"]
+    return ([f"--quorum={n}", f"--grace_cap={UNBOUNDED}"] + shard, ["--lockstep", "--stream=false"])
 
 
 class Row:

@@ -31,6 +31,7 @@ server::RoundPolicy PolicyOf(const FleetConfig& c) {
   } else {
     p.quorum = c.learners;
     p.grace_cap = absl::Seconds(c.sync_grace_cap_s);
+    p.elastic = c.mode == Mode::kElastic;
   }
   return p;
 }

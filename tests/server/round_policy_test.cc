@@ -29,8 +29,16 @@ TEST(RoundPolicyTest, CloseConditions) {
   OpenRound r{.pushes = 1, .live_workers_missing = 1, .opened = t0};
   EXPECT_FALSE(ShouldClose(p, absl::Seconds(1), r, t0 + absl::Seconds(9)));
   EXPECT_TRUE(ShouldClose(p, absl::Seconds(1), r, t0 + absl::Seconds(10)));  // cap
-  r.live_workers_missing = 0;  // below quorum, but nobody else can come
+  // Below quorum with every live worker in: the quorum is the fleet (a worker not heard from
+  // yet, or silent, is waited for until the cap) unless it is elastic.
+  r.live_workers_missing = 0;
+  EXPECT_FALSE(ShouldClose(p, absl::Seconds(1), r, t0 + absl::Seconds(9)));
+  EXPECT_EQ(CloseDeadline(p, absl::Seconds(1), r), t0 + absl::Seconds(10));
+  p.elastic = true;
   EXPECT_TRUE(ShouldClose(p, absl::Seconds(1), r, t0));
+  r.live_workers_missing = 1;
+  EXPECT_FALSE(ShouldClose(p, absl::Seconds(1), r, t0));
+  p.elastic = false;
   r = {.pushes = 2, .live_workers_missing = 1, .opened = t0, .quorum_reached = t0};
   EXPECT_FALSE(ShouldClose(p, absl::Seconds(1), r, t0 + absl::Milliseconds(999)));
   EXPECT_TRUE(ShouldClose(p, absl::Seconds(1), r, t0 + absl::Seconds(1)));

@@ -141,6 +141,7 @@ TEST_F(ShardControlTest, QueuedAnswersStayOnTheDataConnectionWithoutTheFlag) {
 TEST_F(ShardControlTest, HeartbeatsOnTheControlConnectionKeepAWorkerLive) {
   auto o = TinyOptions();
   o.round.quorum = 2;
+  o.round.elastic = true;  // a dead worker is not waited for
   o.round.grace_cap = absl::Seconds(20);
   o.worker_timeout = absl::Seconds(2);
   Start(o);

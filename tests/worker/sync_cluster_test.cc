@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -131,10 +132,10 @@ double PushRate(const std::vector<Typed>& events, double window_s) {
 // Three workers with different --seed (and `extra` flags) join two shards; returns how many
 // distinct local theta(0) and joined theta(0) checksums they reported. Nobody pushes (H is
 // beyond the run's 30 steps), so no round closes and every join sees version 1 of every
-// fragment however late a loaded machine starts a worker. (With pushes, a round closes once
-// every worker the shard knows has pushed, quorum or not, and a worker that has not said Hello
-// yet is not known: two fast workers' first round then closed before the third joined, which
-// joined at version 2. CI saw it once under load, and more often once the learner got faster.)
+// fragment however late a loaded machine starts a worker. (Shards then closed a round short of
+// its quorum once every worker they knew had pushed, and a worker that had not said Hello yet
+// was not known: two fast workers' first round closed before the third joined, which joined at
+// version 2; CI saw it once under load. Since 2026-12-04 only --elastic_quorum does so.)
 std::pair<size_t, size_t> Theta0Checksums(const std::vector<std::string>& extra) {
   Fleet f;
   f.StartShards(2, {"--quorum=3", "--grace_cap=600s"});
@@ -369,6 +370,47 @@ TEST(WorkerSyncTest, PushesKeepWithinTheShardsCredit) {
   const double held = f.Stat(0, "max_held_bytes");
   EXPECT_GT(held, 0);
   EXPECT_LE(held, 1 << 20);
+  f.StopAll();
+}
+
+// Synchronous DiLoCo (lockstep, quorum = every worker, streamed fragments) whose third worker
+// starts late: the first rounds wait for it, so every round holds one push of every worker.
+// Shards used to close a round short of its quorum once every worker they knew had pushed: the
+// late worker found the others rounds ahead, and the lockstep workers then waited on each
+// other's rounds until the cap, round after round (the convergence study's synchronous arm ran
+// past CI's time so; a worker stalled past --worker_timeout did the same mid-run).
+TEST(WorkerSyncTest, ALockstepFleetWaitsForAWorkerThatStartsLate) {
+  Fleet f;
+  f.StartShards(2, {"--quorum=3", "--grace_cap=600s"});
+  const std::vector<std::string> flags = {"--lockstep", "--steps=100", "--inner_steps=20",
+                                          "--num_workers=3"};
+  for (int w = 0; w < 2; ++w) f.workers.push_back(f.StartWorker(w, flags));
+  // Both have pushed fragment 0 (at step 20; shard 0 holds it) and wait for its round, which
+  // waits for the worker the shards have not seen: no round closes.
+  const absl::Time end = absl::Now() + absl::Seconds(60);
+  while (f.Stat(0, "pushes.queued") < 2 && absl::Now() < end)
+    absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(f.Stat(0, "pushes.queued"), 2);
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(f.Stat(0, "rounds"), 0);
+  EXPECT_EQ(f.Stat(1, "rounds"), 0);
+  f.workers.push_back(f.StartWorker(2, flags));
+  for (int w = 0; w < 3; ++w)
+    ASSERT_EQ(f.workers[w]->Wait(absl::Seconds(120)), std::optional<int>(0)) << "worker " << w;
+  // Every version of every fragment, from the first round on, holds each worker's push: a
+  // worker's applied pushes of a fragment made versions 2, 3, ... with no gap.
+  for (int w = 0; w < 3; ++w) {
+    std::map<uint64_t, std::vector<uint64_t>> versions;  // fragment -> versions its pushes made
+    for (const Typed& e : Named(ReadTyped(f.Jsonl(w)), "applied"))
+      versions[static_cast<uint64_t>(e.num.at("fragment"))].push_back(
+          static_cast<uint64_t>(e.num.at("version")));
+    EXPECT_EQ(versions.size(), 4u) << "worker " << w;
+    for (const auto& [fragment, made] : versions) {
+      EXPECT_GE(made.size(), 3u) << "worker " << w << " fragment " << fragment;
+      for (size_t i = 0; i < made.size(); ++i)
+        EXPECT_EQ(made[i], i + 2) << "worker " << w << " fragment " << fragment << " push " << i;
+    }
+  }
   f.StopAll();
 }
 
