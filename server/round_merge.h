@@ -21,6 +21,18 @@ namespace diloco::server {
 
 enum class MergeRule { kWeightedMean, kRda };
 
+// The order a round's pushes go into its merge (ShardOptions::merge_order):
+//   kArrival  each push is decoded and merged as it arrives (default): the work overlaps the
+//             wait for the round's other pushes, and the close waits only for the last one. Float
+//             sums depend on their order, so the same pushes arriving in another order give a
+//             delta that differs in its last bits, and a lockstep fleet is not bit-reproducible;
+//   kWorker   the round's pushes are held as they came (encoded) until the round closes, then
+//             merged in the order of (worker id, generation, sequence number): the same pushes
+//             give the same bits whatever order they arrived in. The close decodes every push
+//             of the round: it takes that much longer, and the held payloads stay in memory
+//             until then (they count against the worker's credit either way).
+enum class MergeOrder { kArrival, kWorker };
+
 class RoundMerge {
  public:
   // Where one push's decoded values go: `values` (numel floats), added with weight `scale`, or

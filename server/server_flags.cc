@@ -18,6 +18,8 @@ constexpr Choice<OuterMode> kOuterModes[] = {{"rounds", OuterMode::kRounds},
                                              {"delayed-nesterov", OuterMode::kDelayedNesterov}};
 constexpr Choice<MergeRule> kMergeRules[] = {{"mean", MergeRule::kWeightedMean},
                                              {"rda", MergeRule::kRda}};
+constexpr Choice<MergeOrder> kMergeOrders[] = {{"arrival", MergeOrder::kArrival},
+                                               {"worker", MergeOrder::kWorker}};
 constexpr Choice<RoundNorm> kRoundNorms[] = {{"expected", RoundNorm::kExpected},
                                              {"arrived", RoundNorm::kArrived}};
 constexpr Choice<RoundStep> kRoundSteps[] = {{"partial", RoundStep::kPartial},
@@ -43,6 +45,10 @@ bool AbslParseFlag(absl::string_view text, MergeRule* v, std::string* error) {
   return ParseChoice(text, kMergeRules, v, error);
 }
 std::string AbslUnparseFlag(MergeRule v) { return UnparseChoice(v, kMergeRules); }
+bool AbslParseFlag(absl::string_view text, MergeOrder* v, std::string* error) {
+  return ParseChoice(text, kMergeOrders, v, error);
+}
+std::string AbslUnparseFlag(MergeOrder v) { return UnparseChoice(v, kMergeOrders); }
 bool AbslParseFlag(absl::string_view text, RoundNorm* v, std::string* error) {
   return ParseChoice(text, kRoundNorms, v, error);
 }
@@ -60,6 +66,7 @@ std::string AbslUnparseFlag(WeightScheme v) { return UnparseChoice(v, kWeightSch
 }  // namespace diloco::server
 
 using diloco::server::Durability;
+using diloco::server::MergeOrder;
 using diloco::server::MergeRule;
 using diloco::server::OuterMode;
 using diloco::server::RoundNorm;
@@ -95,6 +102,10 @@ ABSL_FLAG(OuterMode, outer, OuterMode::kRounds,
 ABSL_FLAG(int, dn_period, 4, "delayed-nesterov: arrivals per momentum update (N)");
 ABSL_FLAG(MergeRule, merge, MergeRule::kWeightedMean,
           "merge rule of a round: mean (weighted) or rda");
+ABSL_FLAG(MergeOrder, merge_order, MergeOrder::kArrival,
+          "order a round's pushes are merged in: arrival (each as it arrives) or worker (held "
+          "until the round closes, then by worker id: the same pushes give the same bits "
+          "whatever their arrival order, so a --lockstep fleet is reproducible run to run)");
 ABSL_FLAG(RoundNorm, round_norm, RoundNorm::kExpected,
           "what a round's weighted sum is divided by: expected (its weight plus the expected "
           "weight of each live worker missing from it, an absent worker counting as a zero "
@@ -192,6 +203,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.dn_period = absl::GetFlag(FLAGS_dn_period);
   o.apply_threads = absl::GetFlag(FLAGS_apply_threads);
   o.merge = absl::GetFlag(FLAGS_merge);
+  o.merge_order = absl::GetFlag(FLAGS_merge_order);
   o.norm = absl::GetFlag(FLAGS_round_norm);
   o.step = absl::GetFlag(FLAGS_round_step);
   o.test_drop_pushes = absl::GetFlag(FLAGS_test_drop_pushes);

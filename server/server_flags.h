@@ -40,6 +40,8 @@ bool AbslParseFlag(absl::string_view text, OuterMode* v, std::string* error);
 std::string AbslUnparseFlag(OuterMode v);
 bool AbslParseFlag(absl::string_view text, MergeRule* v, std::string* error);
 std::string AbslUnparseFlag(MergeRule v);
+bool AbslParseFlag(absl::string_view text, MergeOrder* v, std::string* error);
+std::string AbslUnparseFlag(MergeOrder v);
 bool AbslParseFlag(absl::string_view text, RoundNorm* v, std::string* error);
 std::string AbslUnparseFlag(RoundNorm v);
 bool AbslParseFlag(absl::string_view text, RoundStep* v, std::string* error);

@@ -556,30 +556,17 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
       rate.interval_s = Ema(rate.interval_s, absl::ToDoubleSeconds(now - rate.last), kEmaWeight);
     rate.last = now;
   }
-  if (f.weight_ref == 0) f.weight_ref = wgt;
-  const float rel = static_cast<float>(wgt / f.weight_ref);
   const bool drop = opt_.test_drop_pushes > 0 &&
                     std::uniform_real_distribution<double>(0, 1)(drop_rng_) < opt_.test_drop_pushes;
-  // Decode and merge on the fragment's apply thread, where the round's merge rule says; the
-  // payload frames move there, uncopied.
   auto msg = std::make_shared<wire::Message>(std::move(m));
-  FragmentState* fs = &f;
   if (drop) {
     ++counters_.pushes_dropped;
   } else {
-    const RoundMerge::Target t = f.merge->Admit(rel, f.merged == 0, f.acc_buf, pool_);
-    // The norm cap (server/push_guard.h) measures and clips the delta there.
-    apply_->Submit(f.spec->id, [msg, fs, t, codec, worker = w.id, seq = h.seq()] {
-      thread_local std::vector<float> scratch;  // one payload chunk
-      const absl::Time t0 = absl::Now();
-      const GuardedDecode d =
-          DecodeGuarded(codec, *msg, fs->spec->numel, t, &fs->norm_cap, scratch);
-      if (!d.ok) fs->apply_errors.fetch_add(1);  // unreachable after CheckEncodedPayload
-      if (d.admitted.capped) fs->norm_clips.push_back({worker, seq, d.norm, d.admitted.value});
-      fs->last_apply_ns.store(absl::ToInt64Nanoseconds(absl::Now() - t0));
-    });
-    ++f.merged;
-    f.weight_sum += rel;
+    HeldPush p{msg, codec, w.id, w.generation, h.seq(), wgt};
+    if (opt_.merge_order == MergeOrder::kWorker)
+      f.held.push_back(std::move(p));  // merged in worker order when the round closes
+    else
+      MergePush(f, p);
   }
   const absl::Time now = clock_->Now();
   if (f.round.pushes == 0) f.round.opened = now;

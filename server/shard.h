@@ -69,6 +69,7 @@ struct ShardOptions {
   OuterMode outer_mode = OuterMode::kRounds;
   int dn_period = 4;  // Delayed Nesterov: N arrivals per momentum update
   MergeRule merge = MergeRule::kWeightedMean;
+  MergeOrder merge_order = MergeOrder::kArrival;
   RoundNorm norm = RoundNorm::kExpected;
   RoundStep step = RoundStep::kPartial;
   // Test flag (the convergence study): this fraction of pushes, drawn at random (seeded by the
@@ -242,6 +243,7 @@ class Shard {
 
  private:
   struct FragmentState;
+  struct HeldPush;
   Shard(const ShardOptions& o, const Clock* clock, Plan plan);
 
   // Opens the store (vetted, storage::CheckpointStore::Open) and loads its newest checkpoint.
@@ -268,6 +270,10 @@ class Shard {
   void OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void CloseRound(FragmentState& f);
+  // Hands one push of f's open round to its merge: decoded on the fragment's apply thread.
+  void MergePush(FragmentState& f, const HeldPush& p);
+  // Hands f's held pushes (MergeOrder::kWorker) to its merge, in worker order.
+  void MergeHeld(FragmentState& f);
   void Publish(FragmentState& f, std::vector<Outgoing>* out);
   // The round's outer step on f's merged delta (f.acc()), of `share` of a full round. A theta
   // the published snapshot (or a send) still holds is not copied first: the step writes the new
@@ -336,6 +342,7 @@ class Shard {
   std::array<LogThrottle, kErrorCodes> refusal_log_;
   LogThrottle weight_cap_log_, norm_clip_log_;
   size_t close_cursor_ = 0;  // where the next Tick starts closing due rounds (owned_ index)
+  std::vector<size_t> due_;  // Tick's rounds to close (owned_ indexes), kept for its capacity
   uint64_t owned_params_ = 0;
   uint64_t round_buffer_bytes_ =
       0;  // the memory bound's share for round buffers: 4 (F + 1) / F B/param

@@ -45,6 +45,16 @@ auto InRound(const FragmentState& f) {
   };
 }
 
+// A push taken into a fragment's open round, not yet handed to its merge (MergeOrder::kWorker
+// holds every push of the round until it closes; kArrival hands each over at once).
+struct Shard::HeldPush {
+  std::shared_ptr<wire::Message> msg;  // the payload frames, moved from the socket, uncopied
+  kernels::Codec codec;
+  uint32_t worker = 0;
+  uint64_t generation = 0, seq = 0;
+  double weight = 0;  // PushWeight, after the weight cap
+};
+
 struct Shard::FragmentState {
   const Fragment* spec = nullptr;
   uint64_t version = 0;    // applied
@@ -64,6 +74,7 @@ struct Shard::FragmentState {
   std::span<float> acc() const { return Floats(*acc_buf); }
   double weight_sum = 0, weight_ref = 0;  // merged pushes' weights, relative to the first's
   uint32_t merged = 0;                    // pushes merged into acc this round
+  std::vector<HeldPush> held;             // MergeOrder::kWorker: the round's pushes, unmerged
   OpenRound round;
   struct Contribution {
     std::string rid;

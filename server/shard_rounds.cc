@@ -2,6 +2,7 @@
 // download of the new version, publication and the answers it releases, and Tick.
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -84,7 +85,38 @@ absl::Duration Shard::Grace() const {
   return GraceWindow(opt_.round, t);
 }
 
+void Shard::MergePush(FragmentState& f, const HeldPush& p) {
+  // Weights are relative to the round's first merged push (kept near 1 in float).
+  if (f.weight_ref == 0) f.weight_ref = p.weight;
+  const float rel = static_cast<float>(p.weight / f.weight_ref);
+  const RoundMerge::Target t = f.merge->Admit(rel, f.merged == 0, f.acc_buf, pool_);
+  // Decoded and merged on the fragment's apply thread, where the merge rule says; the norm cap
+  // (server/push_guard.h) measures and clips the delta there.
+  FragmentState* fs = &f;
+  apply_->Submit(f.spec->id, [msg = p.msg, fs, t, codec = p.codec, worker = p.worker, seq = p.seq] {
+    thread_local std::vector<float> scratch;  // one payload chunk
+    const absl::Time t0 = absl::Now();
+    const GuardedDecode d = DecodeGuarded(codec, *msg, fs->spec->numel, t, &fs->norm_cap, scratch);
+    if (!d.ok) fs->apply_errors.fetch_add(1);  // unreachable after CheckEncodedPayload
+    if (d.admitted.capped) fs->norm_clips.push_back({worker, seq, d.norm, d.admitted.value});
+    fs->last_apply_ns.store(absl::ToInt64Nanoseconds(absl::Now() - t0));
+  });
+  ++f.merged;
+  f.weight_sum += rel;
+}
+
+void Shard::MergeHeld(FragmentState& f) {
+  // In an order that does not depend on their arrival (a worker has one push per fragment in a
+  // round; a restarted one's new generation may sit beside its old one's).
+  std::sort(f.held.begin(), f.held.end(), [](const HeldPush& a, const HeldPush& b) {
+    return std::tie(a.worker, a.generation, a.seq) < std::tie(b.worker, b.generation, b.seq);
+  });
+  for (const HeldPush& p : f.held) MergePush(f, p);
+  f.held.clear();
+}
+
 void Shard::CloseRound(FragmentState& f) {
+  MergeHeld(f);              // MergeOrder::kWorker: the round's pushes go into the merge now
   apply_->Wait(f.spec->id);  // every push of the round is merged
   counters_.last_apply_ms = f.last_apply_ns.load() / 1e6;
   counters_.apply_errors += f.apply_errors.exchange(0);
@@ -221,16 +253,22 @@ void Shard::Tick(std::vector<Outgoing>* out) {
   // pass of the event loop, and with it the answer to every heartbeat, stays short at real
   // sizes. A round left due keeps NextDeadline() in the past: the loop comes straight back.
   const size_t n = owned_.size();
+  due_.clear();
   for (size_t k = 0; k < n; ++k) {
     const size_t at = (close_cursor_ + k) % n;
     FragmentState& f = *fragments_.at(owned_[at]);
-    f.round.live_workers_missing = workers_.LiveMissing(clock_->Now(), InRound(f));
+    f.round.live_workers_missing = workers_.LiveMissing(now, InRound(f));
     if (f.writing) continue;  // its theta is being written: the round closes after the write
     // Delayed Nesterov has no rounds: every arrival is applied on its own.
-    const bool due =
-        f.outer->PerArrival() ? f.round.pushes > 0 : ShouldClose(opt_.round, grace, f.round, now);
-    if (!due) continue;
-    CloseRound(f);
+    if (f.outer->PerArrival() ? f.round.pushes > 0 : ShouldClose(opt_.round, grace, f.round, now))
+      due_.push_back(at);
+  }
+  // Held pushes (MergeOrder::kWorker) of every due round go to the apply threads before the
+  // first round closes: fragments on different threads are decoded side by side. (A round the
+  // budget leaves for the next call merges what arrives meanwhile after these.)
+  for (size_t at : due_) MergeHeld(*fragments_.at(owned_[at]));
+  for (size_t at : due_) {
+    CloseRound(*fragments_.at(owned_[at]));
     if (clock_->Now() - now >= opt_.close_budget) {
       close_cursor_ = (at + 1) % n;
       break;

@@ -405,7 +405,9 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
 }
 
 sync4=(--lockstep --steps=$steps)
-sync_srv="--quorum=4 --grace_cap=60s"
+# Synchronous rounds merge their pushes in worker order (--merge_order=worker): the same
+# pushes give the same bits whatever order they arrive in, so these arms repeat exactly.
+sync_srv="--quorum=4 --grace_cap=60s --merge_order=worker"
 
 if [[ $groups == *[acdis]* ]]; then
   echo "== a/c/d: synchronous DiLoCo, 4 workers, int8 pushes"
@@ -418,7 +420,7 @@ fi
 if [[ $groups == *b* ]]; then
   echo "== b: synchronous replicas 1 and 2 (4: a.sync4)"
   run_fleet b.sync1 b 1 2 "--quorum=1" "${sync4[@]}"
-  run_fleet b.sync2 b 2 2 "--quorum=2 --grace_cap=60s" "${sync4[@]}"
+  run_fleet b.sync2 b 2 2 "--quorum=2 --grace_cap=60s --merge_order=worker" "${sync4[@]}"
 fi
 if [[ $groups == *c* ]]; then
   echo "== c: asynchronous rounds (defaults) and naive per-push Nesterov, 4 workers"

@@ -8,6 +8,8 @@
 //      decode) + 8 per parameter (accumulator read and write); per round: 28 per parameter
 //      (Nesterov reads acc and reads+writes theta and momentum: 20; the published snapshot
 //      copy: 8) + 8 when the round merged several pushes (normalisation);
+//      The same with --merge_order=worker against arrival order, 2 apply threads: rounds/s and
+//      the time the closing Tick takes per round (the held pushes are decoded there);
 //   3. loopback: real diloco-server processes (1..4 shards) fed over ZeroMQ by 1..8 pushing
 //      threads; pushes applied/s and parameters/s end to end;
 //   4. --at_size=1 (alone): 124M and 1B-parameter shards with a store in each durability mode:
@@ -35,8 +37,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "benchmarks/server/loopback.h"
 #include "absl/time/clock.h"
+#include "benchmarks/server/loopback.h"
 #include "common/model_source.h"
 #include "kernels/codec.h"
 #include "schema/transport.h"
@@ -106,8 +108,7 @@ bool ParseList(std::string_view text, std::vector<uint32_t>* out) {
 }
 
 // "int8:256/int8:256,int8:256/fp32" as codec pairs; false on a name ParseCodec refuses.
-bool ParseCodecPairs(std::string_view text,
-                     std::vector<std::pair<std::string, std::string>>* out) {
+bool ParseCodecPairs(std::string_view text, std::vector<std::pair<std::string, std::string>>* out) {
   out->clear();
   for (absl::string_view part : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
     std::vector<std::string> ud = absl::StrSplit(part, '/');
@@ -118,6 +119,96 @@ bool ParseCodecPairs(std::string_view text,
   return !out->empty();
 }
 
+struct ApplyRun {
+  double seconds = 0;  // the whole run
+  double close_s = 0;  // in the Ticks that closed the rounds
+  uint64_t pushes = 0, params = 0, rounds = 0;
+  double touched = 0;  // bytes the apply path must move (the file's header)
+};
+
+// Every worker pushes every fragment, then one Tick closes all rounds, for `seconds`.
+ApplyRun RunApply(const Setup& s, kernels::Codec codec, uint32_t workers, server::MergeOrder order,
+                  int apply_threads) {
+  server::ShardOptions o;
+  const ModelSource source = *LoadModelSource(s.model);  // checked by main()
+  o.manifest = source.manifest;
+  o.model_spec = s.model;
+  o.num_fragments = s.fragments;
+  o.round.quorum = workers;
+  o.merge_order = order;
+  o.apply_threads = apply_threads;
+  SystemClock clock;
+  auto shard = std::move(*server::Shard::Create(o, &clock));
+  const auto& plan = shard->plan();
+  const Manifest* manifest = &source.manifest;
+  std::vector<server::Outgoing> out;
+  auto base = [&](wire::MsgType t, uint32_t w) {
+    wire::HeaderFields h;
+    h.type = t;
+    h.plan_fingerprint = plan.fingerprint();
+    h.model_fingerprint = manifest->fingerprint();
+    h.worker_id = w;
+    h.generation = 1;
+    return h;
+  };
+  auto send = [&](const std::string& rid, const wire::HeaderFields& h,
+                  const std::vector<std::vector<uint8_t>>& chunks) {
+    std::vector<zmq::message_t> p;
+    for (const auto& c : chunks) p.push_back(wire::BorrowedFrame(c.data(), c.size()));
+    std::vector<zmq::message_t> f;
+    f.push_back(wire::BuildHeader(h, p));
+    for (auto& m : p) f.push_back(std::move(m));
+    shard->Handle(rid, std::move(f), &out);
+  };
+  // Join and initialise every fragment, then pre-encode one delta per (worker, fragment).
+  for (uint32_t w = 0; w < workers; ++w)
+    send(absl::StrCat("w", w), base(wire::MsgType::Hello, w), {});
+  std::vector<std::vector<std::vector<std::vector<uint8_t>>>> payload(workers);
+  uint64_t numel_total = 0;
+  for (const auto& f : plan.fragments()) {
+    auto h = base(wire::MsgType::InitFragment, 0);
+    h.fragment_id = f.id;
+    wire::SetPayloadLayout(h, wire::kFragmentCodec, f.numel);
+    send("w0", h, EncodeChunks(wire::kFragmentCodec, std::vector<float>(f.numel, 0.1f)));
+    numel_total += f.numel;
+    for (uint32_t w = 0; w < workers; ++w)
+      payload[w].push_back(EncodeChunks(codec, RandomDelta(f.numel, w * 100 + f.id)));
+  }
+  shard->Tick(&out);
+  out.clear();
+  ApplyRun r;
+  uint64_t seq = 0, payload_bytes = 0;
+  for (const auto& chunks : payload[0])
+    for (const auto& c : chunks) payload_bytes += c.size();
+  const auto t0 = Clock::now();
+  while (Seconds(t0, Clock::now()) < s.seconds) {
+    ++seq;
+    for (const auto& f : plan.fragments()) {
+      for (uint32_t w = 0; w < workers; ++w) {
+        auto h = base(wire::MsgType::Push, w);
+        h.fragment_id = f.id;
+        h.seq = seq;
+        h.base_version = shard->published_version(f.id);
+        h.tokens = 1000;
+        h.steps = 10;
+        wire::SetPayloadLayout(h, codec, f.numel);
+        send(absl::StrCat("w", w), h, payload[w][f.id]);
+        ++r.pushes;
+        r.params += f.numel;
+      }
+    }
+    const auto c0 = Clock::now();
+    shard->Tick(&out);  // every worker pushed every fragment: all rounds close
+    r.close_s += Seconds(c0, Clock::now());
+    r.rounds += plan.fragments().size();
+    out.clear();
+    r.touched += workers * (2.0 * payload_bytes + 8.0 * numel_total) +
+                 (28.0 + (workers > 1 ? 8.0 : 0.0)) * numel_total;
+  }
+  r.seconds = Seconds(t0, Clock::now());
+  return r;
+}
+
 void InProcess(const Setup& s, double memcpy_gbps) {
   std::printf("\n== apply (transport-free Shard, 1 shard, %u fragments)\n", s.fragments);
   std::printf("%-9s %8s %12s %14s %16s %8s\n", "codec", "workers", "pushes/s", "params/s",
@@ -125,83 +216,29 @@ void InProcess(const Setup& s, double memcpy_gbps) {
   for (const char* codec_name : {"int8:256", "int4:256"}) {
     const auto codec = *kernels::ParseCodec(codec_name);
     for (uint32_t workers : {1u, 2u, 4u, 8u}) {
-      server::ShardOptions o;
-      const ModelSource source = *LoadModelSource(s.model);  // checked by main()
-      o.manifest = source.manifest;
-      o.model_spec = s.model;
-      o.num_fragments = s.fragments;
-      o.round.quorum = workers;
-      SystemClock clock;
-      auto shard = std::move(*server::Shard::Create(o, &clock));
-      const auto& plan = shard->plan();
-      const Manifest* manifest = &source.manifest;
-      std::vector<server::Outgoing> out;
-      auto base = [&](wire::MsgType t, uint32_t w) {
-        wire::HeaderFields h;
-        h.type = t;
-        h.plan_fingerprint = plan.fingerprint();
-        h.model_fingerprint = manifest->fingerprint();
-        h.worker_id = w;
-        h.generation = 1;
-        return h;
-      };
-      auto send = [&](const std::string& rid, const wire::HeaderFields& h,
-                      const std::vector<std::vector<uint8_t>>& chunks) {
-        std::vector<zmq::message_t> p;
-        for (const auto& c : chunks) p.push_back(wire::BorrowedFrame(c.data(), c.size()));
-        std::vector<zmq::message_t> f;
-        f.push_back(wire::BuildHeader(h, p));
-        for (auto& m : p) f.push_back(std::move(m));
-        shard->Handle(rid, std::move(f), &out);
-      };
-      // Join and initialise every fragment, then pre-encode one delta per (worker, fragment).
-      for (uint32_t w = 0; w < workers; ++w)
-        send(absl::StrCat("w", w), base(wire::MsgType::Hello, w), {});
-      std::vector<std::vector<std::vector<std::vector<uint8_t>>>> payload(workers);
-      uint64_t numel_total = 0;
-      for (const auto& f : plan.fragments()) {
-        auto h = base(wire::MsgType::InitFragment, 0);
-        h.fragment_id = f.id;
-        wire::SetPayloadLayout(h, wire::kFragmentCodec, f.numel);
-        send("w0", h, EncodeChunks(wire::kFragmentCodec, std::vector<float>(f.numel, 0.1f)));
-        numel_total += f.numel;
-        for (uint32_t w = 0; w < workers; ++w)
-          payload[w].push_back(EncodeChunks(codec, RandomDelta(f.numel, w * 100 + f.id)));
-      }
-      shard->Tick(&out);
-      out.clear();
-      uint64_t pushes = 0, params = 0, seq = 0;
-      double touched = 0;
-      uint64_t payload_bytes = 0;
-      for (const auto& chunks : payload[0])
-        for (const auto& c : chunks) payload_bytes += c.size();
-      const auto t0 = Clock::now();
-      while (Seconds(t0, Clock::now()) < s.seconds) {
-        ++seq;
-        for (const auto& f : plan.fragments()) {
-          for (uint32_t w = 0; w < workers; ++w) {
-            auto h = base(wire::MsgType::Push, w);
-            h.fragment_id = f.id;
-            h.seq = seq;
-            h.base_version = shard->published_version(f.id);
-            h.tokens = 1000;
-            h.steps = 10;
-            wire::SetPayloadLayout(h, codec, f.numel);
-            send(absl::StrCat("w", w), h, payload[w][f.id]);
-            ++pushes;
-            params += f.numel;
-          }
-        }
-        shard->Tick(&out);  // every worker pushed every fragment: all rounds close
-        out.clear();
-        touched += workers * (2.0 * payload_bytes + 8.0 * numel_total) +
-                   (28.0 + (workers > 1 ? 8.0 : 0.0)) * numel_total;
-      }
-      const double dt = Seconds(t0, Clock::now());
-      const double pps = params / dt;
-      std::printf("%-9s %8u %12.1f %14.3e %16.2f %8.2f\n", codec_name, workers, pushes / dt, pps,
-                  touched / dt / 1e9, touched / dt / 1e9 / memcpy_gbps);
+      const ApplyRun r = RunApply(s, codec, workers, server::MergeOrder::kArrival, 0);
+      const double gbps = r.touched / r.seconds / 1e9;
+      std::printf("%-9s %8u %12.1f %14.3e %16.2f %8.2f\n", codec_name, workers,
+                  r.pushes / r.seconds, r.params / r.seconds, gbps, gbps / memcpy_gbps);
     }
+  }
+}
+
+// --merge_order=worker against the default arrival order (server/round_merge.h), with the
+// shard's default 2 apply threads: arrival decodes each push while the I/O thread takes the
+// next; worker order holds them and decodes them all in the Tick that closes the round.
+void MergeOrders(const Setup& s) {
+  std::printf(
+      "\n== merge order (transport-free Shard, apply_threads 2, int8:256; peer: arrival)\n");
+  std::printf("%8s %16s %16s %10s %18s %18s\n", "workers", "rounds/s arrival", "rounds/s worker",
+              "ratio", "close ms arrival", "close ms worker");
+  const auto codec = *kernels::ParseCodec("int8:256");
+  for (uint32_t workers : {2u, 4u, 8u}) {
+    const ApplyRun a = RunApply(s, codec, workers, server::MergeOrder::kArrival, 2);
+    const ApplyRun w = RunApply(s, codec, workers, server::MergeOrder::kWorker, 2);
+    const double ra = a.rounds / a.seconds, rw = w.rounds / w.seconds;
+    std::printf("%8u %16.1f %16.1f %10.2f %18.3f %18.3f\n", workers, ra, rw, rw / ra,
+                1e3 * a.close_s / a.rounds, 1e3 * w.close_s / w.rounds);
   }
 }
 
@@ -247,7 +284,10 @@ int main(int argc, char** argv) {
               static_cast<unsigned long>(manifest->total_elements()), s.fragments);
   const double mc = MemcpyGBps();
   std::printf("ceiling: memcpy %.2f GB/s (bytes read + written, 256 MiB pre-touched)\n", mc);
-  if (s.apply) InProcess(s, mc);
+  if (s.apply) {
+    InProcess(s, mc);
+    MergeOrders(s);
+  }
   if (s.loopback) {
     s.rows.model = s.model;
     s.rows.fragments = s.fragments;

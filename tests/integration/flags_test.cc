@@ -110,6 +110,8 @@ TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
       {"--outer=adam",
        "Illegal value 'adam' specified for flag 'outer'; must be rounds or delayed-nesterov"},
       {"--merge=median", "Illegal value 'median' specified for flag 'merge'; must be mean or rda"},
+      {"--merge_order=random",
+       "Illegal value 'random' specified for flag 'merge_order'; must be arrival or worker"},
       {"--round_norm=median",
        "Illegal value 'median' specified for flag 'round_norm'; must be expected or arrived"},
       {"--round_step=half",

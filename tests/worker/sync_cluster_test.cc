@@ -414,6 +414,38 @@ TEST(WorkerSyncTest, ALockstepFleetWaitsForAWorkerThatStartsLate) {
   f.StopAll();
 }
 
+// Each worker's final held-out losses (local, global) of a synchronous fleet: 3 lockstep
+// workers, 2 shards whose rounds wait for all 3 and merge in `merge_order`, top-k pushes (whose
+// selection turns a last-bit difference in the merged model into other entries sent).
+std::vector<std::pair<double, double>> LockstepLosses(const std::string& merge_order) {
+  Fleet f;
+  f.StartShards(2, {"--quorum=3", "--grace_cap=600s", "--merge_order=" + merge_order});
+  for (int w = 0; w < 3; ++w)
+    f.workers.push_back(f.StartWorker(w, {"--lockstep", "--steps=80", "--inner_steps=10",
+                                          "--codec=topk:0.05:256", "--eval_batches=8"}));
+  std::vector<std::pair<double, double>> losses;
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(f.workers[w]->Wait(absl::Seconds(120)), std::optional<int>(0)) << "worker " << w;
+    const auto done = Named(ReadTyped(f.Jsonl(w)), "done");
+    EXPECT_EQ(done.size(), 1u) << "worker " << w;
+    if (done.size() == 1)
+      losses.emplace_back(done[0].num.at("eval_local"), done[0].num.at("eval_global"));
+  }
+  f.StopAll();
+  return losses;
+}
+
+// With the shards merging in worker order, a synchronous fleet is the same computation however
+// its pushes raced each other: two runs end with the same losses, to the last digit, on every
+// worker (a shard merging in arrival order does not promise this: its float sums follow the
+// race, tests/server/shard_merge_order_test.cc).
+TEST(WorkerSyncTest, ALockstepFleetMergingInWorkerOrderRepeatsExactly) {
+  const auto first = LockstepLosses("worker");
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_LT(first[0].second, 5.0) << "the fleet did not learn";
+  EXPECT_EQ(LockstepLosses("worker"), first);
+}
+
 // Final held-out losses (local, global) of a 1-worker, 1-shard run pushing with `codec` and
 // downloading with `download`, in lockstep: the same 300 steps and 120 rounds on a quiet or a
 // loaded machine.
