@@ -1,8 +1,8 @@
-// The order a round's pushes are merged in (ShardOptions::merge_order, server/round_merge.h):
-// with MergeOrder::kWorker the same pushes give the same bits whatever order they arrive in,
-// and the same bits as arrival order when they happen to arrive in worker order; with kArrival
-// (the default) they do not, for deltas whose float sums depend on their order. Transport-free,
-// fake clock.
+// What a round's merged bits depend on. Not on the apply threads: decoding on 2 threads gives
+// the bits of decoding inline. With MergeOrder::kWorker (ShardOptions::merge_order,
+// server/round_merge.h) not on the order pushes arrive in, and they are arrival order's bits when
+// the pushes happen to arrive in worker order; with kArrival (the default) they are not, for
+// deltas whose float sums depend on their order. Transport-free, fake clock.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,9 +36,11 @@ struct Result {
   uint64_t rounds = 0;
 };
 
-// Three rounds of both fragments, each worker pushing once per round in `order` (worker ids);
-// unequal tokens, so each push weighs differently. `threads`: the shard's apply threads.
-Result Rounds(MergeOrder merge_order, const std::vector<uint32_t>& order, int threads = 0) {
+// Three rounds of both fragments, each worker pushing once per round in `order` (worker ids)
+// with `codec`; unequal tokens, so each push weighs differently. `threads`: the shard's apply
+// threads.
+Result Rounds(MergeOrder merge_order, const std::vector<uint32_t>& order, int threads = 0,
+              kernels::Codec codec = wire::kFragmentCodec) {
   auto o = TinyOptions();
   o.round.quorum = kWorkers;
   o.merge_order = merge_order;
@@ -51,7 +53,7 @@ Result Rounds(MergeOrder merge_order, const std::vector<uint32_t>& order, int th
     for (uint32_t f = 0; f < 2; ++f)
       for (uint32_t w : order) {
         auto r = h.Push(absl::StrCat("w", w), w, f, round, round,
-                        Delta(h.fragment(f).numel, w + 10 * f, round), 100 + 37 * w, 10);
+                        Delta(h.fragment(f).numel, w + 10 * f, round), 100 + 37 * w, 10, codec);
         EXPECT_EQ(Only(r, MsgType::PushAck)->header.ack, AckStatus::Queued);
       }
     EXPECT_EQ(h.Tick().size(), 2 * kWorkers);  // both rounds close: an Applied update each
@@ -66,6 +68,14 @@ size_t Differing(const std::vector<float>& a, const std::vector<float>& b) {
   size_t n = 0;
   for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
   return n;
+}
+
+TEST(ShardMergeOrderTest, ThreadedApplyGivesTheSameBitsAsInline) {
+  const kernels::Codec int8{kernels::CodecKind::kInt8, 64};
+  const Result inline_run = Rounds(MergeOrder::kArrival, {1, 2, 3}, 0, int8);
+  EXPECT_EQ(inline_run.rounds, 6u);
+  EXPECT_EQ(Differing(Rounds(MergeOrder::kArrival, {1, 2, 3}, 2, int8).params, inline_run.params),
+            0u);
 }
 
 const std::vector<std::vector<uint32_t>> kOrders = {{1, 2, 3}, {3, 1, 2}, {2, 3, 1}, {3, 2, 1}};

@@ -5,7 +5,6 @@
 
 #include <filesystem>
 
-#include "absl/strings/str_cat.h"
 #include "tests/server/shard_harness.h"
 #include "tests/util/temp_dir.h"
 
@@ -625,43 +624,6 @@ TEST(ShardFleetTest, FleetStepTimeIsTheFastestLiveWorkers) {
   h.clock().Advance(absl::Seconds(1));  // the fast worker has been silent for 2.5 s: dead
   r = hb("slow", 2, 5000);
   EXPECT_EQ(Only(r, wire::MsgType::Heartbeat)->header.fleet_step_time_us, 5000u);
-}
-
-}  // namespace
-}  // namespace diloco::server::testing
-
-namespace diloco::server::testing {
-namespace {
-
-// Many rounds of pushes from three workers on both fragments; returns both fragments' params.
-std::vector<float> ManyRounds(ShardOptions o) {
-  o.round.quorum = 3;
-  ShardHarness h(std::move(o));
-  for (uint32_t w = 1; w <= 3; ++w) h.Hello(absl::StrCat("w", w), w);
-  for (uint32_t f = 0; f < 2; ++f)
-    h.Init("w1", 1, f, std::vector<float>(h.fragment(f).numel, 1.0f));
-  for (uint64_t round = 1; round <= 5; ++round) {
-    for (uint32_t f = 0; f < 2; ++f)
-      for (uint32_t w = 1; w <= 3; ++w) {
-        std::vector<float> d(h.fragment(f).numel);
-        for (size_t i = 0; i < d.size(); ++i)
-          d[i] = 0.01f * static_cast<float>((i * w + round) % 5);
-        h.Push(absl::StrCat("w", w), w, f, round, round, d, 100 * w, 10,
-               {kernels::CodecKind::kInt8, 64});
-      }
-    EXPECT_EQ(h.Tick().size(), 6u);  // both rounds close, 3 Applied updates each
-  }
-  auto p = h.shard().params(0);
-  auto q = h.shard().params(1);
-  p.insert(p.end(), q.begin(), q.end());
-  return p;
-}
-
-TEST(ShardApplyThreadsTest, ThreadedApplyGivesTheSameBitsAsInline) {
-  auto inline_opts = TinyOptions();
-  auto threaded = TinyOptions();
-  threaded.apply_threads = 2;
-  EXPECT_EQ(ManyRounds(inline_opts), ManyRounds(threaded));
 }
 
 }  // namespace
