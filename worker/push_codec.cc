@@ -1,6 +1,7 @@
 #include "worker/push_codec.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "common/checksum.h"
@@ -8,15 +9,18 @@
 namespace diloco::worker {
 
 EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::span<float> error) {
+  const bool exact = error.empty();  // fp32 without a residual: Q(delta) = delta
+  assert(!exact || codec.kind == kernels::CodecKind::kFp32);
   const wire::PayloadLayout layout(codec, delta.size());
   auto bytes = std::make_shared<wire::Bytes>(layout.bytes());
   EncodedPush push;
   for (const wire::PayloadChunk& c : layout) {
     const std::span<uint8_t> out(bytes->data() + c.byte_offset, c.bytes);
-    auto s = kernels::ErrorFeedbackEncode(codec, delta.subspan(c.offset, c.count),
-                                          error.subspan(c.offset, c.count), out);
+    auto s = exact ? kernels::Encode(codec, delta.subspan(c.offset, c.count), out)
+                   : kernels::ErrorFeedbackEncode(codec, delta.subspan(c.offset, c.count),
+                                                  error.subspan(c.offset, c.count), out);
     if (!s.ok()) {  // a non-finite delta: the model diverged; do not poison the shard
-      std::fill_n(error.begin() + c.offset, c.count, 0.0f);
+      if (!exact) std::fill_n(error.begin() + c.offset, c.count, 0.0f);
       std::memset(out.data(), 0, out.size());
       push.poisoned = true;
       ++push.poisoned_chunks;
@@ -29,7 +33,7 @@ EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::
 
 void UndoErrorFeedback(kernels::Codec codec, std::span<const float> delta, std::span<float> error,
                        const EncodedPush& push) {
-  if (push.poisoned || !push.bytes) return;
+  if (push.poisoned || !push.bytes || error.empty()) return;
   for (const wire::PayloadChunk& c : wire::PayloadLayout(codec, delta.size())) {
     std::span<float> e = error.subspan(c.offset, c.count);
     for (uint64_t i = 0; i < c.count; ++i) e[i] -= delta[c.offset + i];

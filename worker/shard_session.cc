@@ -26,15 +26,13 @@ uint64_t BytesBefore(const wire::HeaderFields& h) {
 }  // namespace
 
 ShardSession::ShardSession(uint32_t index, std::string endpoint, const SyncOptions& opt,
-                           const Plan& plan, WorkerIdentity who,
-                           std::vector<std::span<const float>> deltas, const Clock& clock,
+                           const Plan& plan, WorkerIdentity who, const Clock& clock,
                            SessionTransport& transport, SyncShared& shared)
     : index_(index),
       endpoint_(std::move(endpoint)),
       opt_(opt),
       plan_(plan),
       who_(who),
-      deltas_(std::move(deltas)),
       clock_(clock),
       transport_(transport),
       shared_(shared),
@@ -46,7 +44,6 @@ ShardSession::ShardSession(uint32_t index, std::string endpoint, const SyncOptio
   for (uint32_t id : fragments_) {
     FragmentIo& f = frags_[id];
     f.interval = opt.join_retry;
-    f.error.assign(plan.fragment(id).numel, 0.0f);
   }
   last_heard_ = clock_.Now();
 }
@@ -181,8 +178,10 @@ void ShardSession::AskJoin(uint32_t fragment) {
 
 void ShardSession::AddPush(PushJob job) {
   FragmentIo& f = frags_.at(job.fragment);
+  if (f.error.empty() && job.codec.kind != kernels::CodecKind::kFp32)
+    f.error.assign(plan_.fragment(job.fragment).numel, 0.0f);  // the first lossy push
   if (!opt_.error_feedback) std::fill(f.error.begin(), f.error.end(), 0.0f);  // e = delta only
-  job.push = EncodePush(job.codec, deltas_[job.fragment], f.error);
+  job.push = EncodePush(job.codec, job.delta, f.error);
   if (job.push.poisoned) shared_.Add(&SyncStats::errors, job.push.poisoned_chunks);
   job.resend_interval = opt_.resend_after;
   const auto key = std::make_pair(job.fragment, job.seq);
@@ -195,8 +194,7 @@ void ShardSession::AddPush(PushJob job) {
 void ShardSession::Finish(Kept::iterator it, bool applied) {
   const PushJob& job = it->second;
   // e was e0 + delta - deQ(q); back to e0, as if the push had never been taken.
-  if (!applied)
-    UndoErrorFeedback(job.codec, deltas_[job.fragment], frags_.at(job.fragment).error, job.push);
+  if (!applied) UndoErrorFeedback(job.codec, job.delta, frags_.at(job.fragment).error, job.push);
   copies_.erase(it->first);
   resume_.erase(it->first);
   unacked_.erase(it);

@@ -64,11 +64,10 @@ struct WorkerIdentity {
 
 class ShardSession {
  public:
-  // `deltas[f]`: fragment f's delta buffer on the training thread, read while a push of it is
-  // kept (PushJob). Everything passed must outlive the session.
+  // Everything passed must outlive the session.
   ShardSession(uint32_t index, std::string endpoint, const SyncOptions& opt, const Plan& plan,
-               WorkerIdentity who, std::vector<std::span<const float>> deltas, const Clock& clock,
-               SessionTransport& transport, SyncShared& shared);
+               WorkerIdentity who, const Clock& clock, SessionTransport& transport,
+               SyncShared& shared);
 
   // Opens the connections (again: after a silent shard) and starts over with a Hello.
   void Connect();
@@ -102,8 +101,10 @@ class ShardSession {
     // update the pull brings is that push's answer (it holds the push's delta).
     bool answer_by_pull = false;
     absl::Time asked = absl::InfinitePast();
-    absl::Duration interval;   // doubles with each re-ask (retry_max)
-    std::vector<float> error;  // the push error feedback residual
+    absl::Duration interval;  // doubles with each re-ask (retry_max)
+    // The push error feedback residual; empty until the fragment's first lossy push (fp32
+    // leaves it zero, push_codec.h).
+    std::vector<float> error;
   };
 
   wire::HeaderFields Header(wire::MsgType t) const;
@@ -153,7 +154,6 @@ class ShardSession {
   const SyncOptions& opt_;
   const Plan& plan_;
   const WorkerIdentity who_;
-  const std::vector<std::span<const float>> deltas_;
   const Clock& clock_;
   SessionTransport& transport_;
   SyncShared& shared_;

@@ -134,14 +134,12 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
   }
   if (impl->opt.generation == 0)
     impl->opt.generation = static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
-  const std::vector<std::span<const float>> deltas = impl->train.delta_buffers();
   const WorkerIdentity who{impl->plan.fingerprint(), impl->model_fp, impl->opt.worker_id,
                            impl->opt.generation};
   for (uint32_t s = 0; s < o.servers.size(); ++s) {
     impl->links.push_back(std::make_unique<ZmqShardLink>(impl->ctx, o.servers[s], impl->opt));
-    impl->sessions.push_back(std::make_unique<ShardSession>(s, o.servers[s], impl->opt, impl->plan,
-                                                            who, deltas, impl->clock,
-                                                            *impl->links[s], impl->shared));
+    impl->sessions.push_back(std::make_unique<ShardSession>(
+        s, o.servers[s], impl->opt, impl->plan, who, impl->clock, *impl->links[s], impl->shared));
   }
   return std::unique_ptr<SyncClient>(new SyncClient(std::move(impl)));
 }

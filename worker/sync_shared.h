@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,7 +37,11 @@ struct PushJob {
   uint32_t fragment = 0;
   uint64_t seq = 0, base_version = 0, tokens = 0;
   uint32_t steps = 0;
-  kernels::Codec codec;    // chosen by the training thread (SyncOptions::codec or auto)
+  kernels::Codec codec;  // chosen by the training thread (SyncOptions::codec or auto)
+  // The fp32 delta, the training thread's buffer (worker/delta_pool.h): the session reads it to
+  // encode the push and to undo its error feedback when it ends unapplied, never after the
+  // arrival that ends the push.
+  std::span<const float> delta;
   EncodedPush push;        // the payload, set by the session (worker/push_codec.h)
   bool in_flight = false;  // sent on this connection and counted against the shard's credit
   // The shard answered Queued on this connection: it holds the push, and a new incarnation

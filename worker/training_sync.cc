@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "common/ema.h"
 #include "kernels/optim.h"
@@ -13,17 +14,11 @@ TrainingSync::TrainingSync(const SyncOptions& opt, const Plan& plan, SyncShared&
     : opt_(opt), plan_(plan), shared_(shared) {
   anchor_.assign(plan.total_elements(), 0.0f);
   frags_.resize(plan.fragments().size());
-  for (uint32_t i = 0; i < frags_.size(); ++i) {
-    Fragment& f = frags_[i];
-    f.spec = &plan.fragment(i);
-    f.delta.assign(f.spec->numel, 0.0f);
-  }
+  for (uint32_t i = 0; i < frags_.size(); ++i) frags_[i].spec = &plan.fragment(i);
 }
 
-std::vector<std::span<const float>> TrainingSync::delta_buffers() const {
-  std::vector<std::span<const float>> out;
-  for (const Fragment& f : frags_) out.emplace_back(f.delta);
-  return out;
+void TrainingSync::ReleaseDelta(Fragment& f) {
+  if (!f.outstanding && f.delta.data) pool_.Give(std::exchange(f.delta, {}));
 }
 
 int64_t TrainingSync::carry_bound() const {
@@ -34,7 +29,8 @@ void TrainingSync::Process(ParamsFn params, Arrival& a) {
   Fragment& f = frags_[a.fragment];
   switch (a.kind) {
     case Arrival::kUpdate:
-      Adopt(params, a);
+      Adopt(params, a);  // may take the outstanding delta out of the local model first
+      ReleaseDelta(f);
       return;
     case Arrival::kDone:
       // The push ended unapplied: its delta is still in (local - anchor) unless an adoption or
@@ -44,6 +40,7 @@ void TrainingSync::Process(ParamsFn params, Arrival& a) {
         f.tokens += f.pushed_tokens;
       }
       f.outstanding = f.delta_taken = false;
+      ReleaseDelta(f);  // the session has undone its error feedback before delivering kDone
       return;
     case Arrival::kReset:
       f.version = 0;  // the shard may have gone back: adopt whatever it sends next
@@ -123,7 +120,7 @@ void TrainingSync::Adopt(ParamsFn params, Arrival& a) {
       const std::span<float> local = params(flat, take);
       if (keep) {
         kernels::RebaseAdopt(global, anc, local,
-                             take_delta ? std::span<const float>(f.delta.data() + at, take)
+                             take_delta ? std::span<const float>(f.delta.data.get() + at, take)
                                         : std::span<const float>());
       } else {
         std::memcpy(anc.data(), global.data(), take * sizeof(float));
@@ -225,7 +222,8 @@ std::vector<PushJob> TrainingSync::Step(ParamsFn params, uint64_t tokens, uint32
       continue;
     }
     // delta = anchor - local, gathered into the fragment's own order.
-    float* d = f.delta.data();
+    f.delta = pool_.Take(f.spec->numel);
+    float* d = f.delta.data.get();
     for (const Piece& p : f.spec->pieces) {
       kernels::Delta(std::span<const float>(anchor_.data() + p.flat_offset, p.length),
                      params(p.flat_offset, p.length), std::span<float>(d, p.length));
@@ -238,6 +236,7 @@ std::vector<PushJob> TrainingSync::Step(ParamsFn params, uint64_t tokens, uint32
     job.made = absl::Now();
     job.fragment = f.spec->id;
     job.codec = codec;
+    job.delta = std::span<const float>(f.delta.data.get(), f.spec->numel);
     job.seq = f.next_seq++;
     job.base_version = f.version;
     job.tokens = f.pushed_tokens = std::max<uint64_t>(f.tokens, 1);

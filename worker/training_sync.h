@@ -27,6 +27,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
 #include "common/plan.h"
+#include "worker/delta_pool.h"
 #include "worker/sync_options.h"
 #include "worker/sync_shared.h"
 
@@ -39,9 +40,6 @@ class TrainingSync {
 
   // Everything passed must outlive this object.
   TrainingSync(const SyncOptions& opt, const Plan& plan, SyncShared& shared);
-
-  // Fragment f's delta buffer, read by its shard session while a push of it is kept (PushJob).
-  std::vector<std::span<const float>> delta_buffers() const;
 
   // One arrival from the I/O thread: adopts an update, ends a push, forgets a version, or
   // queues theta(0) / the fleet's last values for a shard that has none.
@@ -66,6 +64,8 @@ class TrainingSync {
   // The most local steps a push may carry: carry_max x H (the larger of the configured H and
   // the one of the last step: --inner_steps=auto may raise it).
   int64_t carry_bound() const;
+  // The buffers of the outstanding pushes' deltas (worker/delta_pool.h).
+  const DeltaPool& delta_pool() const { return pool_; }
 
  private:
   struct Fragment {
@@ -85,20 +85,23 @@ class TrainingSync {
     bool delta_taken = false;
     int64_t pushed_steps = 0;  // what the outstanding push claimed
     uint64_t pushed_tokens = 0;
-    // Written in Step when a push is due; read by the fragment's shard session while the push
-    // is outstanding (PushJob).
-    std::vector<float> delta;
+    // Taken from the pool and written in Step when a push is due; read by the fragment's shard
+    // session while the push is outstanding (PushJob::delta); back to the pool when it ends.
+    DeltaPool::Buffer delta;
   };
 
   void Adopt(ParamsFn params, Arrival& a);
   // local = anchor over the fragment; counted afresh.
   void Reanchor(ParamsFn params, Fragment& f);
   void CountReanchor(const Fragment& f);
+  // The push has ended (answered, or ended unapplied): its delta buffer goes back to the pool.
+  void ReleaseDelta(Fragment& f);
 
   const SyncOptions& opt_;
   const Plan& plan_;
   SyncShared& shared_;
   std::vector<float> anchor_;  // flat: global values adopted last
+  DeltaPool pool_;
   std::vector<Fragment> frags_;
   uint32_t joined_count_ = 0;
   uint32_t h_ = 0;                     // the last step's H

@@ -3,7 +3,9 @@
 
 Two shards of --model on 127.0.0.1 (a RocksDB store each, --durability=per-round, an audit log)
 and --workers (2) synthetic learners (diloco-worker --device=synthetic: the real sync client
-and wire, no model math; --step_time a step, H = --inner_steps, int8 pushes, 8 fragments). Once
+and wire, no model math; --step_time a step, H = --inner_steps, --codec pushes (int8), 8
+fragments). fp32 pushes hold no error-feedback residual, 4 B/param less per learner: what lets
+one learner and the shards of a 1B model share a 23 GB machine. Once
 they train and the shards have applied a round of pushes:
   learner: the last worker is killed (SIGKILL) and started again at once. Measured from its start
     to its "joined" event (theta(0) known, every fragment pulled: its first step is on the fleet's
@@ -16,7 +18,8 @@ they train and the shards have applied a round of pushes:
 Times are wall clock, polled every 20 ms. Prints one line per figure, and JSON with --out.
 
   benchmarks/fleet/rejoin.py --build=BUILD --model=gpt2-124m [--step_time=100ms] \\
-      [--inner_steps=20] [--out=rejoin.json]
+      [--inner_steps=20] [--workers=2] [--codec=int8] [--worker_flags='--shard_timeout=30s']
+      [--out=rejoin.json]
 """
 import argparse
 import json
@@ -58,7 +61,8 @@ def run(a, run_dir):
               for i in range(2)]
     for s in shards:
         s.audit = audits[s.index]
-    result = {"model": a.model, "step_time": a.step_time, "H": a.inner_steps}
+    result = {"model": a.model, "step_time": a.step_time, "H": a.inner_steps, "codec": a.codec,
+              "workers": a.workers}
     t0 = time.monotonic()
     shards[0].start(600)
     t1 = time.monotonic()
@@ -66,9 +70,9 @@ def run(a, run_dir):
     result["shard_first_start_to_listening_s"] = time.monotonic() - t1
     result["shard0_first_start_to_listening_s"] = t1 - t0
     eps = [s.endpoint for s in shards]
-    workers = [cluster.Worker(a.build, run_dir, w, a.workers, eps, a.model, FRAGMENTS, "int8",
-                              a.inner_steps, a.step_time, ["--duration=3600s",
-                                                           "--log_sync_events"])
+    workers = [cluster.Worker(a.build, run_dir, w, a.workers, eps, a.model, FRAGMENTS, a.codec,
+                              a.inner_steps, a.step_time,
+                              ["--duration=3600s", "--log_sync_events"] + a.worker_flags.split())
                for w in range(a.workers)]
     members = shards + workers
     try:
@@ -91,6 +95,11 @@ def run(a, run_dir):
         result["learner_rejoin_s"] = wait_for("the restarted worker's join",
                                               lambda: count(victim.jsonl, "joined"), members,
                                               1200) - t
+        # The sync client's own figure: from its start (the model and its buffers allocated)
+        # to the last fragment adopted.
+        ev = cluster.last_event(victim.jsonl, "joined")
+        result["learner_rejoin_sync_s"] = ev.get("join_ms", 0) / 1000
+        result["learner_rejoined_peak_bytes_per_param"] = ev.get("peak_bytes_per_param")
 
         s = shards[1]
         s.proc.kill()
@@ -118,6 +127,8 @@ def main():
     ap.add_argument("--step_time", default="100ms")
     ap.add_argument("--inner_steps", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--codec", default="int8")
+    ap.add_argument("--worker_flags", default="", help="more flags for every learner")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
@@ -130,14 +141,17 @@ def main():
     finally:
         cluster.stop_all()
     print(f"model {r['model']}, 2 shards, {a.workers} synthetic learners (step {r['step_time']}, "
-          f"H = {r['H']}, int8, {FRAGMENTS} fragments)")
+          f"H = {r['H']}, {a.codec} pushes, {FRAGMENTS} fragments)")
     ratio = r["learner_rejoin_s"] / r["learner_first_join_s"]
-    print(f"learner: restart to joined {r['learner_rejoin_s']:.2f} s; peer, its first join "
+    print(f"learner: restart to joined {r['learner_rejoin_s']:.2f} s (the sync client's join "
+          f"{r['learner_rejoin_sync_s']:.2f} s of it); peer, its first join "
           f"{r['learner_first_join_s']:.2f} s (ratio {ratio:.2f})")
     print(f"shard: restart to listening {r['shard_restart_to_listening_s']:.2f} s "
           f"({r['shard_recovered_fragments']} fragments recovered from its store), to its first "
           f"applied push {r['shard_restart_to_first_applied_s']:.2f} s; peer, its first start "
           f"on an empty store to listening {r['shard_first_start_to_listening_s']:.2f} s")
+    print(f"the restarted learner's peak resident memory at its join: "
+          f"{r['learner_rejoined_peak_bytes_per_param']:.2f} B/param")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(r, f, indent=1)

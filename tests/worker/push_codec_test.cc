@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -85,6 +86,27 @@ TEST(PushCodecTest, ANonFiniteChunkIsSentAsZerosAndItsErrorReset) {
   std::vector<float> before = error;
   UndoErrorFeedback(codec, delta, error, p);  // nothing to undo for a poisoned push
   EXPECT_EQ(error, before);
+}
+
+TEST(PushCodecTest, AnFp32PushNeedsNoResidualAndSendsTheSameBytes) {
+  const auto codec = *kernels::ParseCodec("fp32");
+  std::vector<float> delta = Random(kNumel, 5, 1e-3f), zeros(kNumel, 0.0f);
+  const EncodedPush with = EncodePush(codec, delta, zeros);
+  EXPECT_TRUE(std::all_of(zeros.begin(), zeros.end(), [](float e) { return e == 0.0f; }))
+      << "fp32 is exact: a zero residual stays zero, so it need not be held";
+  const EncodedPush without = EncodePush(codec, delta, {});
+  ASSERT_FALSE(without.poisoned);
+  EXPECT_EQ(*without.bytes, *with.bytes);
+  EXPECT_EQ(without.checksums, with.checksums);
+  UndoErrorFeedback(codec, delta, {}, without);  // nothing to undo, nothing to touch
+
+  delta[3] = std::numeric_limits<float>::infinity();  // the first chunk diverged
+  const EncodedPush poisoned = EncodePush(codec, delta, {});
+  EXPECT_TRUE(poisoned.poisoned);
+  EXPECT_EQ(poisoned.poisoned_chunks, 1u);
+  const auto frames = wire::PayloadFrames(poisoned.bytes, codec, kNumel);
+  const auto* first = static_cast<const uint8_t*>(frames[0].data());
+  EXPECT_TRUE(std::all_of(first, first + frames[0].size(), [](uint8_t b) { return b == 0; }));
 }
 
 }  // namespace

@@ -35,8 +35,7 @@ class ShardSessionResumeTest : public ::testing::Test {
     delta_.assign(plan_.fragment(0).numel, 0.0f);
     for (size_t i = 0; i < delta_.size(); ++i) delta_[i] = 1e-3f * static_cast<float>(i % 113);
     who_ = {plan_.fingerprint(), manifest_.fingerprint(), 5, 99};
-    session_ = std::make_unique<ShardSession>(0, opt_.servers[0], opt_, plan_, who_,
-                                              std::vector<std::span<const float>>{delta_}, clock_,
+    session_ = std::make_unique<ShardSession>(0, opt_.servers[0], opt_, plan_, who_, clock_,
                                               transport_, shared_);
   }
 
@@ -69,6 +68,7 @@ class ShardSessionResumeTest : public ::testing::Test {
   Sent PushSent() {
     PushJob job;
     job.fragment = 0;
+    job.delta = delta_;
     job.seq = 1;
     job.base_version = 1;
     job.tokens = 10;

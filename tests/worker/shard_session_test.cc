@@ -42,9 +42,8 @@ class ShardSessionTest : public ::testing::Test {
 
   void Start() {
     who_ = {plan_.fingerprint(), manifest_.fingerprint(), 5, 99};
-    session_ = std::make_unique<ShardSession>(
-        0, opt_.servers[0], opt_, plan_, who_,
-        std::vector<std::span<const float>>{deltas_[0], deltas_[1]}, clock_, transport_, shared_);
+    session_ = std::make_unique<ShardSession>(0, opt_.servers[0], opt_, plan_, who_, clock_,
+                                              transport_, shared_);
     session_->Connect();
   }
 
@@ -105,6 +104,7 @@ class ShardSessionTest : public ::testing::Test {
     PushJob job;
     job.codec = opt_.codec;
     job.fragment = f;
+    job.delta = deltas_[f];
     job.seq = seq;
     job.base_version = base;
     job.tokens = 10;

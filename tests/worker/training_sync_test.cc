@@ -60,8 +60,8 @@ class TrainingSyncTest : public ::testing::Test {
   void Start() {
     train_ = std::make_unique<TrainingSync>(opt_, plan_, shared_);
     who_ = {plan_.fingerprint(), manifest_.fingerprint(), 3, 42};
-    session_ = std::make_unique<ShardSession>(0, opt_.servers[0], opt_, plan_, who_,
-                                              train_->delta_buffers(), clock_, transport_, shared_);
+    session_ = std::make_unique<ShardSession>(0, opt_.servers[0], opt_, plan_, who_, clock_,
+                                              transport_, shared_);
     session_->Connect();
     session_->Tick(false);
     auto h = FromShard(MsgType::Welcome);
@@ -262,6 +262,40 @@ TEST_F(TrainingSyncTest, ANewHSpreadsTheNextPushesOverItsRound) {
       if (at[f] < 0) at[f] = i;
   EXPECT_EQ(at[0], 5);
   EXPECT_EQ(at[1], 10);
+}
+
+// A delta buffer is held while its push is outstanding, not for the whole run: streamed pushes,
+// each answered before the next fragment's is due, share one buffer; pushes of every fragment
+// at once need one each. The deltas stay exact either way (each push moves by its steps).
+TEST_F(TrainingSyncTest, DeltaBuffersAreHeldOnlyWhilePushesAreOutstanding) {
+  for (const bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "streamed" : "every fragment at once");
+    opt_.stream = stream;
+    opt_.test_lose_push_sends = 0;
+    pushes_.clear();
+    Start();
+    EXPECT_EQ(train_->delta_pool().buffers(), 0u) << "nothing pushed yet: no delta held";
+    uint32_t most = 0;
+    for (int i = 1; i <= 40; ++i) {
+      for (float& p : params_) p -= kStepMove;
+      for (PushJob& job : train_->Step(whole_, kTokens, opt_.inner_steps, opt_.codec, false))
+        session_->AddPush(std::move(job));
+      most = std::max(most, train_->delta_pool().in_use());
+      session_->Tick(false);
+      Serve();  // answers every push at once
+      EXPECT_EQ(train_->delta_pool().in_use(), 0u) << "step " << i;
+      clock_.Advance(kStep);
+    }
+    ASSERT_GE(pushes_.size(), 10u);
+    for (const Sent& s : pushes_)
+      EXPECT_NEAR(MaxMove(s, opt_.codec), s.h.steps * kStepMove, 1e-5f)
+          << "fragment " << s.h.fragment_id << " seq " << s.h.seq;
+    const uint64_t largest =
+        std::max(plan_.fragment(0).numel, plan_.fragment(1).numel) * sizeof(float);
+    EXPECT_EQ(most, stream ? 1u : 2u);
+    EXPECT_EQ(train_->delta_pool().buffers(), most);
+    EXPECT_LE(train_->delta_pool().held_bytes(), most * largest);
+  }
 }
 
 }  // namespace
