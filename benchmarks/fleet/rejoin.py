@@ -150,8 +150,9 @@ def main():
           f"({r['shard_recovered_fragments']} fragments recovered from its store), to its first "
           f"applied push {r['shard_restart_to_first_applied_s']:.2f} s; peer, its first start "
           f"on an empty store to listening {r['shard_first_start_to_listening_s']:.2f} s")
-    print(f"the restarted learner's peak resident memory at its join: "
-          f"{r['learner_rejoined_peak_bytes_per_param']:.2f} B/param")
+    peak = r["learner_rejoined_peak_bytes_per_param"]
+    if peak is not None:  # absent where /proc cannot be read
+        print(f"the restarted learner's peak resident memory at its join: {peak:.2f} B/param")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(r, f, indent=1)
