@@ -5,7 +5,8 @@
 // shard sessions (worker/shard_session.h) hand back arrivals (fragments to adopt, pushes that
 // ended unapplied, resets) and count into the stats and the event log. Everything here is
 // guarded by `mu_` and checked by clang's thread-safety analysis; nothing else is shared but
-// the fragments' delta buffers, whose hand-off the push queue orders (PushJob).
+// the outstanding pushes' delta buffers (worker/delta_pool.h), whose hand-off the push queue
+// orders (PushJob::delta) and whose return the arrival that ends the push does.
 #pragma once
 
 #include <atomic>
