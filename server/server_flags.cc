@@ -164,6 +164,9 @@ ABSL_FLAG(std::string, audit_jsonl, "",
 ABSL_FLAG(uint64_t, test_kill_after_applied, 0,
           "test flag: SIGKILL this process once this many Applied answers are ready, after "
           "they are durable (per-round) and audited but before any of them is sent; 0 = never");
+ABSL_FLAG(absl::Duration, test_read_delay, absl::ZeroDuration(),
+          "test flag: after the store is recovered, wait this long before reading the socket, "
+          "which is bound all the while (a slow recovery: connections are taken, nothing read)");
 ABSL_FLAG(std::string, metrics_address, "",
           "serve Prometheus text on http://HOST:PORT/metrics (e.g. 127.0.0.1:9464; port 0 picks)");
 
@@ -246,6 +249,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   s.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   s.progress_interval = absl::GetFlag(FLAGS_progress_interval);
   s.test_kill_after_applied = absl::GetFlag(FLAGS_test_kill_after_applied);
+  s.test_read_delay = absl::GetFlag(FLAGS_test_read_delay);
+  if (s.test_read_delay < absl::ZeroDuration())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--test_read_delay=", absl::FormatDuration(s.test_read_delay), ": must be >= 0"));
   return s;
 }
 

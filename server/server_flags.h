@@ -26,6 +26,7 @@ struct ServerOptions {
   std::string metrics_address;  // Prometheus HOST:PORT ("" none)
   absl::Duration progress_interval;
   uint64_t test_kill_after_applied = 0;  // 0: never
+  absl::Duration test_read_delay;        // bound, recovered, not read yet: a slow recovery
 };
 
 // The flags as options; an error names the flag and the cause.

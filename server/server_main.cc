@@ -185,6 +185,9 @@ int main(int argc, char** argv) {
   // srun forwards SIGINT; an unhandled one would kill the shard without its final checkpoint).
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  // Test only: the socket has been bound since before the store was opened; a recovery this
+  // long takes connections (libzmq handshakes them) and reads nothing.
+  if (so.test_read_delay > absl::ZeroDuration()) absl::SleepFor(so.test_read_delay);
   WritePortFile(so.port_file, endpoint);
   std::fprintf(stderr, "diloco-server: shard %u/%u on %s, %zu fragments, plan %016lx%s\n", index,
                so.shard.num_shards, endpoint.c_str(), shard.owned().size(),

@@ -105,6 +105,8 @@ void ShardSession::SendHeartbeat() {
 }
 
 void ShardSession::SendPull(uint32_t fragment) {
+  if (auto f = frags_.find(fragment); f != frags_.end() && f->second.joined)
+    f->second.awaiting = true;  // until its update comes (OnUpdate)
   auto h = Header(MsgType::Pull);
   h.fragment_id = fragment;
   (void)transport_.SendHeader(false, h);
@@ -176,6 +178,15 @@ void ShardSession::AskJoin(uint32_t fragment) {
   }
 }
 
+void ShardSession::Resync(uint32_t fragment) {
+  frags_.at(fragment).awaiting = true;
+  if (versions_[fragment] == 0) {
+    shared_.Deliver({Arrival::kNeedInit, fragment, 0, false, std::nullopt});
+  } else {
+    SendPull(fragment);
+  }
+}
+
 void ShardSession::AddPush(PushJob job) {
   FragmentIo& f = frags_.at(job.fragment);
   if (f.error.empty() && job.codec.kind != kernels::CodecKind::kFp32)
@@ -215,11 +226,8 @@ void ShardSession::GiveUp(Kept::iterator it, ErrorCode code, const std::string& 
       {SyncEvent::kRefused, index_, fragment, it->first.second, it->second.base_version, 0, what});
   Finish(it, /*applied=*/false);
   shared_.Deliver({Arrival::kDone, fragment, 0, true, std::nullopt});
-  if (code == ErrorCode::NotInitialized) {
-    shared_.Deliver({Arrival::kNeedInit, fragment, 0, false, std::nullopt});
-  } else {
-    SendPull(fragment);
-  }
+  if (code == ErrorCode::NotInitialized) versions_[fragment] = 0;
+  Resync(fragment);
 }
 
 void ShardSession::SendPush(PushJob& job) {
@@ -330,16 +338,15 @@ void ShardSession::OnWelcome(const wire::Header& h) {
     if (!f.joined) {
       f.interval = opt_.join_retry;
       AskJoin(id);
-    } else if (restarted) {
-      // The shard may have gone back to an older checkpoint (periodic durability), or lost
-      // everything: take its versions as they are, or give it the fleet's last values.
-      shared_.Deliver({Arrival::kReset, id, 0, false, std::nullopt});
-      if (versions_[id] == 0) {
-        shared_.Deliver({Arrival::kNeedInit, id, 0, false, std::nullopt});
-      } else {
-        SendPull(id);
-      }
+      continue;
     }
+    // The shard may have gone back to an older checkpoint (periodic durability), or lost
+    // everything: take its versions as they are, or give it the fleet's last values.
+    if (restarted) shared_.Deliver({Arrival::kReset, id, 0, false, std::nullopt});
+    // An ask the old connection or process took no answer to is asked again on this one (a
+    // restarting shard bound its port before it read: Hellos a closed connection left queued
+    // there rebind this worker to it, and refuse what this connection sent meanwhile).
+    if (restarted || f.awaiting) Resync(id);
   }
 }
 
@@ -491,6 +498,7 @@ void ShardSession::OnUpdate(wire::Message m) {
     return;
   }
   FragmentIo& f = frags_.at(h.fragment_id());
+  f.awaiting = false;
   // What comes down a round, for --codec=auto / --inner_steps=auto: updates after the join, and
   // the crossing time of those answering a push the shard took (its Queued answer's arrival plus
   // the time the shard held the push: worker/link_meter.h).

@@ -100,6 +100,11 @@ class ShardSession {
     // A Duplicate answer: the push was applied before its Applied update got lost, so the
     // update the pull brings is that push's answer (it holds the push's delta).
     bool answer_by_pull = false;
+    // A joined fragment's values are asked for (a pull, or after a shard lost them an upload of
+    // ours) and have not come. A refusal, a new connection or a restart loses the ask; the next
+    // fresh Welcome asks again, so the training thread, which pushes a fragment only once it
+    // holds the shard's version, is never left waiting for an answer that will not come.
+    bool awaiting = false;
     absl::Time asked = absl::InfinitePast();
     absl::Duration interval;  // doubles with each re-ask (retry_max)
     // The push error feedback residual; empty until the fragment's first lossy push (fp32
@@ -115,6 +120,8 @@ class ShardSession {
   void SendPush(PushJob& job);
   void PumpPushes();
   void AskJoin(uint32_t fragment);
+  // Asks for a joined fragment's values again: pulled, or uploaded when the shard has none.
+  void Resync(uint32_t fragment);
   void CheckHandshakes();
   void OnWelcome(const wire::Header& h);
   // The Welcome's held trains: the pushes whose next send starts at a later chunk (resume_),

@@ -125,6 +125,7 @@ TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
       {"--metrics_jsonl=/nonexistent/dir/x.jsonl", "/nonexistent/dir/x.jsonl"},
       {"--curve_secret_key_file=/nonexistent/key", "/nonexistent/key"},
       {"--curve_authorized_keys=/nonexistent/keys", "needs --curve_secret_key_file"},
+      {"--test_read_delay=-1s", "--test_read_delay=-1s: must be >= 0"},
   };
   int i = 0;
   for (const Case& c : cases) {

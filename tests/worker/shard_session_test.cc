@@ -394,6 +394,70 @@ TEST_F(ShardSessionTest, ARestartedShardGetsEveryUnansweredPushAgainAndIsPulledF
   EXPECT_TRUE(shared_.TakeArrivals().empty());
 }
 
+// A restarting shard binds its port before it reads: the Hellos a connection this worker has
+// since closed left queued there are read after this connection's, rebind the worker to the
+// dead one and refuse what this one sent meanwhile, the pulls after the restart among them
+// (seen at 1B parameters). The training thread pushes a fragment only once the shard's version
+// comes back, so a refused pull must be asked again, or the fragment never trains with the
+// fleet again.
+TEST_F(ShardSessionTest, ARefusedPullIsAskedAgainAfterTheNextWelcome) {
+  Joined();
+  Welcome(8, {4, 4});  // the restarted shard
+  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 2u);
+  EXPECT_EQ(Arrivals(), (std::vector<Arrival::Kind>{Arrival::kReset, Arrival::kReset}));
+  Refuse(0, 0, ErrorCode::BadIdentity, MsgType::Pull);
+  Refuse(1, 0, ErrorCode::BadIdentity, MsgType::Pull);
+  EXPECT_FALSE(session_->welcomed());
+  clock_.Advance(absl::Seconds(1));
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Hello).size(), 1u);
+  Welcome(8, {4, 4});  // the same incarnation: no restart, but the asks were lost
+  auto pulls = transport_.Take(MsgType::Pull);
+  ASSERT_EQ(pulls.size(), 2u);
+  EXPECT_EQ(pulls[0].h.fragment_id, 0u);
+  EXPECT_EQ(pulls[1].h.fragment_id, 1u);
+  EXPECT_TRUE(shared_.TakeArrivals().empty()) << "no second reset";
+
+  // Fragment 0's answer comes before the next refusal: only fragment 1 is asked for again.
+  Update(0, 4);
+  (void)shared_.TakeArrivals();
+  Refuse(1, 0, ErrorCode::BadIdentity, MsgType::Pull);
+  clock_.Advance(absl::Seconds(1));
+  session_->Tick(false);
+  Welcome(8, {4, 4});
+  pulls = transport_.Take(MsgType::Pull);
+  ASSERT_EQ(pulls.size(), 1u);
+  EXPECT_EQ(pulls[0].h.fragment_id, 1u);
+
+  // Answered: a later fresh Welcome asks for nothing.
+  Update(1, 4);
+  Refuse(0, 0, ErrorCode::BadIdentity, MsgType::Heartbeat);
+  clock_.Advance(absl::Seconds(1));
+  session_->Tick(false);
+  Welcome(8, {4, 4});
+  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty());
+}
+
+// The same for a pull sent on a data connection that was lost before its answer came, and for
+// the upload that a shard without the fragment's values asked for: the new connection's
+// Welcome asks again, by pull or by upload, as the shard's versions say.
+TEST_F(ShardSessionTest, AnAskALostConnectionTookIsMadeAgainOnTheNewOne) {
+  Joined();
+  Welcome(8, {0, 4});  // restarted, fragment 0 lost: our values are asked for, 1 is pulled
+  EXPECT_EQ(Arrivals(),
+            (std::vector<Arrival::Kind>{Arrival::kReset, Arrival::kNeedInit, Arrival::kReset}));
+  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 1u);
+  transport_.disconnected = true;  // before the upload went and the pull's answer came
+  session_->Tick(false);
+  EXPECT_EQ(transport_.reconnects, 2);
+  EXPECT_FALSE(session_->welcomed());
+  Welcome(8, {0, 4});
+  EXPECT_EQ(Arrivals(), std::vector<Arrival::Kind>{Arrival::kNeedInit});
+  const auto pulls = transport_.Take(MsgType::Pull);
+  ASSERT_EQ(pulls.size(), 1u);
+  EXPECT_EQ(pulls[0].h.fragment_id, 1u);
+}
+
 TEST_F(ShardSessionTest, AShardThatLostAFragmentEndsItsPushAndAsksForOurValues) {
   Joined();
   Push(0, 1);

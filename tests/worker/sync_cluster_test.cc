@@ -1,8 +1,9 @@
 // The worker's sync client with real processes on 127.0.0.1 (tiny model, one thread each, so
 // the whole file fits a 2-core CI box): theta(0) identical on every worker, training at full
 // speed while every shard is down (and joining once they come up), exactly-once pushes across
-// a shard SIGKILL + restart, Dynamic Local Updates evening out a heterogeneous fleet, and
-// quantised pushes with error feedback reaching the fp32 run's loss.
+// a shard SIGKILL + restart, a worker training with a shard again after its slow recovery,
+// Dynamic Local Updates evening out a heterogeneous fleet, and quantised pushes with error
+// feedback reaching the fp32 run's loss.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -265,6 +266,49 @@ TEST(WorkerSyncTest, PushesAreAppliedExactlyOnceAcrossAShardKillAndRestart) {
     // One worker alone: version = theta(0) + one round per applied push, no more, no less.
     EXPECT_EQ(*v, 1 + static_cast<double>(seqs.size())) << "fragment " << frag;
   }
+  f.StopAll();
+}
+
+// A shard that takes long to recover has its port bound all the while: libzmq takes the
+// worker's connections and nothing reads them. The worker, hearing nothing for --shard_timeout
+// (1 s here), opens new connections, and the Hellos the closed ones left queued at the shard are
+// read beside the live one's: each rebinds the worker to a dead connection, and the shard
+// refuses what the live one sent meanwhile, the pulls that follow the restart among them. The
+// training thread pushes a fragment again only once the shard's values come back, so the worker
+// must ask again (at 1B parameters a learner never pushed to a restarted shard again).
+TEST(WorkerSyncTest, AWorkerTrainsWithAShardAgainAfterItsSlowRecovery) {
+  Fleet f;
+  f.StartShards(1, {"--durability=per-round"});
+  // A fragment pushes every 200 steps of at least 25 ms, the four 50 steps apart: the shard's
+  // silence (2.5 s and more) is shorter than a fragment's push interval, so some fragments push
+  // nothing meanwhile, and no push's answer brings their values back.
+  f.workers.push_back(f.StartWorker(
+      0, {"--inner_steps=200", "--step_delay=25ms", "--shard_timeout=1s", "--duration=120s"}));
+  auto applied = [](const std::vector<Typed>& e) { return Named(e, "applied"); };
+  ASSERT_TRUE(f.WaitFor(
+      0, [&](const auto& e) { return applied(e).size() >= 2; }, absl::Seconds(60)));
+  f.shards[0]->Signal(SIGKILL);
+  ASSERT_TRUE(f.shards[0]->Wait(absl::Seconds(5)).has_value());
+  const size_t before = applied(ReadTyped(f.Jsonl(0))).size();
+  f.shards[0] =
+      f.StartShard(0, 1, f.endpoints[0], {"--durability=per-round", "--test_read_delay=2500ms"});
+  // Every fragment trains with the shard again, not only those whose asks went through.
+  auto fragments_after = [&](const std::vector<Typed>& e) {
+    std::set<double> fragments;
+    const auto a = applied(e);
+    for (size_t i = before; i < a.size(); ++i) fragments.insert(a[i].num.at("fragment"));
+    return fragments.size();
+  };
+  EXPECT_TRUE(f.WaitFor(
+      0, [&](const auto& e) { return fragments_after(e) == 4; }, absl::Seconds(60)))
+      << fragments_after(ReadTyped(f.Jsonl(0)))
+      << " of 4 fragments had a push applied after the shard's slow recovery";
+  const auto events = ReadTyped(f.Jsonl(0));
+  EXPECT_FALSE(Named(events, "shard_restart").empty()) << "the worker never saw the restart";
+  const auto progress = Named(events, "progress");
+  ASSERT_FALSE(progress.empty());
+  EXPECT_GE(progress.back().num.at("reconnects"), 2)
+      << "the shard's silence opened no new connection";
   f.StopAll();
 }
 
