@@ -166,6 +166,7 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   b.add_topk(h.topk);
   b.add_answers_on_control(h.answers_on_control);
   b.add_held_us(h.held_us);
+  b.add_connection(h.connection);
   b.add_num_elements(h.num_elements);
   b.add_chunk_elements(h.chunk_elements);
   b.add_frame_lengths(lv);

@@ -107,6 +107,7 @@ struct HeaderFields {
   // A train's chunks: TrainChecksum of its chunks' checksums (set by Send; schema/train.h).
   uint64_t train_checksum = 0;
   std::vector<HeldTrain> held_trains;  // Welcome: pushes whose leading chunks the shard holds
+  uint32_t connection = 0;  // data Hello: which of the worker's data connections (0: unsaid)
 };
 
 // What names a message in a refusal of it (an Error's worker_id, fragment_id, seq and

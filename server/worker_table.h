@@ -35,6 +35,9 @@ struct WorkerInfo {
   uint64_t generation = 0;
   std::string rid;          // data connection: pushes, pulls, fragments
   std::string control_rid;  // control connection: heartbeats (may be empty)
+  // The newest data connection of this generation a Hello came on (its Header.connection):
+  // a Hello from an older one is refused (docs/protocol.md, "A session").
+  uint32_t connection = 0;
   // The worker takes a push's Queued answer on its control connection (its control Hello said
   // so): there it does not wait behind the fragment updates streaming on the data connection.
   bool answers_on_control = false;

@@ -67,6 +67,7 @@ wire::HeaderFields ShardSession::Header(MsgType t) const {
 // held behind a fragment that takes longer than the liveness timeout to cross a slow link.
 void ShardSession::Connect() {
   transport_.Reconnect(opt_.control_channel);
+  ++connection_;
   welcomed_ = control_welcomed_ = false;
   last_heard_ = clock_.Now();
   last_hello_ = last_control_hello_ = absl::InfinitePast();
@@ -85,7 +86,9 @@ void ShardSession::CheckHandshakes() {
 }
 
 void ShardSession::SendHello() {
-  (void)transport_.SendHeader(false, Header(MsgType::Hello));
+  auto h = Header(MsgType::Hello);
+  h.connection = connection_;
+  (void)transport_.SendHeader(false, h);
   last_hello_ = clock_.Now();
 }
 

@@ -167,6 +167,9 @@ class ShardSession {
 
   bool welcomed_ = false, control_welcomed_ = false;
   uint64_t incarnation_ = 0;
+  // Data connections opened so far, said in each data Hello: the shard binds this worker to no
+  // connection older than the newest it has seen a Hello on (protocol.fbs, Header.connection).
+  uint32_t connection_ = 0;
   uint64_t credit_bytes_ = 0;  // from Welcome: push bytes in flight at once; 0 = no limit
   absl::Time last_heard_, last_hello_ = absl::InfinitePast();
   absl::Time last_heartbeat_ = absl::InfinitePast(), last_control_hello_ = absl::InfinitePast();

@@ -358,6 +358,42 @@ TEST_F(ShardTest, SupersededGenerationIsRefused) {
   EXPECT_TRUE(h_->Tick().empty());
 }
 
+// A worker gave up on a shard that took long to recover and opened new connections; the Hellos
+// it left queued on the closed ones are read late, after the live connection's. They are
+// refused and bind nothing: the live connection keeps the worker, and its pull is answered.
+TEST_F(ShardTest, AHelloFromAConnectionTheWorkerReplacedBindsNothing) {
+  SetUpShard(TinyOptions());  // worker 1 bound on "a", its Hello saying no connection
+  auto hello = [&](const std::string& rid, uint32_t connection, uint64_t gen = 1) {
+    auto f = h_->Base(MsgType::Hello, 1, gen);
+    f.connection = connection;
+    return h_->Send(rid, f);
+  };
+  auto pull = h_->Base(MsgType::Pull, 1);
+  pull.fragment_id = 0;
+  ASSERT_NE(Only(hello("live", 3), MsgType::Welcome), nullptr);
+  const auto stale = hello("closed", 2);
+  const Outgoing* e = Only(stale, MsgType::Error);
+  ASSERT_NE(e, nullptr) << "a Hello from a replaced connection was welcomed";
+  EXPECT_EQ(e->header.error_code, ErrorCode::BadIdentity);
+  EXPECT_NE(e->header.message.find("replaced by its connection 3"), std::string::npos)
+      << e->header.message;
+  EXPECT_NE(Only(h_->Send("live", pull), MsgType::FragmentUpdate), nullptr)
+      << "the live connection lost its worker";
+  EXPECT_EQ(Only(h_->Send("closed", pull), MsgType::Error)->header.error_code,
+            ErrorCode::BadIdentity);
+  // The same connection again (a periodic Hello) and a newer one are welcomed; the newer one
+  // takes the worker.
+  EXPECT_NE(Only(hello("live", 3), MsgType::Welcome), nullptr);
+  EXPECT_NE(Only(hello("newer", 4), MsgType::Welcome), nullptr);
+  EXPECT_EQ(Only(h_->Send("live", pull), MsgType::Error)->header.error_code,
+            ErrorCode::BadIdentity);
+  // A restarted worker (a new generation) counts its connections from 1 again.
+  EXPECT_NE(Only(hello("restarted", 1, 2), MsgType::Welcome), nullptr);
+  // A worker that does not say its connection (0: an older worker) is bound as before.
+  EXPECT_NE(Only(h_->Hello("old", 2), MsgType::Welcome), nullptr);
+  EXPECT_NE(Only(h_->Hello("old-again", 2), MsgType::Welcome), nullptr);
+}
+
 // A worker that died with a push waiting in the open round restarts (generation 2, sequence
 // numbers from 1 again): its new push joins the round beside the dead process's, is neither
 // refused as "a second push" nor taken for a duplicate of the old seq 1, and both are merged.

@@ -160,7 +160,9 @@ TEST_F(ShardSessionTest, HelloIsRepeatedAfterItsBackoffUntilAWelcomeThenEveryFra
   EXPECT_EQ(transport_.reconnects, 1);
   EXPECT_TRUE(transport_.reconnected_control);
   session_->Tick(false);
-  EXPECT_EQ(transport_.Take(MsgType::Hello).size(), 1u);
+  const auto first = transport_.Take(MsgType::Hello);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].h.connection, 1u);
   clock_.Advance(absl::Milliseconds(50));
   session_->Tick(false);
   EXPECT_TRUE(transport_.Take(MsgType::Hello).empty()) << "again before the backoff";
@@ -220,7 +222,10 @@ TEST_F(ShardSessionTest, ASilentShardGetsNewConnectionsAndAFreshHello) {
   session_->Tick(false);
   EXPECT_EQ(transport_.reconnects, 2);
   EXPECT_EQ(shared_.stats().reconnects, 1u);
-  EXPECT_EQ(transport_.Take(MsgType::Hello).size(), 1u);
+  const auto hellos = transport_.Take(MsgType::Hello);
+  ASSERT_EQ(hellos.size(), 1u);
+  // The second data connection says so: the shard binds the worker to no older one.
+  EXPECT_EQ(hellos[0].h.connection, 2u);
   EXPECT_FALSE(session_->welcomed());
   // The new connections get the timeout plus the doubled backoff (200 ms) before the next
   // judgement, and Hellos follow at that backoff.
