@@ -346,9 +346,8 @@ void ShardSession::OnWelcome(const wire::Header& h) {
     // The shard may have gone back to an older checkpoint (periodic durability), or lost
     // everything: take its versions as they are, or give it the fleet's last values.
     if (restarted) shared_.Deliver({Arrival::kReset, id, 0, false, std::nullopt});
-    // An ask the old connection or process took no answer to is asked again on this one (a
-    // restarting shard bound its port before it read: Hellos a closed connection left queued
-    // there rebind this worker to it, and refuse what this connection sent meanwhile).
+    // An ask that a refusal, the old connection or the old process left unanswered is made
+    // again on this one (docs/worker.md, "Faults").
     if (restarted || f.awaiting) Resync(id);
   }
 }
