@@ -399,12 +399,11 @@ TEST_F(ShardSessionTest, ARestartedShardGetsEveryUnansweredPushAgainAndIsPulledF
   EXPECT_TRUE(shared_.TakeArrivals().empty());
 }
 
-// A restarting shard binds its port before it reads: the Hellos a connection this worker has
-// since closed left queued there are read after this connection's, rebind the worker to the
-// dead one and refuse what this one sent meanwhile, the pulls after the restart among them
-// (seen at 1B parameters). The training thread pushes a fragment only once the shard's version
-// comes back, so a refused pull must be asked again, or the fragment never trains with the
-// fleet again.
+// A pull refused BadIdentity (the shard lost this connection's binding: once, a Hello this
+// worker had left queued on a closed connection, read late by a slowly recovering shard, took
+// it) is lost with its answer. The training thread pushes a fragment only once the shard's
+// version comes back, so a refused pull must be asked again, or the fragment never trains with
+// the fleet again.
 TEST_F(ShardSessionTest, ARefusedPullIsAskedAgainAfterTheNextWelcome) {
   Joined();
   Welcome(8, {4, 4});  // the restarted shard

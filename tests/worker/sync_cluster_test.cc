@@ -272,10 +272,12 @@ TEST(WorkerSyncTest, PushesAreAppliedExactlyOnceAcrossAShardKillAndRestart) {
 // A shard that takes long to recover has its port bound all the while: libzmq takes the
 // worker's connections and nothing reads them. The worker, hearing nothing for --shard_timeout
 // (1 s here), opens new connections, and the Hellos the closed ones left queued at the shard are
-// read beside the live one's: each rebinds the worker to a dead connection, and the shard
-// refuses what the live one sent meanwhile, the pulls that follow the restart among them. The
-// training thread pushes a fragment again only once the shard's values come back, so the worker
-// must ask again (at 1B parameters a learner never pushed to a restarted shard again).
+// read beside the live one's. Each used to rebind the worker to a dead connection, so the shard
+// refused what the live one sent meanwhile, the pulls that follow the restart among them, and
+// the training thread, which pushes a fragment again only once the shard's values come back,
+// never pushed some fragments again (seen at 1B parameters). Two things keep it from happening,
+// each enough alone: the shard refuses a Hello from a replaced connection, and the worker asks
+// again for values an answerless refusal or reconnect lost.
 TEST(WorkerSyncTest, AWorkerTrainsWithAShardAgainAfterItsSlowRecovery) {
   Fleet f;
   f.StartShards(1, {"--durability=per-round"});
