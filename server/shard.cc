@@ -397,13 +397,15 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
     // closed it, and what it left queued here is read only now (a shard that took long to
     // recover had its port bound, unread, while the worker gave up on it and reconnected). It
     // must not take the worker from its live connection, whose messages would then be refused.
-    if (h.connection() < w->connection)
+    if (h.connection() < w->connection) {
+      ++counters_.hellos_superseded;
       return Refuse(
           rid,
           WireError(ErrorCode::BadIdentity,
                     absl::StrCat("connection ", h.connection(), " of worker ", h.worker_id(),
                                  " was replaced by its connection ", w->connection)),
           &h, out);
+    }
     w->connection = h.connection();
     // A worker id lives on one data connection at a time, a connection serves one worker. A push
     // train the old one left unfinished is kept for the worker to resume here.

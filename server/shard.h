@@ -156,6 +156,9 @@ struct ShardCounters {
   // Chunks of a train that an earlier refused chunk ended, dropped unanswered (also in
   // messages_bad): each send of a push gets one answer (docs/protocol.md "Trains").
   uint64_t cut_train_chunks = 0;
+  // Data Hellos from a connection the worker has since replaced, refused (also in messages_bad
+  // as BadIdentity): what a worker left queued on a connection it gave up on, read late.
+  uint64_t hellos_superseded = 0;
   uint64_t bytes_in = 0, bytes_out = 0;
   // FragmentUpdates sent whole (fp32) and as quantized update chains, and their payload bytes.
   uint64_t updates_full = 0, updates_delta = 0;

@@ -377,6 +377,7 @@ TEST_F(ShardTest, AHelloFromAConnectionTheWorkerReplacedBindsNothing) {
   EXPECT_EQ(e->header.error_code, ErrorCode::BadIdentity);
   EXPECT_NE(e->header.message.find("replaced by its connection 3"), std::string::npos)
       << e->header.message;
+  EXPECT_EQ(h_->shard().counters().hellos_superseded, 1u);
   EXPECT_NE(Only(h_->Send("live", pull), MsgType::FragmentUpdate), nullptr)
       << "the live connection lost its worker";
   EXPECT_EQ(Only(h_->Send("closed", pull), MsgType::Error)->header.error_code,
@@ -392,6 +393,7 @@ TEST_F(ShardTest, AHelloFromAConnectionTheWorkerReplacedBindsNothing) {
   // A worker that does not say its connection (0: an older worker) is bound as before.
   EXPECT_NE(Only(h_->Hello("old", 2), MsgType::Welcome), nullptr);
   EXPECT_NE(Only(h_->Hello("old-again", 2), MsgType::Welcome), nullptr);
+  EXPECT_EQ(h_->shard().counters().hellos_superseded, 1u) << "a welcomed Hello was counted";
 }
 
 // A worker that died with a push waiting in the open round restarts (generation 2, sequence
