@@ -330,6 +330,7 @@ void ShardSession::OnWelcome(const wire::Header& h) {
       copies_.erase(it->first);
       it->second.in_flight = false;  // counted afresh against the (new) credit
       it->second.queued = false;
+      it->second.answer_due = absl::InfiniteFuture();
       it->second.resend_interval = opt_.resend_after;
       shared_.Add(&SyncStats::resends);
     }
@@ -389,6 +390,8 @@ void ShardSession::OnPushAck(const wire::Header& h) {
         }
         it->second.sent = clock_.Now();
         it->second.queued = true;
+        it->second.queued_version = h.version();
+        it->second.answer_due = absl::InfiniteFuture();
       }
       return;
     case AckStatus::Initialized:
@@ -618,17 +621,29 @@ void ShardSession::Resend(Kept::iterator it, absl::Time now) {
   // fragments' traffic never let it go quiet, while its fragment trained alone). The wait is at
   // least the push's resend interval, which doubles with each resend, and at most retry_max. A
   // Queued push waits for its round (and, per-round durability, its checkpoint) up to
-  // retry_max.
+  // retry_max; once the shard says that round is published, its Applied answer is on the way,
+  // and is taken as lost (a message dropped on a live connection) once the update and the
+  // answers ahead of it could have come down at the downlink's pace, counted the same way.
+  // The resend is then answered Duplicate, which ends the push; before, a lost answer held
+  // the fragment's pushes back for retry_max while its steps piled up unsent.
   if (!job.in_flight) return;
   absl::Duration wait = opt_.retry_max;
+  absl::Time from = job.sent;
+  const bool busy = now - last_data_ <= opt_.resend_after;
+  const bool due = job.queued && AnswerDue(job, now);
   if (!job.queued) {
     const absl::Duration paced =
         up_.Wait(job.bytes_ahead, absl::ZeroDuration(), opt_.retry_max) +
         down_.Wait(AnswerBytesAhead(job.fragment), absl::ZeroDuration(), opt_.retry_max);
-    const bool busy = now - last_data_ <= opt_.resend_after;
     wait = std::min(std::max(job.resend_interval, busy ? 4 * paced : paced), opt_.retry_max);
+  } else if (due) {
+    const uint64_t update = plan_.fragment(job.fragment).numel * sizeof(float);
+    const absl::Duration paced =
+        down_.Wait(AnswerBytesAhead(job.fragment) + update, absl::ZeroDuration(), opt_.retry_max);
+    wait = std::min(std::max(job.resend_interval, busy ? 4 * paced : paced), opt_.retry_max);
+    from = std::max(job.sent, job.answer_due);
   }
-  if (now - job.sent <= wait) return;
+  if (now - from <= wait) return;
   // A refusal that waited for later copies: they are taken as lost now, so it was the last
   // answer there will be.
   if (auto c = copies_.find(it->first); c != copies_.end() && c->second.refusal) {
@@ -637,8 +652,19 @@ void ShardSession::Resend(Kept::iterator it, absl::Time now) {
     return;
   }
   SendPush(job);
-  if (!job.queued) job.resend_interval = std::min(job.resend_interval * 2, opt_.retry_max);
+  if (!job.queued || due) job.resend_interval = std::min(job.resend_interval * 2, opt_.retry_max);
   shared_.Add(&SyncStats::resends);
+}
+
+bool ShardSession::AnswerDue(PushJob& job, absl::Time now) const {
+  if (job.answer_due != absl::InfiniteFuture()) return true;
+  // The push joined the round open when it arrived, published one version after the one its
+  // Queued answer named, or two when a closed round was still being written then (per-round
+  // durability publishes a round once it is durable).
+  const auto v = versions_.find(job.fragment);
+  if (v == versions_.end() || v->second < job.queued_version + 2) return false;
+  job.answer_due = now;
+  return true;
 }
 
 void ShardSession::Retry(absl::Time now) {

@@ -143,6 +143,9 @@ class ShardSession {
   // Sends the push again once it is taken as lost; or gives it up, when a refusal was waiting
   // for copies that are now taken as lost (`it` is then erased).
   void Resend(Kept::iterator it, absl::Time now);
+  // Whether a Queued push's Applied answer has been sent: the shard's published version of its
+  // fragment (Welcome, Heartbeat, updates) is past the round that holds it. Marks answer_due.
+  bool AnswerDue(PushJob& job, absl::Time now) const;
   void Retry(absl::Time now);
   // Bytes that may arrive on the data connection before an answer asked for now: the whole
   // fragments the asks of unjoined fragments bring.

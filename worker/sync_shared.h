@@ -47,8 +47,12 @@ struct PushJob {
   bool in_flight = false;  // sent on this connection and counted against the shard's credit
   // The shard answered Queued on this connection: it holds the push, and a new incarnation
   // (a Welcome from a restarted shard) is what would lose it, so only retry_max's last-resort
-  // resend remains.
+  // resend remains, or the one that follows answer_due.
   bool queued = false;
+  uint64_t queued_version = 0;  // the shard's published version its Queued answer named
+  // When the shard's versions first showed the round that holds the push published (so its
+  // Applied answer sent); InfiniteFuture until then (ShardSession::AnswerDue).
+  absl::Time answer_due = absl::InfiniteFuture();
   absl::Time sent = absl::InfinitePast();
   // Push bytes ahead of this one on the data connection when it was last sent, its own
   // included: the upload its Queued answer waits behind.

@@ -347,6 +347,50 @@ TEST_F(ShardSessionTest, AnUnansweredPushIsResentAtDoublingIntervalsAndAQueuedOn
   EXPECT_EQ(transport_.Take(MsgType::Push).size(), 1u);
 }
 
+// A Queued push whose Applied answer was lost on a live connection (a dropped message): once
+// the shard's heartbeats show the round that holds it published, the answer is taken as lost
+// after the update could have crossed, not after retry_max, and the resend's Duplicate ends
+// the push. In the chaos suite such a lost answer held a worker's fragment back for a minute.
+TEST_F(ShardSessionTest, AQueuedPushWhoseRoundIsPublishedIsResentOnceItsAnswerIsOverdue) {
+  Joined();
+  auto heartbeat = [&](uint64_t version0) {
+    auto h = FromShard(MsgType::Heartbeat);
+    h.versions = {{0, version0}, {1, 1}};
+    session_->OnMessage(Parse(h), /*via_control=*/true);
+  };
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Ack(0, 1, AckStatus::Queued, /*version=*/1);
+  // Version 2 may be a round closed before the push came (being written when it did).
+  heartbeat(2);
+  clock_.Advance(opt_.resend_after * 4);
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "resent while its round may be open";
+  heartbeat(3);  // the push's round is published: its answer has been sent
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "resent before the answer could come";
+  clock_.Advance(opt_.resend_after - absl::Milliseconds(1));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "resent before its interval";
+  clock_.Advance(absl::Milliseconds(2));
+  session_->Tick(false);
+  auto again = transport_.Take(MsgType::Push);
+  ASSERT_EQ(again.size(), 1u) << "a lost Applied answer waits for retry_max";
+  EXPECT_EQ(again[0].h.seq, 1u);
+  EXPECT_EQ(shared_.stats().resends, 1u);
+  // Unanswered again: the next resend waits twice as long, not a Tick.
+  clock_.Advance(opt_.resend_after * 2 - absl::Milliseconds(1));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+  // The shard had applied it: Duplicate ends the push, kept as applied, and pulls the fragment.
+  (void)shared_.TakeArrivals();
+  Ack(0, 1, AckStatus::Duplicate, 3);
+  EXPECT_EQ(session_->unacked(), 0u);
+  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 1u);
+  EXPECT_EQ(shared_.stats().duplicates, 1u);
+}
+
 TEST_F(ShardSessionTest, AStalePushLeavesTheErrorFeedbackAsItWasAndAnAppliedOneCarriesIt) {
   Joined();
   Push(0, 1);
