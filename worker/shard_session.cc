@@ -109,7 +109,7 @@ void ShardSession::SendHeartbeat() {
 
 void ShardSession::SendPull(uint32_t fragment) {
   if (auto f = frags_.find(fragment); f != frags_.end() && f->second.joined)
-    f->second.awaiting = true;  // until its update comes (OnUpdate)
+    MarkAwaiting(f->second);  // until its update comes (OnUpdate)
   auto h = Header(MsgType::Pull);
   h.fragment_id = fragment;
   (void)transport_.SendHeader(false, h);
@@ -181,8 +181,14 @@ void ShardSession::AskJoin(uint32_t fragment) {
   }
 }
 
+void ShardSession::MarkAwaiting(FragmentIo& f) {
+  if (!f.awaiting) f.interval = opt_.resend_after;  // a new ask: its re-asks start afresh
+  f.awaiting = true;
+  f.asked = clock_.Now();
+}
+
 void ShardSession::Resync(uint32_t fragment) {
-  frags_.at(fragment).awaiting = true;
+  MarkAwaiting(frags_.at(fragment));
   if (versions_[fragment] == 0) {
     shared_.Deliver({Arrival::kNeedInit, fragment, 0, false, std::nullopt});
   } else {
@@ -672,6 +678,26 @@ void ShardSession::Retry(absl::Time now) {
     auto next = std::next(it);
     Resend(it, now);  // may erase `it`
     it = next;
+  }
+  // A joined fragment's ask whose answer has not come (a pull or its update lost on a live
+  // connection: a dropped message) is made again once the whole fragment could have come down
+  // behind the other answers at the downlink's pace (4x while the connection is busy, as for a
+  // push), at least its interval, which starts at resend_after and doubles up to retry_max.
+  // Until it comes the training thread does not push the fragment, so without this a lost pull
+  // held the fragment back from the fleet until the next fresh Welcome.
+  const bool busy = now - last_data_ <= opt_.resend_after;
+  for (uint32_t id : fragments_) {
+    FragmentIo& f = frags_.at(id);
+    if (!f.joined || !f.awaiting) continue;
+    const absl::Duration paced =
+        down_.Wait(AnswerBytesAhead(id) + plan_.fragment(id).numel * sizeof(float),
+                   absl::ZeroDuration(), opt_.retry_max);
+    if (now - f.asked <= std::min(std::max(f.interval, busy ? 4 * paced : paced), opt_.retry_max))
+      continue;
+    const absl::Duration next = std::min(f.interval * 2, opt_.retry_max);
+    Resync(id);
+    f.interval = next;
+    shared_.Add(&SyncStats::reasks);
   }
   // Ask again only after the interval passed with nothing arriving on the data connection: at
   // real sizes and on slow links, the answers to the first asks take longer than join_retry to

@@ -104,9 +104,10 @@ class ShardSession {
     // ours) and have not come. A refusal, a new connection or a restart loses the ask; the next
     // fresh Welcome asks again, so the training thread, which pushes a fragment only once it
     // holds the shard's version, is never left waiting for an answer that will not come.
+    // Retry asks again on a live connection too, once the answer could have come (MarkAwaiting).
     bool awaiting = false;
-    absl::Time asked = absl::InfinitePast();
-    absl::Duration interval;  // doubles with each re-ask (retry_max)
+    absl::Time asked = absl::InfinitePast();  // the last ask, a join's or an awaited one's
+    absl::Duration interval;                  // doubles with each re-ask (retry_max)
     // The push error feedback residual; empty until the fragment's first lossy push (fp32
     // leaves it zero, push_codec.h).
     std::vector<float> error;
@@ -120,6 +121,8 @@ class ShardSession {
   void SendPush(PushJob& job);
   void PumpPushes();
   void AskJoin(uint32_t fragment);
+  // A joined fragment's values are asked for now: awaiting, re-asked (Retry) until they come.
+  void MarkAwaiting(FragmentIo& f);
   // Asks for a joined fragment's values again: pulled, or uploaded when the shard has none.
   void Resync(uint32_t fragment);
   void CheckHandshakes();

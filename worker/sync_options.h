@@ -105,6 +105,8 @@ struct SyncStats {
   // and the steps so dropped.
   uint64_t reanchors = 0, reanchored_steps = 0;
   uint64_t join_asks = 0;  // fragments asked for while joining (the first asks and any re-asks)
+  // A joined fragment's values asked for again on a live connection, the answer overdue.
+  uint64_t reasks = 0;
   // theta(0) uploads sent on from the chunks a shard held (a cut upload resumed), and the
   // payload bytes of theta(0) sent (of a resumed upload, the rest only).
   uint64_t init_resumed = 0, init_bytes_sent = 0;

@@ -416,7 +416,7 @@ int main(int argc, char** argv) {
     const auto st = sync->stats();
     done.Add("pushes", st.pushes).Add("applied", st.applied).Add("stale", st.stale);
     done.Add("resends", st.resends).Add("joined", uint64_t{st.joined});
-    done.Add("join_asks", st.join_asks);
+    done.Add("join_asks", st.join_asks).Add("reasks", st.reasks);
     done.Add("init_resumed", st.init_resumed).Add("init_bytes_sent", st.init_bytes_sent);
     done.Add("reanchors", st.reanchors).Add("reanchored_steps", st.reanchored_steps);
     done.Add("reconnects", st.reconnects).Add("errors", st.errors).Add("refused", st.refused);

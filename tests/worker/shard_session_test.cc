@@ -391,6 +391,43 @@ TEST_F(ShardSessionTest, AQueuedPushWhoseRoundIsPublishedIsResentOnceItsAnswerIs
   EXPECT_EQ(shared_.stats().duplicates, 1u);
 }
 
+// A pull whose update never comes on a live connection (the pull or its answer dropped) is
+// made again once the answer is overdue, at doubling intervals, until the update comes: the
+// training thread pushes the fragment only once it holds the shard's version.
+TEST_F(ShardSessionTest, AnAwaitedPullIsAskedAgainOnALiveConnectionUntilItsUpdateComes) {
+  Joined();
+  Push(0, 1);
+  session_->Tick(false);
+  ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
+  Ack(0, 1, AckStatus::Duplicate, 2);  // applied: the pull's update is the push's answer
+  ASSERT_EQ(transport_.Take(MsgType::Pull).size(), 1u);
+  clock_.Advance(opt_.resend_after - absl::Milliseconds(1));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty()) << "asked again before its interval";
+  clock_.Advance(absl::Milliseconds(2));
+  session_->Tick(false);
+  auto again = transport_.Take(MsgType::Pull);
+  ASSERT_EQ(again.size(), 1u) << "a lost pull leaves the fragment waiting for a Welcome";
+  EXPECT_EQ(again[0].h.fragment_id, 0u);
+  EXPECT_EQ(shared_.stats().reasks, 1u);
+  clock_.Advance(opt_.resend_after * 2 - absl::Milliseconds(1));
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty()) << "the interval did not double";
+  clock_.Advance(absl::Milliseconds(2));
+  session_->Tick(false);
+  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 1u);
+  // The update comes: it answers the push, and nothing is asked for again.
+  (void)shared_.TakeArrivals();
+  Update(0, 2);
+  const auto arrivals = shared_.TakeArrivals();
+  ASSERT_EQ(arrivals.size(), 1u);
+  EXPECT_TRUE(arrivals[0].answers_push);
+  clock_.Advance(opt_.retry_max * 2);
+  session_->Tick(false);
+  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty());
+  EXPECT_EQ(shared_.stats().reasks, 2u);
+}
+
 TEST_F(ShardSessionTest, AStalePushLeavesTheErrorFeedbackAsItWasAndAnAppliedOneCarriesIt) {
   Joined();
   Push(0, 1);
