@@ -276,10 +276,12 @@ run_fleet() {  # arm group workers shards "server flags" [worker flags...]
   shift 5
   selected "$arm" || return 0
   local run=$out/logs/$arm
+  # An earlier run of the arm into this --out (one stopped part-way) left stores the shards would
+  # recover and train on from there, and endpoint files of dead ports: the arm starts afresh.
+  rm -rf "$run"
   mkdir -p "$run"
   local spids=() wpids=() servers="" stores=()
   for ((s = 0; s < s_count; s++)); do
-    rm -f "$run/shard$s.endpoint"  # a stale one (an earlier run into this --out) is a dead port
     # shellcheck disable=SC2086
     "$build/server/diloco-server" --bind='tcp://127.0.0.1:*' --port_file="$run/shard$s.endpoint" \
       --shard=$s --shards=$s_count --fragments=$fragments --model=$model --store="$run/store$s" \
