@@ -55,14 +55,21 @@ std::vector<std::string> ChaosCluster::ShardArgv(int s, const std::string& bind)
 
 absl::Status ChaosCluster::StartShard(int s, const std::vector<std::string>& extra,
                                       absl::Duration timeout) {
-  const auto port_file = c_.dir / absl::StrCat("port", s);
-  std::filesystem::remove(port_file);
+  LaunchShard(s, extra);
+  return AwaitShard(s, timeout);
+}
+
+void ChaosCluster::LaunchShard(int s, const std::vector<std::string>& extra) {
+  std::filesystem::remove(c_.dir / absl::StrCat("port", s));
   // Its first start picks a free port; every restart binds that one, which the proxy's
   // connections reconnect to.
   auto argv = ShardArgv(s, endpoints_[s].empty() ? "tcp://127.0.0.1:*" : endpoints_[s]);
   argv.insert(argv.end(), extra.begin(), extra.end());
   shards_[s] = std::make_unique<Process>(argv, log(absl::StrCat("shard", s)).string());
-  auto ep = WaitForLine(port_file, timeout);
+}
+
+absl::Status ChaosCluster::AwaitShard(int s, absl::Duration timeout) {
+  auto ep = WaitForLine(c_.dir / absl::StrCat("port", s), timeout);
   if (!ep)
     return absl::UnavailableError(absl::StrCat("shard ", s, " did not start in ",
                                                absl::FormatDuration(timeout), ": ",

@@ -54,6 +54,11 @@ class ChaosCluster {
   // file; Unavailable when it does not come up in `timeout`.
   absl::Status StartShard(int s, const std::vector<std::string>& extra = {},
                           absl::Duration timeout = absl::Seconds(30));
+  // The two halves of StartShard: LaunchShard returns at once (a restart, which binds the port
+  // of the shard's first start, so the proxy reconnects without being told); AwaitShard waits
+  // for the port file the launched shard writes once it reads its socket.
+  void LaunchShard(int s, const std::vector<std::string>& extra = {});
+  absl::Status AwaitShard(int s, absl::Duration timeout = absl::Seconds(30));
   // (Re)starts worker `w` with a new events file (worker<w>.<run>.jsonl).
   void StartWorker(int w);
   int worker_runs(int w) const { return runs_[w]; }

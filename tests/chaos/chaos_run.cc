@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/event_log.h"
 #include "schema/transport.h"
@@ -26,6 +27,9 @@ constexpr absl::Duration kTick = absl::Milliseconds(200);
 constexpr absl::Duration kStatsTimeout = absl::Milliseconds(400);
 constexpr absl::Duration kBackWithin = absl::Seconds(30);  // "survived": back at work by then
 constexpr absl::Duration kMinChecked = absl::Seconds(3);   // invariant 1: faults this long
+// A slow recovery: the restarted shard's socket is bound, and read only this much later, beyond
+// the workers' shard timeout (their default 3 s), so that they reconnect meanwhile.
+constexpr double kSlowReadMin_s = 4, kSlowReadMax_s = 6;
 constexpr double kMinStepRatio = 0.2;
 constexpr int kEvalAttempts = 3;  // a midway evaluation, when a live store changes under it
 constexpr absl::Duration kEvalRetry = absl::Seconds(2);
@@ -89,14 +93,16 @@ std::optional<Sample> At(const std::vector<Sample>& s, absl::Time t) {
 
 bool IsWorkerFault(const std::string& k) { return k == "worker_kill" || k == "worker_freeze"; }
 bool IsShardProcessFault(const std::string& k) {
-  return k == "shard_kill" || k == "shard_freeze" || k == "shard_restart" || k == "kill_unanswered";
+  return k == "shard_kill" || k == "shard_slow_restart" || k == "shard_freeze" ||
+         k == "shard_restart" || k == "kill_unanswered";
 }
 // A fault that keeps its target from work while it lasts (a link burst does not).
 bool TakesOut(const std::string& k) {
   return IsWorkerFault(k) || IsShardProcessFault(k) || k == "disk_full";
 }
 bool IsRestart(const std::string& k) {
-  return k == "worker_kill" || k == "shard_kill" || k == "shard_restart" || k == "kill_unanswered";
+  return k == "worker_kill" || k == "shard_kill" || k == "shard_slow_restart" ||
+         k == "shard_restart" || k == "kill_unanswered";
 }
 
 // What diloco-ctl eval printed for stores on the synthetic held-out set.
@@ -119,6 +125,7 @@ class Run {
     steps_.resize(o.cluster.workers);
     rounds_.resize(o.cluster.shards);
     tails_.resize(o.cluster.workers);
+    applied_since_faults_.assign(o.cluster.workers, std::vector<bool>(o.cluster.fragments, false));
     shard_runs_.assign(o.cluster.shards, 0);
     midway_.resize(std::max(0, o.midway_evals));
   }
@@ -130,7 +137,7 @@ class Run {
     }
     r_.facts["tmpfs"] = c_.has_tmpfs() ? "shard 1's store on an 8 MiB tmpfs"
                                        : "no tmpfs (" + c_.tmpfs_error() + "): no disk_full";
-    for (int w = 0; w < o_.cluster.workers; ++w) tails_[w].Reset(c_.worker_events(w, 0));
+    for (int w = 0; w < o_.cluster.workers; ++w) FollowWorker(w);
     for (int s = 0; s < o_.cluster.shards; ++s) c_.proxy(s).set_rates(kBackground);
     const absl::Time start = absl::Now(), end = start + o_.duration;
     start_ = start;
@@ -158,11 +165,15 @@ class Run {
     const absl::Time fault_loop_end = absl::Now();
     EndAllFaults();
     FinishMidway();
+    SampleWorkers();              // what came before the faults' end
+    faults_ended_ = absl::Now();  // invariant 9 counts Applied answers from here
     r_.facts["fault_seconds"] = absl::StrCat(absl::ToDoubleSeconds(o_.duration));
     // At least 5 s, and until every fault's target is back at work (at most kBackWithin after
     // the last fault's end), so that whether each fault was survived is seen whole.
+    // And until every worker has had a push of every fragment applied (invariant 9), at most
+    // kBackWithin after the faults' end.
     const absl::Time settle_min = absl::Now() + absl::Seconds(5);
-    absl::Time settle_max = settle_min;
+    absl::Time settle_max = std::max(settle_min, faults_ended_ + kBackWithin);
     for (const auto& f : r_.faults) settle_max = std::max(settle_max, f.end + kBackWithin);
     while (absl::Now() < settle_max && !Interrupted()) {
       absl::SleepFor(kTick);
@@ -171,8 +182,9 @@ class Run {
         SampleShards();
         next_stats = absl::Now() + absl::Seconds(1);
       }
-      if (absl::Now() >= settle_min && AllBack()) break;
+      if (absl::Now() >= settle_min && AllBack() && AllCaughtUp()) break;
     }
+    settled_ = absl::Now();
     r_.facts["settle_seconds"] =
         absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - settle_min) + 5);
     SampleShards();
@@ -207,15 +219,35 @@ class Run {
   }
 
   // --- sampling ---------------------------------------------------------------------------
+  // Reads worker w's events from its newest run on.
+  void FollowWorker(int w) { tails_[w].Reset(c_.worker_events(w, c_.worker_runs(w) - 1)); }
+
   void SampleWorkers() {
     for (int w = 0; w < o_.cluster.workers; ++w) {
       for (const auto& line : tails_[w].Lines()) {
         const auto event = ParseJsonLine(line);
-        if (!event || EventName(*event) != "progress") continue;
+        if (!event) continue;
+        const std::string name = EventName(*event);
+        if (name == "applied" && absl::Now() > faults_ended_) {
+          const int f = static_cast<int>(NumberAt(*event, "fragment").value_or(-1));
+          if (f >= 0 && f < o_.cluster.fragments && !applied_since_faults_[w][f]) {
+            applied_since_faults_[w][f] = true;
+            slowest_catch_up_ = std::max(slowest_catch_up_, absl::Now() - faults_ended_);
+          }
+        }
+        if (name != "progress") continue;
         if (const auto step = NumberAt(*event, "step"))
           steps_[w].push_back({absl::Now(), *step, c_.worker_runs(w)});
       }
     }
+  }
+
+  // Invariant 9's condition: every worker has had a push of every fragment applied since the
+  // faults ended.
+  bool AllCaughtUp() const {
+    for (const auto& w : applied_since_faults_)
+      if (std::find(w.begin(), w.end(), false) != w.end()) return false;
+    return true;
   }
 
   void SampleShards() {
@@ -329,8 +361,9 @@ class Run {
 
   void InjectOne() {
     static const std::vector<std::pair<std::string, double>> kWeights = {
-        {"worker_kill", 2},   {"worker_freeze", 2},   {"shard_kill", 1.5}, {"shard_freeze", 1.5},
-        {"shard_restart", 1}, {"kill_unanswered", 1}, {"link_burst", 3},   {"disk_full", 1}};
+        {"worker_kill", 2},        {"worker_freeze", 2},  {"shard_kill", 1.5},
+        {"shard_slow_restart", 1}, {"shard_freeze", 1.5}, {"shard_restart", 1},
+        {"kill_unanswered", 1},    {"link_burst", 3},     {"disk_full", 1}};
     // Every kind once first, in a seeded order, so that a short run covers them all; then
     // at random by weight. A kind whose target is busy is tried again later.
     if (!started_kinds_) {
@@ -380,6 +413,18 @@ class Run {
         auto& f = Open(kind, s, absl::Seconds(3));
         RestartShard(s);
         f.note = "restarted on its store";
+      } else if (kind == "shard_slow_restart") {
+        // A recovery that keeps the port bound and unread past the workers' shard timeout, as
+        // a large store's does: they reconnect meanwhile, and what they left queued on the
+        // connections they closed is read only after it. The driver does not wait for it.
+        c_.shard(s).Signal(SIGKILL);
+        (void)c_.shard(s).Wait(absl::Seconds(10));
+        const absl::Duration read_delay = Uniform(kSlowReadMin_s, kSlowReadMax_s);
+        Open(kind, s, read_delay + absl::Seconds(2)).note =
+            absl::StrFormat("read after %.1f s", absl::ToDoubleSeconds(read_delay));
+        ++shard_runs_[s];
+        c_.LaunchShard(
+            s, {absl::StrCat("--test_read_delay=", absl::ToInt64Milliseconds(read_delay), "ms")});
       } else if (kind == "shard_freeze") {
         c_.shard(s).Signal(SIGSTOP);
         Open(kind, s, Uniform(1, 5));
@@ -434,11 +479,14 @@ class Run {
     if (f.kind == "worker_kill") {
       (void)c_.worker(t).Wait(absl::Seconds(5));
       c_.StartWorker(t);
-      tails_[t].Reset(c_.worker_events(t, c_.worker_runs(t) - 1));
+      FollowWorker(t);
     } else if (f.kind == "worker_freeze") {
       c_.worker(t).Signal(SIGCONT);
     } else if (f.kind == "shard_freeze") {
       c_.shard(t).Signal(SIGCONT);
+    } else if (f.kind == "shard_slow_restart") {
+      if (auto st = c_.AwaitShard(t); !st.ok())
+        Violate(4, absl::StrCat("shard ", t, " did not come back from its store: ", st.message()));
     } else if (f.kind == "kill_unanswered") {
       if (c_.shard(t).Running()) {  // not triggered in time: no push reached it
         f.note += ", not triggered";
@@ -495,7 +543,7 @@ class Run {
       Violate(0, absl::StrCat("worker ", w, " exited by itself with status ", status, ": ",
                               c_.Tail(c_.log(absl::StrCat("worker", w)))));
       c_.StartWorker(w);
-      tails_[w].Reset(c_.worker_events(w, c_.worker_runs(w) - 1));
+      FollowWorker(w);
     }
   }
 
@@ -534,6 +582,26 @@ class Run {
     CheckTrails();
     CheckStores();
     CheckProgress();
+    CheckCaughtUp();
+  }
+
+  // Invariant 9: nobody is left behind. After the faults, every worker (its last run) has a
+  // push of every fragment applied within kBackWithin: a worker that lost track of a fragment
+  // (an ask for it that a restart, a refusal or a lost connection took, never made again) no
+  // longer trains it with the fleet, though it steps on and every shard closes rounds.
+  void CheckCaughtUp() {
+    for (int w = 0; w < o_.cluster.workers; ++w) {
+      std::vector<std::string> behind;
+      for (int f = 0; f < o_.cluster.fragments; ++f)
+        if (!applied_since_faults_[w][f]) behind.push_back(absl::StrCat(f));
+      if (!behind.empty())
+        Violate(9, absl::StrFormat("worker %d: no push of fragment %s applied in the %.0f s "
+                                   "after the faults ended",
+                                   w, absl::StrJoin(behind, ", "),
+                                   absl::ToDoubleSeconds(settled_ - faults_ended_)));
+    }
+    r_.facts["slowest_catch_up_after_faults"] =
+        absl::StrFormat("%.1f s", absl::ToDoubleSeconds(slowest_catch_up_));
   }
 
   // Invariant 1.
@@ -807,6 +875,10 @@ class Run {
   std::deque<std::string> first_kinds_;  // kinds not yet injected once
   std::vector<std::vector<Sample>> steps_, rounds_;
   std::vector<TailReader> tails_;
+  // Invariant 9: per worker and fragment, whether a push of it was applied since faults_ended_.
+  std::vector<std::vector<bool>> applied_since_faults_;
+  absl::Time faults_ended_ = absl::InfiniteFuture(), settled_;
+  absl::Duration slowest_catch_up_;
   std::vector<int> shard_runs_;
   absl::Time start_;  // of the fault period
   std::vector<MidwayEval> midway_;

@@ -6,6 +6,10 @@
 //   worker_kill      SIGKILL a worker, restart it 1-3 s later (a new generation);
 //   worker_freeze    SIGSTOP a worker for 2-6 s, then SIGCONT;
 //   shard_kill       SIGKILL a shard and restart it on its store at once;
+//   shard_slow_restart  SIGKILL a shard and restart it with --test_read_delay of 4-6 s: its port
+//                    bound and unread past the workers' shard timeout, as a large store's
+//                    recovery keeps it, so that they reconnect and leave messages queued on
+//                    connections they closed;
 //   shard_freeze     SIGSTOP a shard for 1-5 s (its workers see it silent and reconnect);
 //   shard_restart    SIGTERM a shard (final checkpoint), restart it;
 //   kill_unanswered  restart a shard with --test_kill_after_applied=K: it SIGKILLs itself once
@@ -21,9 +25,10 @@
 //      during every such worker fault; a run in which no such window was checked fails;
 //   2, 3, 6. the shards' audit trails and the workers' Applied answers (invariants.h);
 //   4. every store passes diloco-ctl show's vetting at the end, and every restart came up: the
-//      restarted target (worker_kill, shard_kill, shard_restart, kill_unanswered) was back at
-//      work (a worker stepping, a shard closing rounds) within 30 s of the fault's end, unless
-//      another fault took the same target out (a kill, freeze, restart or full disk) first;
+//      restarted target (worker_kill, shard_kill, shard_slow_restart, shard_restart,
+//      kill_unanswered) was back at work (a worker stepping, a shard closing rounds) within 30 s
+//      of the fault's end, unless another fault took the same target out (a kill, freeze,
+//      restart or full disk) first;
 //   5. no replayed message was answered but with an Error;
 //   7. the global model evaluated from the stores (diloco-ctl eval, 32,768 held-out tokens) at
 //      the end has closed at least half the gap between theta(0)'s loss and the entropy floor,
@@ -31,7 +36,9 @@
 //      taken at 1/3 and 2/3 of the fault period (the same command on the live stores, opened
 //      read-only; retried when a store changes under it);
 //   8. every push the shards applied (audit trails) and every push a worker sent (sync events)
-//      claims at most carry_max x H inner steps (ChaosConfig, the workers' flags).
+//      claims at most carry_max x H inner steps (ChaosConfig, the workers' flags);
+//   9. nobody is left behind: after the faults end, every worker has a push of every fragment
+//      applied (its Applied answers in its sync events) within 30 s.
 // A target of a freeze, link burst or full disk not back at work within 30 s of its end (as in
 // 4) counts with the process failures (invariant 0): a process that exits by itself or does not
 // stop cleanly. And every process stops cleanly at the end (exit status 0).
