@@ -138,6 +138,13 @@ class ShardSessionTest : public ::testing::Test {
     return first.empty() ? Sent{} : std::move(first[0]);
   }
 
+  // What the session sends of type `t` on its first Tick after `d` more has passed.
+  std::vector<Sent> SentAfter(absl::Duration d, MsgType t) {
+    clock_.Advance(d);
+    session_->Tick(false);
+    return transport_.Take(t);
+  }
+
   std::vector<Arrival::Kind> Arrivals() {
     std::vector<Arrival::Kind> kinds;
     for (const Arrival& a : shared_.TakeArrivals()) kinds.push_back(a.kind);
@@ -364,25 +371,19 @@ TEST_F(ShardSessionTest, AQueuedPushWhoseRoundIsPublishedIsResentOnceItsAnswerIs
   Ack(0, 1, AckStatus::Queued, /*version=*/1);
   // Version 2 may be a round closed before the push came (being written when it did).
   heartbeat(2);
-  clock_.Advance(opt_.resend_after * 4);
-  session_->Tick(false);
-  EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "resent while its round may be open";
+  EXPECT_TRUE(SentAfter(opt_.resend_after * 4, MsgType::Push).empty())
+      << "resent while its round may be open";
   heartbeat(3);  // the push's round is published: its answer has been sent
   session_->Tick(false);
   EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "resent before the answer could come";
-  clock_.Advance(opt_.resend_after - absl::Milliseconds(1));
-  session_->Tick(false);
-  EXPECT_TRUE(transport_.Take(MsgType::Push).empty()) << "resent before its interval";
-  clock_.Advance(absl::Milliseconds(2));
-  session_->Tick(false);
-  auto again = transport_.Take(MsgType::Push);
+  EXPECT_TRUE(SentAfter(opt_.resend_after - absl::Milliseconds(1), MsgType::Push).empty())
+      << "resent before its interval";
+  auto again = SentAfter(absl::Milliseconds(2), MsgType::Push);
   ASSERT_EQ(again.size(), 1u) << "a lost Applied answer waits for retry_max";
   EXPECT_EQ(again[0].h.seq, 1u);
   EXPECT_EQ(shared_.stats().resends, 1u);
   // Unanswered again: the next resend waits twice as long, not a Tick.
-  clock_.Advance(opt_.resend_after * 2 - absl::Milliseconds(1));
-  session_->Tick(false);
-  EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
+  EXPECT_TRUE(SentAfter(opt_.resend_after * 2 - absl::Milliseconds(1), MsgType::Push).empty());
   // The shard had applied it: Duplicate ends the push, kept as applied, and pulls the fragment.
   (void)shared_.TakeArrivals();
   Ack(0, 1, AckStatus::Duplicate, 3);
@@ -401,30 +402,22 @@ TEST_F(ShardSessionTest, AnAwaitedPullIsAskedAgainOnALiveConnectionUntilItsUpdat
   ASSERT_EQ(transport_.Take(MsgType::Push).size(), 1u);
   Ack(0, 1, AckStatus::Duplicate, 2);  // applied: the pull's update is the push's answer
   ASSERT_EQ(transport_.Take(MsgType::Pull).size(), 1u);
-  clock_.Advance(opt_.resend_after - absl::Milliseconds(1));
-  session_->Tick(false);
-  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty()) << "asked again before its interval";
-  clock_.Advance(absl::Milliseconds(2));
-  session_->Tick(false);
-  auto again = transport_.Take(MsgType::Pull);
+  EXPECT_TRUE(SentAfter(opt_.resend_after - absl::Milliseconds(1), MsgType::Pull).empty())
+      << "asked again before its interval";
+  auto again = SentAfter(absl::Milliseconds(2), MsgType::Pull);
   ASSERT_EQ(again.size(), 1u) << "a lost pull leaves the fragment waiting for a Welcome";
   EXPECT_EQ(again[0].h.fragment_id, 0u);
   EXPECT_EQ(shared_.stats().reasks, 1u);
-  clock_.Advance(opt_.resend_after * 2 - absl::Milliseconds(1));
-  session_->Tick(false);
-  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty()) << "the interval did not double";
-  clock_.Advance(absl::Milliseconds(2));
-  session_->Tick(false);
-  EXPECT_EQ(transport_.Take(MsgType::Pull).size(), 1u);
+  EXPECT_TRUE(SentAfter(opt_.resend_after * 2 - absl::Milliseconds(1), MsgType::Pull).empty())
+      << "the interval did not double";
+  EXPECT_EQ(SentAfter(absl::Milliseconds(2), MsgType::Pull).size(), 1u);
   // The update comes: it answers the push, and nothing is asked for again.
   (void)shared_.TakeArrivals();
   Update(0, 2);
   const auto arrivals = shared_.TakeArrivals();
   ASSERT_EQ(arrivals.size(), 1u);
   EXPECT_TRUE(arrivals[0].answers_push);
-  clock_.Advance(opt_.retry_max * 2);
-  session_->Tick(false);
-  EXPECT_TRUE(transport_.Take(MsgType::Pull).empty());
+  EXPECT_TRUE(SentAfter(opt_.retry_max * 2, MsgType::Pull).empty());
   EXPECT_EQ(shared_.stats().reasks, 2u);
 }
 
