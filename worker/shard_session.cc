@@ -681,17 +681,22 @@ void ShardSession::Retry(absl::Time now) {
   }
   // A joined fragment's ask whose answer has not come (a pull or its update lost on a live
   // connection: a dropped message) is made again once the whole fragment could have come down
-  // behind the other answers at the downlink's pace (4x while the connection is busy, as for a
-  // push), at least its interval, which starts at resend_after and doubles up to retry_max.
-  // Until it comes the training thread does not push the fragment, so without this a lost pull
-  // held the fragment back from the fleet until the next fresh Welcome.
+  // behind the other answers at the downlink's pace (and, where the shard has no values, our
+  // upload of it gone up behind the pushes at the uplink's), 4x while the connection is busy as
+  // for a push, at least its interval, which starts at resend_after and doubles up to
+  // retry_max. Until it comes the training thread does not push the fragment, so without this a
+  // lost pull held the fragment back from the fleet until the next fresh Welcome.
   const bool busy = now - last_data_ <= opt_.resend_after;
   for (uint32_t id : fragments_) {
     FragmentIo& f = frags_.at(id);
     if (!f.joined || !f.awaiting) continue;
+    const uint64_t whole = plan_.fragment(id).numel * sizeof(float);
+    const auto v = versions_.find(id);
+    const bool upload = v != versions_.end() && v->second == 0;
     const absl::Duration paced =
-        down_.Wait(AnswerBytesAhead(id) + plan_.fragment(id).numel * sizeof(float),
-                   absl::ZeroDuration(), opt_.retry_max);
+        down_.Wait(AnswerBytesAhead(id) + whole, absl::ZeroDuration(), opt_.retry_max) +
+        (upload ? up_.Wait(PushBytesAhead() + whole, absl::ZeroDuration(), opt_.retry_max)
+                : absl::ZeroDuration());
     if (now - f.asked <= std::min(std::max(f.interval, busy ? 4 * paced : paced), opt_.retry_max))
       continue;
     const absl::Duration next = std::min(f.interval * 2, opt_.retry_max);
