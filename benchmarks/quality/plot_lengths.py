@@ -59,9 +59,11 @@ def main():
         if not pts:
             continue
         steps = sorted({s for s, _ in pts})
-        mean = [sum(r for s2, r in pts if s2 == s) / sum(1 for s2, _ in pts if s2 == s) for s in steps]
+        at = {s: [r for s2, r in pts if s2 == s] for s in steps}
+        mean = [sum(at[s]) / len(at[s]) for s in steps]
         (line,) = ax.plot(steps, [min(m, top) for m in mean], marker="o", label=label)
-        ax.scatter([s for s, _ in pts], [min(r, top) for _, r in pts], color=line.get_color(), s=12)
+        ax.scatter([s for s, _ in pts], [min(r, top) for _, r in pts], color=line.get_color(),
+                   s=12)
         for s, m in zip(steps, mean):
             if m > top:
                 ax.annotate(f"{m:.3f}", (s, top), textcoords="offset points", xytext=(6, -12),
