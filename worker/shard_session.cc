@@ -635,18 +635,19 @@ void ShardSession::Resend(Kept::iterator it, absl::Time now) {
   if (!job.in_flight) return;
   absl::Duration wait = opt_.retry_max;
   absl::Time from = job.sent;
-  const bool busy = now - last_data_ <= opt_.resend_after;
   const bool due = job.queued && AnswerDue(job, now);
   if (!job.queued) {
-    const absl::Duration paced =
+    wait = OverdueAfter(
+        job.resend_interval,
         up_.Wait(job.bytes_ahead, absl::ZeroDuration(), opt_.retry_max) +
-        down_.Wait(AnswerBytesAhead(job.fragment), absl::ZeroDuration(), opt_.retry_max);
-    wait = std::min(std::max(job.resend_interval, busy ? 4 * paced : paced), opt_.retry_max);
+            down_.Wait(AnswerBytesAhead(job.fragment), absl::ZeroDuration(), opt_.retry_max),
+        now);
   } else if (due) {
     const uint64_t update = plan_.fragment(job.fragment).numel * sizeof(float);
-    const absl::Duration paced =
-        down_.Wait(AnswerBytesAhead(job.fragment) + update, absl::ZeroDuration(), opt_.retry_max);
-    wait = std::min(std::max(job.resend_interval, busy ? 4 * paced : paced), opt_.retry_max);
+    wait = OverdueAfter(
+        job.resend_interval,
+        down_.Wait(AnswerBytesAhead(job.fragment) + update, absl::ZeroDuration(), opt_.retry_max),
+        now);
     from = std::max(job.sent, job.answer_due);
   }
   if (now - from <= wait) return;
@@ -660,6 +661,12 @@ void ShardSession::Resend(Kept::iterator it, absl::Time now) {
   SendPush(job);
   if (!job.queued || due) job.resend_interval = std::min(job.resend_interval * 2, opt_.retry_max);
   shared_.Add(&SyncStats::resends);
+}
+
+absl::Duration ShardSession::OverdueAfter(absl::Duration interval, absl::Duration paced,
+                                          absl::Time now) const {
+  const bool busy = now - last_data_ <= opt_.resend_after;
+  return std::min(std::max(interval, busy ? 4 * paced : paced), opt_.retry_max);
 }
 
 bool ShardSession::AnswerDue(PushJob& job, absl::Time now) const {
@@ -686,7 +693,6 @@ void ShardSession::Retry(absl::Time now) {
   // for a push, at least its interval, which starts at resend_after and doubles up to
   // retry_max. Until it comes the training thread does not push the fragment, so without this a
   // lost pull held the fragment back from the fleet until the next fresh Welcome.
-  const bool busy = now - last_data_ <= opt_.resend_after;
   for (uint32_t id : fragments_) {
     FragmentIo& f = frags_.at(id);
     if (!f.joined || !f.awaiting) continue;
@@ -697,8 +703,7 @@ void ShardSession::Retry(absl::Time now) {
         down_.Wait(AnswerBytesAhead(id) + whole, absl::ZeroDuration(), opt_.retry_max) +
         (upload ? up_.Wait(PushBytesAhead() + whole, absl::ZeroDuration(), opt_.retry_max)
                 : absl::ZeroDuration());
-    if (now - f.asked <= std::min(std::max(f.interval, busy ? 4 * paced : paced), opt_.retry_max))
-      continue;
+    if (now - f.asked <= OverdueAfter(f.interval, paced, now)) continue;
     const absl::Duration next = std::min(f.interval * 2, opt_.retry_max);
     Resync(id);
     f.interval = next;

@@ -149,6 +149,10 @@ class ShardSession {
   // Whether a Queued push's Applied answer has been sent: the shard's published version of its
   // fragment (Welcome, Heartbeat, updates) is past the round that holds it. Marks answer_due.
   bool AnswerDue(PushJob& job, absl::Time now) const;
+  // How long an ask (a push, a pull) waits for its answer before it is taken as lost: the paced
+  // time its answer needs, 4x while the data connection is busy (something arrived within
+  // resend_after), at least `interval` (which doubles with each re-ask), at most retry_max.
+  absl::Duration OverdueAfter(absl::Duration interval, absl::Duration paced, absl::Time now) const;
   void Retry(absl::Time now);
   // Bytes that may arrive on the data connection before an answer asked for now: the whole
   // fragments the asks of unjoined fragments bring.
