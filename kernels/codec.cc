@@ -64,7 +64,7 @@ absl::Status DecodeImpl(Codec c, std::span<const uint8_t> in, float weight, bool
   const size_t n = out.size();
   if (absl::Status st = internal::CheckSizes(c, n, in.size()); !st.ok()) return st;
   if (absl::Status st =
-          c.kind == CodecKind::kTopK ? internal::CheckTopK(c, in, n) : CheckScales(c, in, n);
+          IsTopK(c.kind) ? internal::CheckTopK(c, in, n) : CheckScales(c, in, n);
       !st.ok())
     return st;
   ParallelFor(Units(c, n), MinUnits(c), [&](size_t b0, size_t b1) {

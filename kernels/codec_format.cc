@@ -15,9 +15,13 @@ struct KindName {
   CodecKind kind;
   const char* name;
 };
-constexpr KindName kKindNames[] = {{CodecKind::kFp32, "fp32"},   {CodecKind::kBf16, "bf16"},
-                                   {CodecKind::kFp8E4M3, "fp8"}, {CodecKind::kInt8, "int8"},
-                                   {CodecKind::kInt4, "int4"},   {CodecKind::kTopK, "topk"}};
+constexpr KindName kKindNames[] = {{CodecKind::kFp32, "fp32"},
+                                   {CodecKind::kBf16, "bf16"},
+                                   {CodecKind::kFp8E4M3, "fp8"},
+                                   {CodecKind::kInt8, "int8"},
+                                   {CodecKind::kInt4, "int4"},
+                                   {CodecKind::kTopK, "topk"},
+                                   {CodecKind::kTopKPacked, "topk-packed"}};
 
 // Top-k's default block: the largest, so the scales cost least and the choice is the most global.
 constexpr uint32_t kTopKDefaultBlock = kMaxBlock;
@@ -29,14 +33,14 @@ bool ParseAll(const char* first, const char* last, T* v) {
   return ec == std::errc() && ptr == last && first != last;
 }
 
-// "topk:<fraction>[:<block>]" (k = ceil(fraction * block), at least 1) or the exact form
-// CodecName prints, "topk:<k>/<block>".
-absl::StatusOr<Codec> ParseTopK(const std::string& s) {
-  const std::string args = s.size() > 5 ? s.substr(5) : "";
-  const std::string usage = absl::StrCat(
-      "codec '", s, "': want topk:<fraction>[:<block>] (fraction in (0, 1], e.g. topk:0.02) or ",
-      "topk:<k>/<block>");
-  Codec c{CodecKind::kTopK, kTopKDefaultBlock, 0};
+// "<name>:<fraction>[:<block>]" (k = ceil(fraction * block), at least 1) or the exact form
+// CodecName prints, "<name>:<k>/<block>", for a top-k kind named `name` (topk, topk-packed).
+absl::StatusOr<Codec> ParseTopK(CodecKind kind, const std::string& name, const std::string& s) {
+  const std::string args = s.size() > name.size() + 1 ? s.substr(name.size() + 1) : "";
+  const std::string usage = absl::StrCat("codec '", s, "': want ", name,
+                                         ":<fraction>[:<block>] (fraction in (0, 1], e.g. ", name,
+                                         ":0.02) or ", name, ":<k>/<block>");
+  Codec c{kind, kTopKDefaultBlock, 0};
   const char* p = args.data();
   const char* end = p + args.size();
   if (const size_t slash = args.find('/'); slash != std::string::npos) {
@@ -67,11 +71,11 @@ absl::Status ValidateCodec(Codec c) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown codec kind ", static_cast<int>(c.kind)));
   }
-  if (c.kind == CodecKind::kTopK && (c.k < 1 || c.k > c.block)) {
+  if (IsTopK(c.kind) && (c.k < 1 || c.k > c.block)) {
     return absl::InvalidArgumentError(absl::StrCat("topk keeps k entries per block of ", c.block,
                                                    ": k must be in [1, ", c.block, "], got ", c.k));
   }
-  if (c.kind != CodecKind::kTopK && c.k != 0) {
+  if (!IsTopK(c.kind) && c.k != 0) {
     return absl::InvalidArgumentError(absl::StrCat("codec kind ", static_cast<int>(c.kind),
                                                    " takes no k (got ", c.k,
                                                    "): k is for topk only"));
@@ -87,7 +91,8 @@ absl::Status ValidateCodec(Codec c) {
 absl::StatusOr<Codec> ParseCodec(const std::string& s) {
   const size_t colon = s.find(':');
   const std::string kind = s.substr(0, colon);
-  if (kind == "topk") return ParseTopK(s);
+  if (kind == "topk") return ParseTopK(CodecKind::kTopK, kind, s);
+  if (kind == "topk-packed") return ParseTopK(CodecKind::kTopKPacked, kind, s);
   Codec c;
   bool found = false;
   for (const KindName& k : kKindNames) {
@@ -118,7 +123,7 @@ absl::StatusOr<Codec> ParseCodec(const std::string& s) {
 std::string CodecName(Codec c) {
   for (const KindName& k : kKindNames) {
     if (k.kind == c.kind) {
-      if (c.kind == CodecKind::kTopK) return absl::StrCat(k.name, ":", c.k, "/", c.block);
+      if (IsTopK(c.kind)) return absl::StrCat(k.name, ":", c.k, "/", c.block);
       return HasScales(c.kind) ? absl::StrCat(k.name, ":", c.block) : std::string(k.name);
     }
   }

@@ -8,20 +8,26 @@
 
 namespace diloco::kernels {
 
-// kTopK is the sparse push codec (kernels/topk.h); it has a CPU implementation only.
+// kTopK and kTopKPacked are the sparse codecs (kernels/topk.h), CPU only. They differ only in how
+// a block's kept indices are written: kTopK (`topk`) in the smallest of three fixed-size forms,
+// Elias-Fano among them; kTopKPacked (`topk-packed`, the first form, 2026-12-03) packed or a
+// bitmap. Kind 5 stays readable so that workers of either kind push to the same shard.
 enum class CodecKind : uint8_t {
   kFp32 = 0,
   kBf16 = 1,
   kFp8E4M3 = 2,
   kInt8 = 3,
   kInt4 = 4,
-  kTopK = 5
+  kTopKPacked = 5,
+  kTopK = 6
 };
+
+constexpr bool IsTopK(CodecKind k) { return k == CodecKind::kTopK || k == CodecKind::kTopKPacked; }
 
 struct Codec {
   CodecKind kind = CodecKind::kInt8;
   uint32_t block = 256;
-  // kTopK only: entries kept per full block, in [1, block]; 0 for every other kind.
+  // Top-k kinds only: entries kept per full block, in [1, block]; 0 for every other kind.
   uint32_t k = 0;
 };
 
@@ -41,7 +47,15 @@ constexpr bool HasScales(CodecKind k) {
 // --- Top-k layout (docs/kernels.md "Top-k"). A chunk of n values is nb = ceil(n / block)
 // blocks: 2 * nb fp32 magnitudes (lo, hi of block 0, then of block 1, ...), then one record
 // per block at a fixed offset: the kept entries' indices, then their 2-bit codes. The index form
-// is fixed by (k, block), not chosen per block, so the encoded size is a function of n alone.
+// is fixed by the codec (kind, k, block), not chosen per block, and each form's size is a
+// function of (kept entries, block length), so the encoded size is a function of n alone.
+//   kBitmap: len bits, bit i marks entry i.
+//   kPacked: kb fields of ceil(log2(block)) bits, the indices in increasing order.
+//   kEliasFano: with L = TopKEliasFanoLow(kb, len), kb fields of L bits (each index's low bits,
+//     in increasing order of index), then kb + ((len - 1) >> L) bits in which the j-th kept
+//     index (from 0) sets bit (index >> L) + j: about 2 + log2(len / kb) bits per index, within
+//     a few percent of delta-coded gaps (benchmarks/RESULTS.md "Top-k pushes") at a fixed size.
+enum class TopKForm : uint8_t { kBitmap, kPacked, kEliasFano };
 
 // Bits of one packed index: ceil(log2(block)).
 constexpr uint32_t TopKIndexBits(uint32_t block) {
@@ -49,16 +63,43 @@ constexpr uint32_t TopKIndexBits(uint32_t block) {
   while ((uint32_t{1} << w) < block) ++w;
   return w;
 }
-// Packed indices when k of them take fewer bits than a bitmap of the block; a bitmap otherwise
-// (ties go to the bitmap).
-constexpr bool TopKPacked(Codec c) { return uint64_t{c.k} * TopKIndexBits(c.block) < c.block; }
 // Entries kept in a block of len values (len == block: k; the short last block of a chunk keeps
 // its share, rounded up, so at least 1).
 constexpr size_t TopKCount(Codec c, size_t len) {
   return (size_t{c.k} * len + c.block - 1) / c.block;
 }
+// Elias-Fano's low bits per index for kb of len: the largest L with kb * 2^L <= len.
+constexpr uint32_t TopKEliasFanoLow(size_t kb, size_t len) {
+  uint32_t l = 0;
+  while (kb > 0 && (kb << (l + 1)) <= len) ++l;
+  return l;
+}
+constexpr size_t TopKEliasFanoBits(size_t kb, size_t len) {
+  const uint32_t l = TopKEliasFanoLow(kb, len);
+  return kb * l + kb + ((len - 1) >> l);
+}
+// The form of the codec's index sections, chosen on a full block: kTopKPacked packed when k
+// fields take fewer bits than the block, else the bitmap; kTopK the smallest of the three (ties
+// to the bitmap, then to packed).
+constexpr TopKForm TopKIndexForm(Codec c) {
+  const uint64_t bitmap = c.block, packed = uint64_t{c.k} * TopKIndexBits(c.block);
+  if (c.kind == CodecKind::kTopKPacked)
+    return packed < bitmap ? TopKForm::kPacked : TopKForm::kBitmap;
+  const uint64_t ef = TopKEliasFanoBits(c.k, c.block);
+  if (ef < packed && ef < bitmap) return TopKForm::kEliasFano;
+  return packed < bitmap ? TopKForm::kPacked : TopKForm::kBitmap;
+}
 constexpr size_t TopKIndexBytes(Codec c, size_t len) {
-  return TopKPacked(c) ? (TopKCount(c, len) * TopKIndexBits(c.block) + 7) / 8 : (len + 7) / 8;
+  const size_t kb = TopKCount(c, len);
+  switch (TopKIndexForm(c)) {
+    case TopKForm::kPacked:
+      return (kb * TopKIndexBits(c.block) + 7) / 8;
+    case TopKForm::kEliasFano:
+      return (TopKEliasFanoBits(kb, len) + 7) / 8;
+    case TopKForm::kBitmap:
+      break;
+  }
+  return (len + 7) / 8;
 }
 // A block's record: index section, then 2 bits per kept entry.
 constexpr size_t TopKRecordBytes(Codec c, size_t len) {
@@ -83,6 +124,7 @@ constexpr size_t EncodedBytes(Codec c, size_t n) {
       return scales + n;
     case CodecKind::kInt4:
       return scales + (n + 1) / 2;
+    case CodecKind::kTopKPacked:
     case CodecKind::kTopK:
       return TopKBytes(c, n);
   }

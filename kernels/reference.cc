@@ -32,7 +32,7 @@ float LoadScale(const uint8_t* in, size_t b) {
 
 // Quantizes x[0, n) into `out`; x must be finite.
 void EncodeFinite(Codec c, const float* x, size_t n, uint8_t* out) {
-  if (c.kind == CodecKind::kTopK) return TopKEncode(c, x, n, out);
+  if (IsTopK(c.kind)) return TopKEncode(c, x, n, out);
   if (c.kind == CodecKind::kFp32) {
     if (n > 0) std::memcpy(out, x, n * sizeof(float));
     return;
@@ -98,7 +98,7 @@ float DecodeOne(Codec c, const uint8_t* in, size_t n, size_t i) {
 }
 
 absl::Status CheckScales(Codec c, std::span<const uint8_t> in, size_t n) {
-  if (c.kind == CodecKind::kTopK) return kernels::internal::CheckTopK(c, in, n);
+  if (IsTopK(c.kind)) return kernels::internal::CheckTopK(c, in, n);
   for (size_t b = 0; b < internal::NumBlocks(c, n); ++b) {
     const float s = LoadScale(in.data(), b);
     if (!(s >= 0.0f) || qm::AbsBits(s) >= qm::kInfBits) {
@@ -122,7 +122,7 @@ absl::Status Encode(Codec c, std::span<const float> x, std::span<uint8_t> out) {
 absl::Status Decode(Codec c, std::span<const uint8_t> in, std::span<float> out) {
   if (absl::Status st = internal::CheckSizes(c, out.size(), in.size()); !st.ok()) return st;
   if (absl::Status st = CheckScales(c, in, out.size()); !st.ok()) return st;
-  if (c.kind == CodecKind::kTopK) {
+  if (IsTopK(c.kind)) {
     TopKDecode(c, in.data(), out.size(), 1.0f, false, out.data());
     return absl::OkStatus();
   }
@@ -134,7 +134,7 @@ absl::Status DecodeAccumulate(Codec c, std::span<const uint8_t> in, float weight
                               std::span<float> acc) {
   if (absl::Status st = internal::CheckSizes(c, acc.size(), in.size()); !st.ok()) return st;
   if (absl::Status st = CheckScales(c, in, acc.size()); !st.ok()) return st;
-  if (c.kind == CodecKind::kTopK) {
+  if (IsTopK(c.kind)) {
     TopKDecode(c, in.data(), acc.size(), weight, true, acc.data());
     return absl::OkStatus();
   }
@@ -155,7 +155,7 @@ absl::Status ErrorFeedbackEncode(Codec c, std::span<const float> delta, std::spa
     if (qm::AbsBits(e[i]) >= qm::kInfBits) return internal::NonFiniteError("err + delta");
   }
   EncodeFinite(c, e.data(), n, out.data());
-  if (c.kind == CodecKind::kTopK) {
+  if (IsTopK(c.kind)) {
     std::vector<float> sent(n);
     TopKDecode(c, out.data(), n, 1.0f, false, sent.data());
     for (size_t i = 0; i < n; ++i) err[i] = e[i] - sent[i];

@@ -14,10 +14,26 @@ namespace {
 bool Bit(const uint8_t* p, size_t bit) { return (p[bit / 8] >> (bit % 8)) & 1u; }
 void SetBit(uint8_t* p, size_t bit) { p[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8)); }
 
+// Elias-Fano's layout (codec_kind.h), as positions: bit `Low(j, i)` is bit i of index j's low
+// part; the high part starts at bit `kb * L`.
+size_t Low(size_t j, uint32_t l, uint32_t i) { return j * l + i; }
+
 // Kept indices of a block, increasing.
 std::vector<uint32_t> Indices(Codec c, const uint8_t* rec, size_t len) {
   std::vector<uint32_t> idx;
-  if (TopKPacked(c)) {
+  if (TopKIndexForm(c) == TopKForm::kEliasFano) {
+    const size_t kb = TopKCount(c, len);
+    const uint32_t l = TopKEliasFanoLow(kb, len);
+    // The j-th set bit of the high part, at position p, says index j's high part is p - j.
+    std::vector<uint32_t> highs;
+    for (size_t p = 0; p < kb + ((len - 1) >> l); ++p)
+      if (Bit(rec, kb * l + p)) highs.push_back(static_cast<uint32_t>(p - highs.size()));
+    for (size_t j = 0; j < highs.size() && j < kb; ++j) {
+      uint32_t v = highs[j] << l;
+      for (uint32_t i = 0; i < l; ++i) v |= static_cast<uint32_t>(Bit(rec, Low(j, l, i))) << i;
+      idx.push_back(v);
+    }
+  } else if (TopKIndexForm(c) == TopKForm::kPacked) {
     const uint32_t w = TopKIndexBits(c.block);
     for (size_t j = 0; j < TopKCount(c, len); ++j) {
       uint32_t v = 0;
@@ -62,13 +78,21 @@ void TopKEncode(Codec c, const float* x, size_t n, uint8_t* out) {
     std::memcpy(out + 8 * b, &lo, 4);
     std::memcpy(out + 8 * b + 4, &hi, 4);
     uint8_t* rec = out + kernels::internal::TopKRecordOffset(c, n, b);
-    const uint32_t w = TopKIndexBits(c.block);
+    const uint32_t w = TopKIndexBits(c.block), l = TopKEliasFanoLow(kb, len);
     for (size_t j = 0; j < kb; ++j) {
-      if (TopKPacked(c)) {
-        for (uint32_t i = 0; i < w; ++i)
-          if ((kept[j] >> i) & 1u) SetBit(rec, j * w + i);
-      } else {
-        SetBit(rec, kept[j]);
+      switch (TopKIndexForm(c)) {
+        case TopKForm::kPacked:
+          for (uint32_t i = 0; i < w; ++i)
+            if ((kept[j] >> i) & 1u) SetBit(rec, j * w + i);
+          break;
+        case TopKForm::kEliasFano:
+          for (uint32_t i = 0; i < l; ++i)
+            if ((kept[j] >> i) & 1u) SetBit(rec, Low(j, l, i));
+          SetBit(rec, kb * l + (kept[j] >> l) + j);
+          break;
+        case TopKForm::kBitmap:
+          SetBit(rec, kept[j]);
+          break;
       }
       const float v = xb[kept[j]];
       uint8_t* codes = rec + TopKIndexBytes(c, len);

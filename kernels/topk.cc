@@ -60,13 +60,47 @@ uint32_t GetBits(const uint8_t* p, size_t j, uint32_t w) {
   return v;
 }
 
+bool Bit(const uint8_t* p, size_t bit) { return (p[bit / 8] >> (bit % 8)) & 1u; }
+
+// Elias-Fano (codec_kind.h): the kb sorted indices of a block of len into rec (zeroed).
+void PutEliasFano(uint8_t* rec, const uint32_t* idx, size_t kb, size_t len) {
+  const uint32_t l = TopKEliasFanoLow(kb, len);
+  const uint32_t mask = (uint32_t{1} << l) - 1;
+  for (size_t j = 0; j < kb; ++j) {
+    PutBits(rec, j, l, idx[j] & mask);
+    const size_t bit = kb * l + (idx[j] >> l) + j;
+    rec[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
+  }
+}
+
+// Decodes up to kb Elias-Fano indices into idx (as the set bits of the high part come); returns
+// how many the high part's kb + ((len - 1) >> L) bits mark, at most kb. An index past the block
+// or out of order is the caller's to refuse (CheckTopK).
+size_t ReadEliasFano(const uint8_t* rec, size_t kb, size_t len, uint32_t* idx) {
+  const uint32_t l = TopKEliasFanoLow(kb, len);
+  const size_t base = kb * l, high_bits = kb + ((len - 1) >> l);
+  size_t j = 0;
+  for (size_t p = 0; p < high_bits && j < kb; ++p) {
+    if (!Bit(rec, base + p)) continue;
+    idx[j] = static_cast<uint32_t>(((p - j) << l) | GetBits(rec, j, l));
+    ++j;
+  }
+  return j;
+}
+
 // Kept indices of block b (increasing) into idx; returns kb.
 size_t ReadIndices(Codec c, const uint8_t* rec, size_t len, uint32_t* idx) {
   const size_t kb = TopKCount(c, len);
-  if (TopKPacked(c)) {
-    const uint32_t w = TopKIndexBits(c.block);
-    for (size_t j = 0; j < kb; ++j) idx[j] = GetBits(rec, j, w);
-    return kb;
+  switch (TopKIndexForm(c)) {
+    case TopKForm::kPacked: {
+      const uint32_t w = TopKIndexBits(c.block);
+      for (size_t j = 0; j < kb; ++j) idx[j] = GetBits(rec, j, w);
+      return kb;
+    }
+    case TopKForm::kEliasFano:
+      return ReadEliasFano(rec, kb, len, idx);
+    case TopKForm::kBitmap:
+      break;
   }
   size_t j = 0;
   for (size_t byte = 0; byte < (len + 7) / 8; ++byte) {
@@ -96,11 +130,18 @@ void EncodeBlock(Codec c, const float* x, size_t n, size_t b, uint8_t* enc) {
   std::memcpy(enc + b * 8 + 4, &m.hi, 4);
   uint8_t* rec = enc + TopKRecordOffset(c, n, b);
   std::memset(rec, 0, TopKRecordBytes(c, len));
-  if (TopKPacked(c)) {
-    const uint32_t w = TopKIndexBits(c.block);
-    for (size_t j = 0; j < kb; ++j) PutBits(rec, j, w, idx[j]);
-  } else {
-    for (size_t j = 0; j < kb; ++j) rec[idx[j] / 8] |= static_cast<uint8_t>(1u << (idx[j] % 8));
+  switch (TopKIndexForm(c)) {
+    case TopKForm::kPacked: {
+      const uint32_t w = TopKIndexBits(c.block);
+      for (size_t j = 0; j < kb; ++j) PutBits(rec, j, w, idx[j]);
+      break;
+    }
+    case TopKForm::kEliasFano:
+      PutEliasFano(rec, idx, kb, len);
+      break;
+    case TopKForm::kBitmap:
+      for (size_t j = 0; j < kb; ++j) rec[idx[j] / 8] |= static_cast<uint8_t>(1u << (idx[j] % 8));
+      break;
   }
   uint8_t* codes = rec + TopKIndexBytes(c, len);
   for (size_t j = 0; j < kb; ++j) {
@@ -173,15 +214,27 @@ absl::Status CheckTopK(Codec c, std::span<const uint8_t> in, size_t n) {
     const size_t len = std::min<size_t>(c.block, n - b * c.block);
     const size_t kb = TopKCount(c, len);
     const uint8_t* rec = in.data() + TopKRecordOffset(c, n, b);
-    if (TopKPacked(c)) {
-      const uint32_t w = TopKIndexBits(c.block);
-      for (size_t j = 0; j < kb; ++j) {
-        const uint32_t i = GetBits(rec, j, w);
+    const TopKForm form = TopKIndexForm(c);
+    if (form == TopKForm::kEliasFano) {
+      const uint32_t l = TopKEliasFanoLow(kb, len);
+      size_t marked = 0;
+      for (size_t p = 0; p < kb + ((len - 1) >> l); ++p) marked += Bit(rec, kb * l + p);
+      if (marked != kb) {
+        return absl::InvalidArgumentError(absl::StrCat("topk block ", b,
+                                                       ": Elias-Fano high bits mark ", marked,
+                                                       " entries, the codec keeps ", kb));
+      }
+    }
+    if (form != TopKForm::kBitmap) {
+      uint32_t idx[kMaxBlock];
+      const size_t read = ReadIndices(c, rec, len, idx);  // kb: the count was checked above
+      for (size_t j = 0; j < read; ++j) {
+        const uint32_t i = idx[j];
         if (i >= len) {
           return absl::InvalidArgumentError(absl::StrCat(
               "topk block ", b, ": index ", i, " out of range for a block of ", len, " values"));
         }
-        if (j > 0 && i <= GetBits(rec, j - 1, w)) {
+        if (j > 0 && i <= idx[j - 1]) {
           return absl::InvalidArgumentError(
               absl::StrCat("topk block ", b, ": index ", i, " at position ", j,
                            " repeats or is out of order (indices must increase)"));

@@ -1,7 +1,7 @@
-// The sparse top-k codec (CodecKind::kTopK): per block of a worker's error-fed delta, only the
-// k entries of largest magnitude travel, each as 2 bits; what is not sent stays in the error
-// feedback residual. For pushes: at 2% of a 2048 block it is 0.037 bytes per value, against 0.5
-// for int4 (benchmarks/RESULTS.md, "Top-k pushes").
+// The sparse top-k codecs (CodecKind::kTopK, kTopKPacked): per block of a worker's error-fed delta,
+// only the k entries of largest magnitude travel, each as 2 bits; what is not sent stays in the
+// error feedback residual. For pushes: at 2% of a 2048 block it is 0.027 bytes per value, against
+// 0.5 for int4 (benchmarks/RESULTS.md, "Top-k pushes").
 //
 // Per block of len values with kb = TopKCount(c, len) kept entries (codec_kind.h):
 //   * which entries: the kb largest by |x|, ties to the lower index (a strict order on the pair
@@ -14,11 +14,15 @@
 //     the block, so half of such a grid is wasted on magnitudes that never occur; two means
 //     inside the band err by at most (M - t) / 2 per entry (the grid with scale M / 1.5 by up to
 //     M / 3 ~ t/2 for a Gaussian block at 2%), for 4 more bytes per block;
-//   * indices, fixed by (k, block): packed, kb fields of ceil(log2(block)) bits, LSB first, in
-//     increasing order, when k fields take fewer bits than the block; else a bitmap of len bits
-//     (bit i of byte i/8 marks entry i). Not delta coding (what was asked for first): a size
-//     fixed by n keeps EncodedBytes exact, so chunking, payload checks and the shard's buffers
-//     work unchanged; the cost, measured, is in benchmarks/RESULTS.md "Top-k pushes".
+//   * indices, in one of three forms fixed by the codec (TopKIndexForm, codec_kind.h): a bitmap
+//     of len bits (bit i of byte i/8 marks entry i); packed, kb fields of ceil(log2(block))
+//     bits, LSB first, in increasing order; or Elias-Fano, kb low fields of L bits then a high
+//     part in which the j-th index sets bit (index >> L) + j (about 2 + log2(len / kb) bits per
+//     index: 39 B per block at topk:0.02, block 2048, against 57 packed). kTopKPacked chooses
+//     packed or bitmap (its wire form since 2026-12-03), kTopK the smallest of the three. Not
+//     delta coding (what was asked for first): a size fixed by n keeps EncodedBytes exact, so
+//     chunking, payload checks and the shard's buffers work unchanged; Elias-Fano comes within
+//     a few percent of Rice-coded gaps at that fixed size (benchmarks/RESULTS.md "Top-k pushes").
 //   * codes: 2 bits per kept entry in index order, LSB first (4 per byte).
 // Padding bits are zero. Encode writes the block's lo, hi at bytes [8b, 8b + 8) of the chunk and
 // its record at 8 nb + b * TopKRecordBytes(c, block).
@@ -52,8 +56,9 @@ void TopKErrorFeedbackBlocks(Codec c, const float* delta, float* err, size_t n, 
                              size_t b1, uint8_t* enc);
 
 // Everything a decoder relies on, checked before any value is read: lo and hi finite and >= 0;
-// a bitmap marks exactly kb entries, none past the block's end; packed indices lie in the block
-// and strictly increase (so none repeats). `in` must already be EncodedBytes(c, n) long. The
+// a bitmap marks exactly kb entries, none past the block's end; an Elias-Fano high part marks
+// exactly kb; packed and Elias-Fano indices lie in the block and strictly increase (so none
+// repeats). `in` must already be EncodedBytes(c, n) long. The
 // error names the block and the cause.
 absl::Status CheckTopK(Codec c, std::span<const uint8_t> in, size_t n);
 

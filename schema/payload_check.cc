@@ -46,9 +46,9 @@ absl::Status CheckEncodedPayload(const Message& m, kernels::Codec codec, uint64_
                                                         " elements for a fragment of ", numel));
   const PayloadLayout layout(codec, numel);
   if (h.chunk_elements() != layout.chunk_elements())
-    return WireError(ErrorCode::BadLength, absl::StrCat("chunk of ", h.chunk_elements(),
-                                                        " elements, expected ",
-                                                        layout.chunk_elements()));
+    return WireError(ErrorCode::BadLength,
+                     absl::StrCat("chunk of ", h.chunk_elements(), " elements, expected ",
+                                  layout.chunk_elements()));
   const uint64_t frames = layout.chunks() * count;
   if (m.num_payloads() != frames)
     return WireError(ErrorCode::BadLength,
@@ -78,6 +78,7 @@ absl::Status CheckEncodedPayload(const Message& m, kernels::Codec codec, uint64_
       case kernels::CodecKind::kInt4:
         ok = AllFinite(p.data(), blocks);
         break;
+      case kernels::CodecKind::kTopKPacked:
       case kernels::CodecKind::kTopK:
         if (absl::Status st = kernels::internal::CheckTopK(codec, p, n); !st.ok())
           return WireError(ErrorCode::BadCodec, absl::StrCat("frame ", i, ": ", st.message()));

@@ -10,7 +10,7 @@ namespace diloco::server {
 
 DownloadChain::DownloadChain(kernels::Codec codec, uint64_t numel)
     : codec_(codec),
-      residual_codec_{codec.kind == kernels::CodecKind::kTopK ? kernels::CodecKind::kFp32
+      residual_codec_{kernels::IsTopK(codec.kind) ? kernels::CodecKind::kFp32
                                                               : kernels::CodecKind::kInt4,
                       codec.block},
       numel_(numel),

@@ -11,9 +11,10 @@
 // Encode and ErrorFeedbackEncode also make one read-only pre-pass (all-finite check, so that
 // nothing is written on NaN/Inf); it is not counted above, so they show below their real traffic.
 //
-// The sparse top-k codecs (--topk, fractions with an optional block, "-" for none) report the
-// same three ops, then their bytes per parameter per push and what their fixed-size index form
-// costs against delta coding of the same indices (topk_index_cost.h).
+// The sparse top-k codecs (--topk, fractions with an optional block, "-" for none; each as topk,
+// Elias-Fano indices, and as topk-packed, the first form) report the same three ops, then their
+// bytes per parameter per push and what their fixed-size index form costs against delta coding
+// of the same indices (topk_index_cost.h).
 //
 // Usage: diloco-bench-kernels [--n=67108864] [--threads=2] [--reps=5] [--block=256]
 //                             [--topk=0.02,0.02:1024,0.05:256]
@@ -84,9 +85,21 @@ void Check(const absl::Status& st) {
 
 double g_ceiling = 0.0;
 
+const char* FormName(TopKForm f) {
+  switch (f) {
+    case TopKForm::kPacked:
+      return "packed";
+    case TopKForm::kEliasFano:
+      return "EF";
+    case TopKForm::kBitmap:
+      break;
+  }
+  return "bitmap";
+}
+
 void Report(const char* op, const std::string& codec, double bytes, double seconds) {
   const double gbs = bytes / seconds / 1e9;
-  std::printf("%-22s %-10s %10.2f ms %9.2f GB/s  %5.2f x memcpy\n", op, codec.c_str(),
+  std::printf("%-22s %-19s %10.2f ms %9.2f GB/s  %5.2f x memcpy\n", op, codec.c_str(),
               seconds * 1e3, gbs, g_ceiling > 0 ? gbs / g_ceiling : 1.0);
 }
 
@@ -127,9 +140,11 @@ int Main(int argc, char** argv) {
   std::vector<Codec> sparse;
   for (absl::string_view spec : absl::StrSplit(o.topk, ',', absl::SkipEmpty())) {
     if (spec == "-") continue;
-    auto c = ParseCodec(absl::StrCat("topk:", spec));
-    Check(c.status());
-    sparse.push_back(*c);
+    for (const char* kind : {"topk:", "topk-packed:"}) {  // Elias-Fano indices, then packed
+      auto c = ParseCodec(absl::StrCat(kind, spec));
+      Check(c.status());
+      sparse.push_back(*c);
+    }
   }
   codecs.insert(codecs.end(), sparse.begin(), sparse.end());
   for (const Codec& c : codecs) {
@@ -147,10 +162,10 @@ int Main(int argc, char** argv) {
   // Bytes per parameter per push, and the index form against delta coding, on the encoding of
   // the last ErrorFeedbackEncode's kind of input (Gaussian).
   if (!sparse.empty()) {
-    std::printf("\n%-14s %6s %6s %11s %12s %12s %10s %14s\n", "codec", "k", "form", "bytes/param",
+    std::printf("\n%-20s %6s %6s %11s %12s %12s %10s %14s\n", "codec", "k", "form", "bytes/param",
                 "idx B/block", "rice B/block", "bound B", "rice bytes/param");
     const Codec int4{CodecKind::kInt4, o.block};
-    std::printf("%-14s %6s %6s %11.4f\n", CodecName(int4).c_str(), "-", "-",
+    std::printf("%-20s %6s %6s %11.4f\n", CodecName(int4).c_str(), "-", "-",
                 static_cast<double>(EncodedSize(int4, n)) / fn);
   }
   for (const Codec& c : sparse) {
@@ -160,8 +175,8 @@ int Main(int argc, char** argv) {
     const IndexCost ic = MeasureIndexCost(c, y);
     const double per_block = static_cast<double>(EncodedSize(c, c.block));
     const double rice_total = (per_block - ic.fixed_bytes + ic.rice_bytes) / c.block;
-    std::printf("%-14s %6u %6s %11.4f %12.1f %9.2f r=%-2u %10.1f %14.4f\n", CodecName(c).c_str(),
-                c.k, TopKPacked(c) ? "packed" : "bitmap", static_cast<double>(enc.size()) / fn,
+    std::printf("%-20s %6u %6s %11.4f %12.1f %9.2f r=%-2u %10.1f %14.4f\n", CodecName(c).c_str(),
+                c.k, FormName(TopKIndexForm(c)), static_cast<double>(enc.size()) / fn,
                 ic.fixed_bytes, ic.rice_bytes, ic.rice_param, ic.bound_bytes, rice_total);
   }
 

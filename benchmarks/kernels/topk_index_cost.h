@@ -16,7 +16,7 @@
 namespace diloco::kernels {
 
 struct IndexCost {
-  double fixed_bytes = 0;  // per whole block, the format as built (packed or bitmap)
+  double fixed_bytes = 0;  // per whole block, the format as built (packed, Elias-Fano or bitmap)
   double rice_bytes = 0;   // per whole block, mean over the blocks, best Rice parameter
   uint32_t rice_param = 0;
   double bound_bytes = 0;  // log2(C(block, k)) / 8

@@ -341,6 +341,7 @@ cudaError_t EncodeImpl(Codec c, const float* x, float* err, size_t n, uint8_t* o
     case CodecKind::kInt4:
       LaunchQuantize<CodecKind::kInt4, EF>(c, x, err, n, out, nonfinite, s);
       break;
+    case CodecKind::kTopKPacked:
     case CodecKind::kTopK:  // CPU only (pushes are encoded on the host); Valid() refused it
       return cudaErrorInvalidValue;
   }
@@ -373,6 +374,7 @@ cudaError_t DecodeImpl(Codec c, const uint8_t* in, size_t n, float w, float* out
       detail::LaunchWave(DecodeKernel<CodecKind::kInt4, Acc>, items, kThreads, s, in, n, c.block,
                          nb, w, out);
       break;
+    case CodecKind::kTopKPacked:
     case CodecKind::kTopK:  // CPU only; Valid() refused it
       return cudaErrorInvalidValue;
   }

@@ -108,7 +108,8 @@ TEST(CorpusReplayTest, TrainSeedJoinsAndSingleSeedsPassThrough) {
 // parses (its header is sound) and is refused BadCodec by the payload check, naming its cause.
 TEST(CorpusReplayTest, TopKPayloadSeedsAreCheckedBeforeDecoding) {
   const std::filesystem::path dir(DILOCO_FUZZ_CORPUS_DIR);
-  for (const char* name : {"valid_push_topk_packed", "valid_push_topk_bitmap"}) {
+  for (const char* name :
+       {"valid_push_topk_packed", "valid_push_topk_bitmap", "valid_push_topk_eliasfano"}) {
     const std::string bytes = Read(dir / name);
     auto m = wire::ParseMessage(
         SplitFrames(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
@@ -120,7 +121,8 @@ TEST(CorpusReplayTest, TopKPayloadSeedsAreCheckedBeforeDecoding) {
       {"payload_bad_topk_repeated", "repeats or is out of order"},
       {"payload_bad_topk_range", "index 40 out of range for a block of 32 values"},
       {"payload_bad_topk_scale", "negative or non-finite magnitude"},
-      {"payload_bad_topk_bitmap", "bitmap marks 64 entries, the codec keeps 20"}};
+      {"payload_bad_topk_bitmap", "bitmap marks 64 entries, the codec keeps 20"},
+      {"payload_bad_topk_eliasfano", "Elias-Fano high bits mark 0 entries, the codec keeps 8"}};
   for (const auto& [name, cause] : refused) {
     const std::string bytes = Read(dir / name);
     ASSERT_FALSE(bytes.empty()) << name;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -150,12 +151,15 @@ int main(int argc, char** argv) {
   }
   write("train_push", train);
 
-  // Top-k pushes (96 values: a block of 64 and one of 32), packed (k 4) and bitmap (k 20), and
-  // payloads that parse but fail the payload check (payload_bad_*: the replay test names the
-  // cause of each): a repeated packed index, one past a short block, a bitmap one mark over,
-  // a negative magnitude.
-  for (const auto& [name, k] : {std::pair{"packed", 4u}, std::pair{"bitmap", 20u}}) {
-    const kernels::Codec c{kernels::CodecKind::kTopK, 64, k};
+  // Top-k pushes (96 values: a block of 64 and one of 32): topk-packed with packed indices (k 4)
+  // and bitmap (k 20), topk with Elias-Fano ones (k 8), and payloads that parse but fail the
+  // payload check (payload_bad_*: the replay test names the cause of each): a repeated packed
+  // index, one past a short block, a bitmap one mark over, a negative magnitude, an Elias-Fano
+  // high part with no mark.
+  for (const auto& [name, kind, k] : {std::tuple{"packed", kernels::CodecKind::kTopKPacked, 4u},
+                                      std::tuple{"bitmap", kernels::CodecKind::kTopKPacked, 20u},
+                                      std::tuple{"eliasfano", kernels::CodecKind::kTopK, 8u}}) {
+    const kernels::Codec c{kind, 64, k};
     h = push;
     h.codec = static_cast<uint8_t>(c.kind);
     h.topk = c.k;
@@ -163,7 +167,7 @@ int main(int argc, char** argv) {
     write(std::string("valid_push_topk_") + name, fuzz::Message(h, {fuzz::TopKPayload(c, 96)}));
   }
   {
-    const kernels::Codec c{kernels::CodecKind::kTopK, 64, 4};
+    const kernels::Codec c{kernels::CodecKind::kTopKPacked, 64, 4};
     h = push;
     h.codec = static_cast<uint8_t>(c.kind);
     h.topk = c.k;
@@ -182,12 +186,21 @@ int main(int argc, char** argv) {
     p = ok;
     p[3] = static_cast<char>(0x80 | p[3]);  // block 0's lo: sign bit
     write("payload_bad_topk_scale", fuzz::Message(h, {p}));
-    const kernels::Codec b{kernels::CodecKind::kTopK, 64, 20};
+    const kernels::Codec b{kernels::CodecKind::kTopKPacked, 64, 20};
     h.topk = b.k;
     p = fuzz::TopKPayload(b, 96);
     char* bitmap = p.data() + kernels::internal::TopKRecordOffset(b, 96, 0);
     for (int i = 0; i < 8; ++i) bitmap[i] = static_cast<char>(0xFF);  // 64 marks, not 20
     write("payload_bad_topk_bitmap", fuzz::Message(h, {p}));
+    // Elias-Fano, k 8 of 64 (L = 3): 24 low bits, then the 15 high bits, all cleared.
+    const kernels::Codec e{kernels::CodecKind::kTopK, 64, 8};
+    h.codec = static_cast<uint8_t>(e.kind);
+    h.topk = e.k;
+    p = fuzz::TopKPayload(e, 96);
+    char* high = p.data() + kernels::internal::TopKRecordOffset(e, 96, 0) + 3;
+    high[0] = 0;
+    high[1] = static_cast<char>(high[1] & 0x80);
+    write("payload_bad_topk_eliasfano", fuzz::Message(h, {p}));
   }
 
   // Refused: a header with its root offset cut (resealed: the verifier refuses it, not the

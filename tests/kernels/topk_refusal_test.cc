@@ -1,6 +1,7 @@
 // A hostile or damaged top-k payload is refused before any value is written, by the fast and the
-// reference decoders alike, with an error naming the cause: a bad magnitude, a packed index out
-// of range, repeated or out of order, a bitmap with the wrong count or a mark past the block.
+// reference decoders alike, with an error naming the cause: a bad magnitude, a packed or
+// Elias-Fano index out of range, repeated or out of order, an Elias-Fano high part or a bitmap
+// with the wrong count, a bitmap mark past the block.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,9 +17,11 @@
 namespace diloco::kernels {
 namespace {
 
-// Packed: k 4 of 64 (24 bits < 64). Bitmap: k 20 of 64.
-const Codec kPacked{CodecKind::kTopK, 64, 4};
+// Packed: topk-packed, k 4 of 64 (24 bits < 64). Bitmap: k 20 of 64. Elias-Fano: topk, k 8 of
+// 64 (L = 3: 24 low bits, 8 + 7 high bits); the short block of 30 keeps 4 (L = 2: 8 + 11).
+const Codec kPacked{CodecKind::kTopKPacked, 64, 4};
 const Codec kBitmap{CodecKind::kTopK, 64, 20};
+const Codec kEliasFano{CodecKind::kTopK, 64, 8};
 constexpr size_t kN = 64 + 30;  // a whole block and a short one
 
 std::vector<uint8_t> Valid(Codec c) {
@@ -56,8 +59,25 @@ void ExpectRefused(Codec c, const std::vector<uint8_t>& enc, const std::string& 
   }
 }
 
+// Writes block b's Elias-Fano section by hand: entry j has high part highs[j], low part lows[j].
+void SetEliasFano(std::vector<uint8_t>& enc, size_t b, const std::vector<uint32_t>& highs,
+                  const std::vector<uint32_t>& lows) {
+  const size_t len = std::min<size_t>(64, kN - b * 64), kb = TopKCount(kEliasFano, len);
+  const uint32_t l = TopKEliasFanoLow(kb, len);
+  uint8_t* rec = enc.data() + internal::TopKRecordOffset(kEliasFano, kN, b);
+  std::memset(rec, 0, TopKIndexBytes(kEliasFano, len));
+  for (size_t j = 0; j < lows.size(); ++j) SetField(rec, j, l, lows[j]);
+  for (size_t j = 0; j < highs.size(); ++j) {
+    const size_t bit = kb * l + highs[j] + j;
+    rec[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
+  }
+}
+
 TEST(TopKRefusal, ValidPayloadsDecode) {
-  for (const Codec& c : {kPacked, kBitmap}) {
+  ASSERT_EQ(TopKIndexForm(kPacked), TopKForm::kPacked);
+  ASSERT_EQ(TopKIndexForm(kBitmap), TopKForm::kBitmap);
+  ASSERT_EQ(TopKIndexForm(kEliasFano), TopKForm::kEliasFano);
+  for (const Codec& c : {kPacked, kBitmap, kEliasFano}) {
     std::vector<float> out(kN);
     EXPECT_TRUE(Decode(c, Valid(c), out).ok());
     EXPECT_TRUE(internal::CheckTopK(c, Valid(c), kN).ok());
@@ -67,7 +87,7 @@ TEST(TopKRefusal, ValidPayloadsDecode) {
 TEST(TopKRefusal, BadMagnitudes) {
   const float bad[] = {-1.0f, -0.0f, std::numeric_limits<float>::infinity(),
                        std::numeric_limits<float>::quiet_NaN()};
-  for (const Codec& c : {kPacked, kBitmap}) {
+  for (const Codec& c : {kPacked, kBitmap, kEliasFano}) {
     for (size_t slot = 0; slot < 4; ++slot) {  // lo, hi of block 0, then of block 1
       for (float v : bad) {
         std::vector<uint8_t> enc = Valid(c);
@@ -104,6 +124,41 @@ TEST(TopKRefusal, PackedIndexRepeatedOrOutOfOrder) {
   ExpectRefused(kPacked, enc, "repeats or is out of order");
 }
 
+TEST(TopKRefusal, EliasFanoIndexOutOfRange) {
+  // Block 1 holds 30 values (4 kept, L = 2): high part 7 with low part 1 is 29, the last value;
+  // with low part 3 it is 31, past the block although its high part is in range.
+  std::vector<uint8_t> enc = Valid(kEliasFano);
+  SetEliasFano(enc, 1, {0, 0, 0, 7}, {0, 1, 2, 1});
+  EXPECT_TRUE(internal::CheckTopK(kEliasFano, enc, kN).ok());
+  SetEliasFano(enc, 1, {0, 0, 0, 7}, {0, 1, 2, 3});
+  ExpectRefused(kEliasFano, enc, "index 31 out of range for a block of 30 values");
+}
+
+TEST(TopKRefusal, EliasFanoIndexRepeatedOrOutOfOrder) {
+  // Block 0 (8 kept, L = 3): entries 1 and 2 share high part 2; equal low parts repeat an index,
+  // falling ones put them out of order.
+  std::vector<uint8_t> enc = Valid(kEliasFano);
+  SetEliasFano(enc, 0, {0, 2, 2, 3, 4, 5, 6, 7}, {0, 5, 6, 0, 0, 0, 0, 0});
+  EXPECT_TRUE(internal::CheckTopK(kEliasFano, enc, kN).ok());
+  SetEliasFano(enc, 0, {0, 2, 2, 3, 4, 5, 6, 7}, {0, 5, 5, 0, 0, 0, 0, 0});
+  ExpectRefused(kEliasFano, enc, "index 21 at position 2 repeats or is out of order");
+  SetEliasFano(enc, 0, {0, 2, 2, 3, 4, 5, 6, 7}, {0, 6, 5, 0, 0, 0, 0, 0});
+  ExpectRefused(kEliasFano, enc, "index 21 at position 2 repeats or is out of order");
+}
+
+TEST(TopKRefusal, EliasFanoWrongCount) {
+  std::vector<uint8_t> enc = Valid(kEliasFano);
+  SetEliasFano(enc, 0, {0, 1, 2, 3, 4, 5, 6}, {0, 0, 0, 0, 0, 0, 0, 0});  // one high mark short
+  ExpectRefused(kEliasFano, enc, "Elias-Fano high bits mark 7 entries, the codec keeps 8");
+  enc = Valid(kEliasFano);
+  // One mark too many: a ninth in the last high bit (8 + 7 high bits; 8 indices end at 7 + 7).
+  SetEliasFano(enc, 0, {0, 1, 2, 3, 4, 5, 6, 6, 6}, {0, 0, 0, 0, 0, 0, 0, 0});
+  ExpectRefused(kEliasFano, enc, "Elias-Fano high bits mark 9 entries, the codec keeps 8");
+  enc = Valid(kEliasFano);
+  SetEliasFano(enc, 1, {}, {});
+  ExpectRefused(kEliasFano, enc, "Elias-Fano high bits mark 0 entries, the codec keeps 4");
+}
+
 TEST(TopKRefusal, BitmapWrongCount) {
   std::vector<uint8_t> enc = Valid(kBitmap);
   uint8_t* rec = enc.data() + internal::TopKRecordOffset(kBitmap, kN, 0);
@@ -130,7 +185,7 @@ TEST(TopKRefusal, BitmapMarkPastTheBlock) {
 }
 
 TEST(TopKRefusal, WrongSize) {
-  for (const Codec& c : {kPacked, kBitmap}) {
+  for (const Codec& c : {kPacked, kBitmap, kEliasFano}) {
     std::vector<uint8_t> enc = Valid(c);
     enc.pop_back();
     std::vector<float> out(kN, 3.0f);

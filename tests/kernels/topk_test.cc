@@ -1,7 +1,7 @@
-// The top-k codec (kernels/topk.h): it keeps exactly the k largest magnitudes of each block
+// The top-k codecs (kernels/topk.h): they keep exactly the k largest magnitudes of each block
 // (ties to the lower index), the fast path writes the reference's bytes, error feedback keeps
-// what was not sent, the index form switches from packed to bitmap where the bits say, and the
-// encoded size is exactly EncodedSize.
+// what was not sent, the index form switches between packed, Elias-Fano (topk only) and bitmap
+// where the bits say, and the encoded size is exactly EncodedSize.
 #include "kernels/topk.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +21,10 @@ namespace {
 
 using testing::Bits;
 
-Codec TopK(uint32_t k, uint32_t block) { return Codec{CodecKind::kTopK, block, k}; }
+Codec TopK(uint32_t k, uint32_t block, CodecKind kind = CodecKind::kTopK) {
+  return Codec{kind, block, k};
+}
+constexpr CodecKind kKinds[] = {CodecKind::kTopK, CodecKind::kTopKPacked};
 
 // The kept set by brute force: indices of the kb largest |x| of each block, lower index first
 // among equal magnitudes.
@@ -50,32 +53,38 @@ struct Config {
   uint32_t k, block;
   size_t n;
 };
-// Packed and bitmap forms, a short last block, a block of 1000 (not a power of two).
+// Every index form of both kinds (packed: k 1 and 3; Elias-Fano in topk, packed in topk-packed:
+// k 41, 21, 11, 88; bitmap: 300 in topk-packed, 600 and 64 of 64 in both), a short last block,
+// a block of 1000 (not a power of two).
 const Config kConfigs[] = {{41, 2048, 2048 * 3 + 100},
                            {21, 1024, 5000},
                            {1, 64, 64},
+                           {3, 2048, 2048 + 1500},
                            {11, 64, 64 * 5 + 7},
+                           {88, 2048, 2048 * 2 + 77},
                            {300, 2048, 4096},
+                           {600, 2048, 4096 + 2},
                            {100, 1000, 2999},
                            {64, 64, 130},
                            {41, 2048, 300007}};  // the last: several threads
 
 TEST(TopK, KeepsExactlyTheLargestMagnitudes) {
-  for (const Config& cf : kConfigs) {
-    const Codec c = TopK(cf.k, cf.block);
-    SCOPED_TRACE(CodecName(c));
-    const std::vector<float> x = testing::Gaussian(cf.n, cf.k + cf.block);
-    const std::vector<float> y = RoundTrip(c, x);
-    const std::set<size_t> want = ExpectedKept(c, x);
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (want.count(i)) {
-        ASSERT_NE(y[i], 0.0f) << i;
-        ASSERT_EQ(std::signbit(y[i]), std::signbit(x[i])) << i;
-      } else {
-        ASSERT_EQ(Bits(y[i]), Bits(0.0f)) << "not kept, yet sent: " << i;
+  for (const CodecKind kind : kKinds)
+    for (const Config& cf : kConfigs) {
+      const Codec c = TopK(cf.k, cf.block, kind);
+      SCOPED_TRACE(CodecName(c));
+      const std::vector<float> x = testing::Gaussian(cf.n, cf.k + cf.block);
+      const std::vector<float> y = RoundTrip(c, x);
+      const std::set<size_t> want = ExpectedKept(c, x);
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (want.count(i)) {
+          ASSERT_NE(y[i], 0.0f) << i;
+          ASSERT_EQ(std::signbit(y[i]), std::signbit(x[i])) << i;
+        } else {
+          ASSERT_EQ(Bits(y[i]), Bits(0.0f)) << "not kept, yet sent: " << i;
+        }
       }
     }
-  }
 }
 
 TEST(TopK, TiesGoToTheLowerIndex) {
@@ -118,34 +127,35 @@ TEST(TopK, ZeroBlockSendsZeros) {
 }
 
 TEST(TopK, FastEqualsReference) {
-  for (const Config& cf : kConfigs) {
-    const Codec c = TopK(cf.k, cf.block);
-    SCOPED_TRACE(CodecName(c));
-    const std::vector<float> x = testing::BlockyData(cf.n, cf.block, 3);
-    std::vector<uint8_t> fast(EncodedSize(c, cf.n)), slow(fast.size());
-    ASSERT_TRUE(Encode(c, x, fast).ok());
-    ASSERT_TRUE(ref::Encode(c, x, slow).ok());
-    ASSERT_EQ(fast, slow);
-    const std::vector<float> acc0 = testing::Gaussian(cf.n, 4);
-    std::vector<float> a = acc0, b = acc0, dec(cf.n), ref_dec(cf.n);
-    ASSERT_TRUE(DecodeAccumulate(c, fast, 0.37f, a).ok());
-    ASSERT_TRUE(ref::DecodeAccumulate(c, fast, 0.37f, b).ok());
-    ASSERT_TRUE(Decode(c, fast, dec).ok());
-    ASSERT_TRUE(ref::Decode(c, fast, ref_dec).ok());
-    for (size_t i = 0; i < cf.n; ++i) {
-      ASSERT_EQ(Bits(a[i]), Bits(acc0[i] + 0.37f * dec[i])) << i;
-      ASSERT_EQ(Bits(b[i]), Bits(a[i])) << i;
-      ASSERT_EQ(Bits(ref_dec[i]), Bits(dec[i])) << i;
-    }
-    std::vector<float> ef = testing::Gaussian(cf.n, 5), ref_ef = ef;
-    for (uint32_t round = 0; round < 3; ++round) {
-      const std::vector<float> d = testing::Gaussian(cf.n, 10 + round);
-      ASSERT_TRUE(ErrorFeedbackEncode(c, d, ef, fast).ok());
-      ASSERT_TRUE(ref::ErrorFeedbackEncode(c, d, ref_ef, slow).ok());
+  for (const CodecKind kind : kKinds)
+    for (const Config& cf : kConfigs) {
+      const Codec c = TopK(cf.k, cf.block, kind);
+      SCOPED_TRACE(CodecName(c));
+      const std::vector<float> x = testing::BlockyData(cf.n, cf.block, 3);
+      std::vector<uint8_t> fast(EncodedSize(c, cf.n)), slow(fast.size());
+      ASSERT_TRUE(Encode(c, x, fast).ok());
+      ASSERT_TRUE(ref::Encode(c, x, slow).ok());
       ASSERT_EQ(fast, slow);
-      for (size_t i = 0; i < cf.n; ++i) ASSERT_EQ(Bits(ef[i]), Bits(ref_ef[i])) << i;
+      const std::vector<float> acc0 = testing::Gaussian(cf.n, 4);
+      std::vector<float> a = acc0, b = acc0, dec(cf.n), ref_dec(cf.n);
+      ASSERT_TRUE(DecodeAccumulate(c, fast, 0.37f, a).ok());
+      ASSERT_TRUE(ref::DecodeAccumulate(c, fast, 0.37f, b).ok());
+      ASSERT_TRUE(Decode(c, fast, dec).ok());
+      ASSERT_TRUE(ref::Decode(c, fast, ref_dec).ok());
+      for (size_t i = 0; i < cf.n; ++i) {
+        ASSERT_EQ(Bits(a[i]), Bits(acc0[i] + 0.37f * dec[i])) << i;
+        ASSERT_EQ(Bits(b[i]), Bits(a[i])) << i;
+        ASSERT_EQ(Bits(ref_dec[i]), Bits(dec[i])) << i;
+      }
+      std::vector<float> ef = testing::Gaussian(cf.n, 5), ref_ef = ef;
+      for (uint32_t round = 0; round < 3; ++round) {
+        const std::vector<float> d = testing::Gaussian(cf.n, 10 + round);
+        ASSERT_TRUE(ErrorFeedbackEncode(c, d, ef, fast).ok());
+        ASSERT_TRUE(ref::ErrorFeedbackEncode(c, d, ref_ef, slow).ok());
+        ASSERT_EQ(fast, slow);
+        for (size_t i = 0; i < cf.n; ++i) ASSERT_EQ(Bits(ef[i]), Bits(ref_ef[i])) << i;
+      }
     }
-  }
 }
 
 // sent + residual == delta + previous residual in every round, and over all rounds the sum of
@@ -177,18 +187,18 @@ TEST(TopK, ErrorFeedbackConservesTheDelta) {
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR(sum_sent[i] + err[i], sum_delta[i], 1e-5) << i;
 }
 
-// Packed indices while k * ceil(log2(block)) < block, a bitmap from there on; the sizes are the
-// documented ones and the encoder fills exactly that many bytes.
-TEST(TopK, IndexFormAtTheBoundary) {
+// topk-packed: packed indices while k * ceil(log2(block)) < block, a bitmap from there on; the
+// sizes are the documented ones and the encoder fills exactly that many bytes.
+TEST(TopK, PackedIndexFormAtTheBoundary) {
   struct Case {
     uint32_t block, last_packed_k;
   };
   for (const Case& t : {Case{2048, 186}, Case{1024, 102}, Case{64, 10}, Case{1000, 99}}) {
     const uint32_t w = TopKIndexBits(t.block);
-    const Codec packed = TopK(t.last_packed_k, t.block),
-                bitmap = TopK(t.last_packed_k + 1, t.block);
-    EXPECT_TRUE(TopKPacked(packed)) << t.block;
-    EXPECT_FALSE(TopKPacked(bitmap)) << t.block;
+    const Codec packed = TopK(t.last_packed_k, t.block, CodecKind::kTopKPacked),
+                bitmap = TopK(t.last_packed_k + 1, t.block, CodecKind::kTopKPacked);
+    EXPECT_EQ(TopKIndexForm(packed), TopKForm::kPacked) << t.block;
+    EXPECT_EQ(TopKIndexForm(bitmap), TopKForm::kBitmap) << t.block;
     EXPECT_EQ(EncodedSize(packed, t.block),
               8 + (t.last_packed_k * w + 7) / 8 + (2 * t.last_packed_k + 7) / 8);
     EXPECT_EQ(EncodedSize(bitmap, t.block), 8 + t.block / 8 + (2 * (t.last_packed_k + 1) + 7) / 8);
@@ -201,19 +211,85 @@ TEST(TopK, IndexFormAtTheBoundary) {
   }
 }
 
+// topk: packed for k <= 3 (at block 2048, 3 fields of 11 bits against Elias-Fano's
+// 3 * 9 + 3 + (2047 >> 9) = 33: a tie, to packed), Elias-Fano from k = 4 while it takes fewer
+// bits than the block, a bitmap from k = block / 4 + 1 (at k = block / 4, L = 2 makes
+// 3 k + (block - 1) / 4 bits, one short of the block; at k + 1, L = 1 makes one more).
+TEST(TopK, IndexFormsOfTopK) {
+  struct Case {
+    uint32_t block, last_packed_k, first_bitmap_k;
+  };
+  for (const Case& t :
+       {Case{2048, 3, 513}, Case{1024, 3, 257}, Case{64, 3, 17}, Case{1000, 3, 251}}) {
+    SCOPED_TRACE(t.block);
+    EXPECT_EQ(TopKIndexForm(TopK(t.last_packed_k, t.block)), TopKForm::kPacked);
+    EXPECT_EQ(TopKIndexForm(TopK(t.last_packed_k + 1, t.block)), TopKForm::kEliasFano);
+    EXPECT_EQ(TopKIndexForm(TopK(t.first_bitmap_k - 1, t.block)), TopKForm::kEliasFano);
+    EXPECT_EQ(TopKIndexForm(TopK(t.first_bitmap_k, t.block)), TopKForm::kBitmap);
+    for (const uint32_t k :
+         {t.last_packed_k, t.last_packed_k + 1, t.first_bitmap_k - 1, t.first_bitmap_k}) {
+      const Codec c = TopK(k, t.block);
+      // Never more than either other form.
+      EXPECT_LE(TopKIndexBytes(c, t.block), (k * TopKIndexBits(t.block) + 7) / 8) << k;
+      EXPECT_LE(TopKIndexBytes(c, t.block), t.block / 8u) << k;
+      const std::vector<float> x = testing::Gaussian(2 * t.block + 33, t.block + k);
+      const std::vector<float> y = RoundTrip(c, x);
+      EXPECT_EQ(std::count_if(y.begin(), y.end(), [](float v) { return v != 0.0f; }),
+                static_cast<long>(2 * c.k + TopKCount(c, 33)))
+          << k;
+    }
+  }
+  // Elias-Fano at topk:0.02, block 2048 (k 41): L = 5 (41 * 32 <= 2048 < 41 * 64), 41 * 5 low
+  // bits, then 41 + (2047 >> 5) = 104 high bits: 309 bits, 39 bytes, against 57 packed.
+  EXPECT_EQ(TopKEliasFanoLow(41, 2048), 5u);
+  EXPECT_EQ(TopKIndexBytes(TopK(41, 2048), 2048), 39u);
+  EXPECT_EQ(TopKIndexBytes(TopK(41, 2048, CodecKind::kTopKPacked), 2048), 57u);
+}
+
+// The high part by hand: block 64, k 4 (L = 4: 4 * 16 <= 64 < 4 * 32), entries 5, 6, 37, 63 of
+// sizes 9, 8, 7, 6: low parts 5, 6, 5, 15 in 4-bit fields (bits 0-15), high parts 0, 0, 2, 3 set
+// bits 16 + (0 + 0, 0 + 1, 2 + 2, 3 + 3) = 16, 17, 20, 22 of the 4 + (63 >> 4) = 7 high bits.
+TEST(TopK, EliasFanoLayout) {
+  const Codec c = TopK(4, 64);
+  ASSERT_EQ(TopKIndexForm(c), TopKForm::kEliasFano);
+  std::vector<float> x(64, 0.0f);
+  x[5] = 9.0f;
+  x[6] = -8.0f;
+  x[37] = 7.0f;
+  x[63] = 6.0f;
+  std::vector<uint8_t> enc(EncodedSize(c, 64));
+  ASSERT_EQ(enc.size(), 8u + 3 + 1);  // 23 index bits, 8 code bits
+  ASSERT_TRUE(Encode(c, x, enc).ok());
+  const uint8_t* rec = enc.data() + 8;
+  EXPECT_EQ(rec[0], 0x65);  // low parts 5, 6
+  EXPECT_EQ(rec[1], 0xF5);  // low parts 5, 15
+  EXPECT_EQ(rec[2], 0x53);  // high bits 16, 17, 20, 22
+  std::vector<float> y(64);
+  ASSERT_TRUE(Decode(c, enc, y).ok());
+  for (size_t i = 0; i < 64; ++i)
+    EXPECT_EQ(y[i] != 0.0f, i == 5 || i == 6 || i == 37 || i == 63) << i;
+}
+
 TEST(TopK, EncodedSizeIsExact) {
-  // topk:0.02 at 2048: k 41, 11-bit indices: 57 + 11 bytes a block, 8 of magnitudes.
-  EXPECT_EQ(EncodedSize(TopK(41, 2048), 0), 0u);
-  EXPECT_EQ(EncodedSize(TopK(41, 2048), 2048), 8u + 57 + 11);
+  // topk-packed:0.02 at 2048: k 41, 11-bit indices: 57 + 11 bytes a block, 8 of magnitudes.
+  const CodecKind packed = CodecKind::kTopKPacked;
+  EXPECT_EQ(EncodedSize(TopK(41, 2048, packed), 0), 0u);
+  EXPECT_EQ(EncodedSize(TopK(41, 2048, packed), 2048), 8u + 57 + 11);
   // 3 whole blocks and one of 100 values, which keeps ceil(41 * 100 / 2048) = 3 (5 + 1 bytes).
-  EXPECT_EQ(EncodedSize(TopK(41, 2048), 3 * 2048 + 100), 4 * 8u + 3 * 68 + 6);
-  // topk:0.02:1024: k 21, 10-bit indices: 27 + 6 bytes.
-  EXPECT_EQ(EncodedSize(TopK(21, 1024), 1024), 8u + 27 + 6);
+  EXPECT_EQ(EncodedSize(TopK(41, 2048, packed), 3 * 2048 + 100), 4 * 8u + 3 * 68 + 6);
+  // topk-packed:0.02:1024: k 21, 10-bit indices: 27 + 6 bytes.
+  EXPECT_EQ(EncodedSize(TopK(21, 1024, packed), 1024), 8u + 27 + 6);
   // A bitmap block of 7 values keeps ceil(300 * 7 / 2048) = 2: 1 + 1 bytes.
-  EXPECT_EQ(EncodedSize(TopK(300, 2048), 2048 + 7), 2 * 8u + 256 + 75 + 2);
+  EXPECT_EQ(EncodedSize(TopK(300, 2048, packed), 2048 + 7), 2 * 8u + 256 + 75 + 2);
+  // topk:0.02 at 2048: Elias-Fano, 39 + 11 bytes a block; the block of 100 keeps 3, L = 5:
+  // 15 + 3 + (99 >> 5) = 21 bits, 3 + 1 bytes.
+  EXPECT_EQ(EncodedSize(TopK(41, 2048), 2048), 8u + 39 + 11);
+  EXPECT_EQ(EncodedSize(TopK(41, 2048), 3 * 2048 + 100), 4 * 8u + 3 * 50 + 4);
+  // topk:0.02:1024: k 21, L = 5: 105 + 21 + 31 = 157 bits, 20 + 6 bytes.
+  EXPECT_EQ(EncodedSize(TopK(21, 1024), 1024), 8u + 20 + 6);
   // Encode refuses any other size.
   const std::vector<float> x(2048, 1.0f);
-  std::vector<uint8_t> out(76 + 1);
+  std::vector<uint8_t> out(58 + 1);
   EXPECT_EQ(Encode(TopK(41, 2048), x, out).code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -233,13 +309,23 @@ TEST(TopK, ParseAndName) {
   EXPECT_EQ(c->block, 1024u);
   EXPECT_EQ(ParseCodec("topk:0.0001:64")->k, 1u);  // at least one
   EXPECT_EQ(ParseCodec("topk:1")->k, 2048u);
+  // The first form, still readable (and sent by older workers): topk-packed.
+  c = ParseCodec("topk-packed:0.02:1024");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kind, CodecKind::kTopKPacked);
+  EXPECT_EQ(c->k, 21u);
+  EXPECT_EQ(CodecName(*c), "topk-packed:21/1024");
+  EXPECT_EQ(ParseCodec(CodecName(*c))->kind, CodecKind::kTopKPacked);
   for (const char* bad :
        {"topk", "topk:", "topk:0", "topk:1.5", "topk:-0.1", "topk:abc", "topk:0.02:100",
-        "topk:0.02:", "topk:0/2048", "topk:3000/2048", "topk:5/", "topk:nan"}) {
+        "topk:0.02:", "topk:0/2048", "topk:3000/2048", "topk:5/", "topk:nan", "topk-packed",
+        "topk-packed:", "topk-packed:0", "topk-packedx:0.02", "topk-:0.02"}) {
     EXPECT_FALSE(ParseCodec(bad).ok()) << bad;
   }
   EXPECT_FALSE(ValidateCodec(Codec{CodecKind::kInt8, 256, 3}).ok()) << "k is for topk only";
   EXPECT_FALSE(ValidateCodec(TopK(0, 256)).ok());
+  EXPECT_FALSE(ValidateCodec(TopK(0, 256, CodecKind::kTopKPacked)).ok());
+  EXPECT_FALSE(ValidateCodec(Codec{static_cast<CodecKind>(7), 256, 3}).ok()) << "unknown kind";
 }
 
 }  // namespace

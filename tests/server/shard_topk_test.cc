@@ -1,6 +1,8 @@
-// Top-k pushes at a real shard (no sockets): a push merges its sent entries and nothing else,
-// and a hostile one (a repeated index, k missing from the header, k on a dense codec) is
-// refused BadCodec naming the cause, with nothing merged, so the same seq still goes in after.
+// Top-k pushes at a real shard (no sockets): a push of either top-k kind (topk's Elias-Fano
+// indices, topk-packed's packed ones) merges its sent entries and nothing else, and a hostile
+// one (a repeated index, a damaged Elias-Fano high part, k missing from the header, k on a dense
+// codec) is refused BadCodec naming the cause, with nothing merged, so the same seq still goes
+// in after.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,7 +19,9 @@ using wire::AckStatus;
 using wire::ErrorCode;
 using wire::MsgType;
 
-const kernels::Codec kTopK{kernels::CodecKind::kTopK, 64, 4};  // packed: 4 fields of 6 bits
+// Elias-Fano: 4 fields of 4 low bits, then 4 + 3 high bits (byte 2 of the record).
+const kernels::Codec kTopK{kernels::CodecKind::kTopK, 64, 4};
+const kernels::Codec kPacked{kernels::CodecKind::kTopKPacked, 64, 4};  // 4 fields of 6 bits
 
 class ShardTopKTest : public ::testing::Test {
  protected:
@@ -45,17 +49,19 @@ class ShardTopKTest : public ::testing::Test {
     return e->header.message;
   }
 
+  void ExpectMergesTheSentEntriesOnly(kernels::Codec c);
+
   std::unique_ptr<ShardHarness> h_;
   uint64_t n_ = 0;
   std::vector<float> delta_;
 };
 
-TEST_F(ShardTopKTest, MergesTheSentEntriesOnly) {
-  const auto payload = ShardHarness::Encode(kTopK, delta_);
+void ShardTopKTest::ExpectMergesTheSentEntriesOnly(kernels::Codec c) {
+  const auto payload = ShardHarness::Encode(c, delta_);
   ASSERT_EQ(payload.size(), 1u);
   std::vector<float> sent(n_);
-  ASSERT_TRUE(kernels::Decode(kTopK, payload[0], sent).ok());
-  auto r = h_->Push("a", 1, 0, 1, 1, delta_, 100, 10, kTopK);
+  ASSERT_TRUE(kernels::Decode(c, payload[0], sent).ok());
+  auto r = h_->Push("a", 1, 0, 1, 1, delta_, 100, 10, c);
   EXPECT_EQ(Only(r, MsgType::PushAck)->header.ack, AckStatus::Queued);
   EXPECT_FALSE(h_->Tick().empty());  // the only live worker pushed: the round closes
   ASSERT_EQ(h_->shard().published_version(0), 2u);
@@ -65,20 +71,30 @@ TEST_F(ShardTopKTest, MergesTheSentEntriesOnly) {
     ASSERT_EQ(theta[i] != 1.0f, sent[i] != 0.0f) << i;
     moved += theta[i] != 1.0f;
   }
-  EXPECT_EQ(moved, (n_ / 64) * 4 + (n_ % 64 ? kernels::TopKCount(kTopK, n_ % 64) : 0));
+  EXPECT_EQ(moved, (n_ / 64) * 4 + (n_ % 64 ? kernels::TopKCount(c, n_ % 64) : 0));
+}
+
+TEST_F(ShardTopKTest, MergesTheSentEntriesOnly) { ExpectMergesTheSentEntriesOnly(kTopK); }
+TEST_F(ShardTopKTest, MergesTheSentEntriesOfTheFirstFormOnly) {
+  ExpectMergesTheSentEntriesOnly(kPacked);
 }
 
 TEST_F(ShardTopKTest, HostilePushesAreRefusedAndChangeNothing) {
   const std::vector<float> before = h_->shard().params(0);
-  auto payload = ShardHarness::Encode(kTopK, delta_);
-  const auto valid = payload;
+  auto payload = ShardHarness::Encode(kPacked, delta_);
   // Block 0's second index made equal to its first (6-bit fields, LSB first).
-  uint8_t* rec = payload[0].data() + kernels::internal::TopKRecordOffset(kTopK, n_, 0);
+  uint8_t* rec = payload[0].data() + kernels::internal::TopKRecordOffset(kPacked, n_, 0);
   const uint32_t first = rec[0] & 0x3Fu;
   rec[0] = static_cast<uint8_t>((rec[0] & 0x3Fu) | ((first & 0x3u) << 6));
   rec[1] = static_cast<uint8_t>((rec[1] & ~0x0Fu) | (first >> 2));
-  EXPECT_NE(Refusal(h_->PushFields(1, 0, 1, 1, n_, 100, 10, kTopK), payload)
+  EXPECT_NE(Refusal(h_->PushFields(1, 0, 1, 1, n_, 100, 10, kPacked), payload)
                 .find("repeats or is out of order"),
+            std::string::npos);
+  payload = ShardHarness::Encode(kTopK, delta_);
+  const auto valid = payload;
+  payload[0][kernels::internal::TopKRecordOffset(kTopK, n_, 0) + 2] = 0;  // no high bit set
+  EXPECT_NE(Refusal(h_->PushFields(1, 0, 1, 1, n_, 100, 10, kTopK), payload)
+                .find("Elias-Fano high bits mark 0 entries, the codec keeps 4"),
             std::string::npos);
   auto no_k = h_->PushFields(1, 0, 1, 1, n_, 100, 10, kTopK);
   no_k.topk = 0;
