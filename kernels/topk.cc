@@ -50,17 +50,30 @@ void PutBits(uint8_t* p, size_t j, uint32_t w, uint32_t v) {
   }
 }
 
+// Reads the w-bit field j (w <= 24): only the bytes the field covers, so never past the stream.
 uint32_t GetBits(const uint8_t* p, size_t j, uint32_t w) {
-  const size_t pos = j * w;
-  uint32_t v = 0;
-  for (uint32_t i = 0; i < w; ++i) {
-    const size_t bit = pos + i;
-    v |= static_cast<uint32_t>((p[bit / 8] >> (bit % 8)) & 1u) << i;
-  }
-  return v;
+  if (w == 0) return 0;
+  const size_t pos = j * w, first = pos / 8, last = (pos + w - 1) / 8;
+  uint32_t window = 0;
+  for (size_t b = first; b <= last; ++b) window |= uint32_t{p[b]} << (8 * (b - first));
+  return (window >> (pos % 8)) & ((uint32_t{1} << w) - 1);
 }
 
-bool Bit(const uint8_t* p, size_t bit) { return (p[bit / 8] >> (bit % 8)) & 1u; }
+// Byte `byte` of a bit stream with the bits outside [begin, end) cleared.
+uint32_t MaskedByte(const uint8_t* p, size_t byte, size_t begin, size_t end) {
+  uint32_t bits = p[byte];
+  if (byte * 8 < begin) bits &= ~0u << (begin % 8);
+  if (byte * 8 + 8 > end) bits &= (1u << (end - byte * 8)) - 1;
+  return bits;
+}
+
+// Set bits of a bit stream in [begin, end).
+size_t CountBits(const uint8_t* p, size_t begin, size_t end) {
+  size_t n = 0;
+  for (size_t byte = begin / 8; byte * 8 < end; ++byte)
+    n += __builtin_popcount(MaskedByte(p, byte, begin, end));
+  return n;
+}
 
 // Elias-Fano (codec_kind.h): the kb sorted indices of a block of len into rec (zeroed).
 void PutEliasFano(uint8_t* rec, const uint32_t* idx, size_t kb, size_t len) {
@@ -78,12 +91,15 @@ void PutEliasFano(uint8_t* rec, const uint32_t* idx, size_t kb, size_t len) {
 // or out of order is the caller's to refuse (CheckTopK).
 size_t ReadEliasFano(const uint8_t* rec, size_t kb, size_t len, uint32_t* idx) {
   const uint32_t l = TopKEliasFanoLow(kb, len);
-  const size_t base = kb * l, high_bits = kb + ((len - 1) >> l);
+  const size_t base = kb * l, end = base + kb + ((len - 1) >> l);
   size_t j = 0;
-  for (size_t p = 0; p < high_bits && j < kb; ++p) {
-    if (!Bit(rec, base + p)) continue;
-    idx[j] = static_cast<uint32_t>(((p - j) << l) | GetBits(rec, j, l));
-    ++j;
+  // The high part a byte at a time, its set bits in order; bits outside [base, end) masked off.
+  for (size_t byte = base / 8; byte * 8 < end && j < kb; ++byte) {
+    for (uint32_t bits = MaskedByte(rec, byte, base, end); bits != 0 && j < kb; bits &= bits - 1) {
+      const size_t p = byte * 8 + __builtin_ctz(bits) - base;
+      idx[j] = static_cast<uint32_t>(((p - j) << l) | GetBits(rec, j, l));
+      ++j;
+    }
   }
   return j;
 }
@@ -217,8 +233,7 @@ absl::Status CheckTopK(Codec c, std::span<const uint8_t> in, size_t n) {
     const TopKForm form = TopKIndexForm(c);
     if (form == TopKForm::kEliasFano) {
       const uint32_t l = TopKEliasFanoLow(kb, len);
-      size_t marked = 0;
-      for (size_t p = 0; p < kb + ((len - 1) >> l); ++p) marked += Bit(rec, kb * l + p);
+      const size_t marked = CountBits(rec, kb * l, kb * l + kb + ((len - 1) >> l));
       if (marked != kb) {
         return absl::InvalidArgumentError(absl::StrCat("topk block ", b,
                                                        ": Elias-Fano high bits mark ", marked,

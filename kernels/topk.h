@@ -1,6 +1,6 @@
 // The sparse top-k codecs (CodecKind::kTopK, kTopKPacked): per block of a worker's error-fed delta,
 // only the k entries of largest magnitude travel, each as 2 bits; what is not sent stays in the
-// error feedback residual. For pushes: at 2% of a 2048 block it is 0.027 bytes per value, against
+// error feedback residual. For pushes: at 2% of a 2048 block it is 0.028 bytes per value, against
 // 0.5 for int4 (benchmarks/RESULTS.md, "Top-k pushes").
 //
 // Per block of len values with kb = TopKCount(c, len) kept entries (codec_kind.h):
