@@ -24,8 +24,11 @@ import matplotlib.ticker  # noqa: E402
 # (arm, peer, label): what each line shows.
 PAIRS = [
     ("e.drop50", "c.async4", "50% of pushes dropped / none (asynchronous)"),
-    ("i.topk0.03", "a.sync4", "top-k 3% pushes, H = 50 / int8 (0.054 B/param/round up)"),
-    ("i.topk0.03-h10", "a.sync4", "top-k 3% pushes, H = 10 / int8 at H = 50"),
+    ("i.topk0.0429", "a.sync4",
+     "top-k 4.3% pushes (0.049 B/param/round up), outer step lr 2, no momentum / int8"),
+    ("i.topk0.0429-nesterov", "a.sync4", "the same with int8's outer step (lr 1.3, momentum 0.7)"),
+    ("i.topk0.03", "a.sync4", "top-k 3% pushes (0.039 B/param/round up), int8's outer step"),
+    ("i.topk0.03-h10", "a.sync4", "top-k 3% pushes, H = 10, int8's outer step / int8 at H = 50"),
     ("i.int4-h100", "a.sync4", "int4 pushes, H = 100 / int8 at H = 50"),
     ("d.int4", "a.sync4", "int4 pushes / int8, H = 50"),
 ]
@@ -82,10 +85,10 @@ def main():
     ax.set_xlabel("inner steps per worker (cosine schedule over each run)")
     ax.set_ylabel("held-out loss over the peer's at the same steps")
     ax.set_title("Gaps against run length (tiny GPT, 4 workers, exported global model)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=110)
+    fig.savefig(sys.argv[2], dpi=110, bbox_inches="tight")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@
 #                                  [--arm_timeout=SECONDS]
 #   The run exits 1 when a gate (quick) or target (full) is missed, each printed as met or missed;
 #   --report_only prints the same and exits 0.
+#   --outer_lr / --outer_momentum set the shards' outer step in every fleet arm but group i's top-k
+#   push arms, which keep their own (--server_flags, appended last, overrides that too).
 #   --server_flags / --worker_flags are appended to every fleet arm's shard / worker flags, and
 #   --worker_flags to the lone workers' too (an A/B of one rule); --arms runs only the arms named (and what they are compared with is then
 #   not run: summarize.py reports the ratios it can).
@@ -411,6 +413,7 @@ sync4=(--lockstep --steps=$steps)
 # Synchronous rounds merge their pushes in worker order (--merge_order=worker): the same
 # pushes give the same bits whatever order they arrive in, so these arms repeat exactly.
 sync_srv="--quorum=4 --grace_cap=60s --merge_order=worker"
+sparse_outer="--outer_momentum=0 --outer_lr=2"  # group i's top-k push arms
 
 if [[ $groups == *[acdis]* ]]; then
   echo "== a/c/d: synchronous DiLoCo, 4 workers, int8 pushes"
@@ -498,13 +501,17 @@ if [[ $groups == *i* ]]; then
     for c in fp32 int4; do run_fleet "d.$c" d 4 2 "$sync_srv" "${sync4[@]}" --codec=$c; done
   fi
   # 0.0429 keeps 88 of 2048: 101 B a block with Elias-Fano indices, 0.049 B/param/round.
+  # Top-k pushes take their own outer step, no momentum and lr 2 (benchmarks/RESULTS.md, "The
+  # sparse pushes' outer step"): error feedback already carries what a round did not send into
+  # later rounds, and momentum on top of it re-applies that delayed mass.
   for f in 0.0429 0.03 0.01; do
-    run_fleet "i.topk$f" i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:$f
+    run_fleet "i.topk$f" i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:$f
   done
   # Equal bytes over the run rather than per round: top-k 3% pushed every 10 steps (5x the
   # rounds; the best H for it of 5, 10, 15, 20 and 50) against int4 every 100 (half the rounds):
   # each sends about 8 B up per parameter per worker in the 1500 steps, int8 at H = 50 30.
-  run_fleet i.topk0.03-h10 i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:0.03 --inner_steps=10
+  run_fleet i.topk0.03-h10 i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:0.03 \
+    --inner_steps=10
   run_fleet i.int4-h100 i 4 2 "$sync_srv" "${sync4[@]}" --codec=int4 --inner_steps=100
   # Downloads that follow: the shards' updates sparse (top-k, 2-bit values), int8 pushes.
   for f in 0.25 0.1; do
