@@ -25,8 +25,8 @@
 #      one (--download_codec; synchronous, 4 workers)
 #   i  the bytes frontier: group d's fleet (synchronous, 4 workers) pushing fp32 / int8 / int4 /
 #      topk:0.0429 (the most entries within 0.05 B/param/round) / topk:0.03 / topk:0.01, top-k
-#      3% at H = 10 and int4 at H = 100 (equal bytes over the run; --inner_steps does not change
-#      these two), and int8 pushes with int4 or top-k 25% / 10%
+#      3% at H = 10 and int4 at H = 100 (equal bytes over the run), top-k 4.3% at H = 5
+#      (--inner_steps does not change these three), and int8 pushes with int4 or top-k 25% / 10%
 #      downloads; each arm's held-out loss against the bytes sent up and down per parameter per
 #      round and up over the whole run, measured by the workers' and shards' own counters
 #      (bytes.tsv; int8: a.sync4, fp32 and int4: d.fp32 and d.int4, int4 downloads:
@@ -512,6 +512,10 @@ if [[ $groups == *i* ]]; then
   # each sends about 8 B up per parameter per worker in the 1500 steps, int8 at H = 50 30.
   run_fleet i.topk0.03-h10 i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:0.03 \
     --inner_steps=10
+  # The most entries within 0.05 B/param/round at H = 5: 300 rounds per fragment in the 1500
+  # steps, half int8's bytes up over the run.
+  run_fleet i.topk0.0429-h5 i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:0.0429 \
+    --inner_steps=5
   run_fleet i.int4-h100 i 4 2 "$sync_srv" "${sync4[@]}" --codec=int4 --inner_steps=100
   # Downloads that follow: the shards' updates sparse (top-k, 2-bit values), int8 pushes.
   for f in 0.25 0.1; do
