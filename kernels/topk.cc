@@ -104,7 +104,8 @@ size_t ReadEliasFano(const uint8_t* rec, size_t kb, size_t len, uint32_t* idx) {
   return j;
 }
 
-// Kept indices of block b (increasing) into idx; returns kb.
+// Kept indices of block b (increasing) into idx; returns how many it read (kb for a record that
+// passed CheckTopK).
 size_t ReadIndices(Codec c, const uint8_t* rec, size_t len, uint32_t* idx) {
   const size_t kb = TopKCount(c, len);
   switch (TopKIndexForm(c)) {
@@ -256,8 +257,7 @@ absl::Status CheckTopK(Codec c, std::span<const uint8_t> in, size_t n) {
         }
       }
     } else {
-      size_t marked = 0;
-      for (size_t byte = 0; byte < (len + 7) / 8; ++byte) marked += __builtin_popcount(rec[byte]);
+      const size_t marked = CountBits(rec, 0, len);
       if (len % 8 != 0 && (rec[len / 8] >> (len % 8)) != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "topk block ", b, ": bitmap marks an entry past the block's ", len, " values"));
