@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/hash_uniform.h"
 #include "common/model_refusal.h"
 #include "kernels/codec.h"
 #include "schema/payload_check.h"
@@ -27,6 +28,8 @@ int StalenessBucket(uint64_t s) {
   if (s < 32) return 6;
   return 7;
 }
+
+constexpr uint64_t kDropSeed = 0x5EED0000;  // ShardOptions::test_drop_pushes, plus the shard
 
 }  // namespace
 
@@ -64,7 +67,6 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
           absl::StrCat("a push cap of ", cap, ": must be 0 (off) or at least 1 (x the median)"));
   std::unique_ptr<Shard> s(new Shard(o, clock, std::move(*plan)));
   s->apply_ = std::make_unique<ApplyPool>(o.apply_threads);
-  s->drop_rng_.seed(0x5EED0000u + o.shard);
   s->model_fingerprint_ = manifest->fingerprint();
   std::random_device rd;
   s->incarnation_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
@@ -572,7 +574,8 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
     rate.last = now;
   }
   const bool drop = opt_.test_drop_pushes > 0 &&
-                    std::uniform_real_distribution<double>(0, 1)(drop_rng_) < opt_.test_drop_pushes;
+                    HashUniform(kDropSeed + opt_.shard, w.id, (w.generation << 16) ^ f.spec->id,
+                                h.seq()) < opt_.test_drop_pushes;
   auto msg = std::make_shared<wire::Message>(std::move(m));
   if (drop) {
     ++counters_.pushes_dropped;

@@ -72,9 +72,11 @@ struct ShardOptions {
   MergeOrder merge_order = MergeOrder::kArrival;
   RoundNorm norm = RoundNorm::kExpected;
   RoundStep step = RoundStep::kPartial;
-  // Test flag (the convergence study): this fraction of pushes, drawn at random (seeded by the
-  // shard index), is acked Applied but never merged, as if lost on the way: its round is the
-  // mean of the others (a round of dropped pushes only leaves theta as it was).
+  // Test flag (the convergence study): this fraction of pushes is acked Applied but never
+  // merged, as if lost on the way: its round is the mean of the others (a round of dropped
+  // pushes only leaves theta as it was). Which pushes is a hash of (shard index, worker,
+  // generation, fragment, sequence number), not of arrival order, so a lockstep fleet drops
+  // the same pushes in every run.
   double test_drop_pushes = 0;
   int apply_threads = 0;  // decode/merge threads pinned by fragment; 0 = on the caller's thread
   uint64_t max_staleness = 16;
@@ -390,7 +392,6 @@ class Shard {
   bool dirty_ = false;
   RoundTimings timings_;
   ShardCounters counters_;
-  std::mt19937_64 drop_rng_;  // test_drop_pushes
 };
 
 }  // namespace diloco::server

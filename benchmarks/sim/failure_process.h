@@ -5,10 +5,10 @@
 
 #include <cstdint>
 
+#include "common/hash_uniform.h"
+
 namespace diloco::sim {
 
-// Uniform in (0, 1) from (seed, a, b, c).
-double HashUniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
 // Exponential of mean `mean` (infinity when mean is infinite) for learner l's k-th draw.
 double TimeToFailure(uint64_t seed, uint32_t learner, uint32_t k, double mean);
 
