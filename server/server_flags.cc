@@ -117,6 +117,9 @@ ABSL_FLAG(RoundStep, round_step, RoundStep::kPartial,
           "step each)");
 ABSL_FLAG(double, test_drop_pushes, 0,
           "test flag: ack this fraction of pushes (at random, seeded) without merging them");
+ABSL_FLAG(uint64_t, test_drop_seed, 0,
+          "test flag: the seed of --test_drop_pushes' draw (a push's fate is a hash of the seed, "
+          "the shard, the worker's id, the fragment and the push's sequence number)");
 ABSL_FLAG(int, apply_threads, 2,
           "threads that decode and merge pushes, pinned by fragment (0: on the I/O thread)");
 ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
@@ -210,6 +213,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.norm = absl::GetFlag(FLAGS_round_norm);
   o.step = absl::GetFlag(FLAGS_round_step);
   o.test_drop_pushes = absl::GetFlag(FLAGS_test_drop_pushes);
+  o.test_drop_seed = absl::GetFlag(FLAGS_test_drop_seed);
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.push_steps_cap = absl::GetFlag(FLAGS_push_steps_cap);
   o.push_norm_cap = absl::GetFlag(FLAGS_push_norm_cap);

@@ -29,7 +29,9 @@ int StalenessBucket(uint64_t s) {
   return 7;
 }
 
-constexpr uint64_t kDropSeed = 0x5EED0000;  // ShardOptions::test_drop_pushes, plus the shard
+// ShardOptions::test_drop_pushes: the hash's seed is this, plus the shard, plus test_drop_seed
+// in the high half.
+constexpr uint64_t kDropSeed = 0x5EED0000;
 
 }  // namespace
 
@@ -573,9 +575,9 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
       rate.interval_s = Ema(rate.interval_s, absl::ToDoubleSeconds(now - rate.last), kEmaWeight);
     rate.last = now;
   }
-  const bool drop = opt_.test_drop_pushes > 0 &&
-                    HashUniform(kDropSeed + opt_.shard, w.id, (w.generation << 16) ^ f.spec->id,
-                                h.seq()) < opt_.test_drop_pushes;
+  const bool drop =
+      opt_.test_drop_pushes > 0 && HashUniform(kDropSeed + opt_.shard + (opt_.test_drop_seed << 32),
+                                               w.id, f.spec->id, h.seq()) < opt_.test_drop_pushes;
   auto msg = std::make_shared<wire::Message>(std::move(m));
   if (drop) {
     ++counters_.pushes_dropped;

@@ -74,10 +74,12 @@ struct ShardOptions {
   RoundStep step = RoundStep::kPartial;
   // Test flag (the convergence study): this fraction of pushes is acked Applied but never
   // merged, as if lost on the way: its round is the mean of the others (a round of dropped
-  // pushes only leaves theta as it was). Which pushes is a hash of (shard index, worker,
-  // generation, fragment, sequence number), not of arrival order, so a lockstep fleet drops
-  // the same pushes in every run.
+  // pushes only leaves theta as it was). Which pushes is a hash of test_drop_seed, the shard
+  // index, the worker's id, the fragment and the push's sequence number, not of arrival order
+  // or of the worker's generation (a start time), so a lockstep fleet drops the same pushes in
+  // every run, and another seed draws other pushes.
   double test_drop_pushes = 0;
+  uint64_t test_drop_seed = 0;
   int apply_threads = 0;  // decode/merge threads pinned by fragment; 0 = on the caller's thread
   uint64_t max_staleness = 16;
   // The push guard (server/push_guard.h), per fragment, against the median of its last 32

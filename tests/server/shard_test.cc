@@ -327,15 +327,18 @@ TEST(ShardDropTest, DroppedPushesAreAnsweredButNeverMerged) {
 // Which pushes are dropped is a function of the push (worker, fragment, sequence number), not
 // of the order pushes arrive in: two shards that see the same rounds in opposite orders drop the
 // same pushes and end with the same bits (worker-order merges), which is what makes a lockstep
-// study arm with drops repeat exactly. A generator drawn per arrival fails this.
+// study arm with drops repeat exactly; another seed drops others. A generator drawn per arrival
+// fails this.
 TEST(ShardDropTest, TheSamePushesAreDroppedWhateverTheirArrivalOrder) {
   auto o = TinyOptions();
   o.test_drop_pushes = 0.5;
   o.round.quorum = 2;
   o.merge_order = MergeOrder::kWorker;
   ShardHarness ab(o), ba(o);
+  o.test_drop_seed = 1;
+  ShardHarness other_seed(o);
   const uint64_t n = ab.fragment(0).numel;
-  for (ShardHarness* h : {&ab, &ba}) {
+  for (ShardHarness* h : {&ab, &ba, &other_seed}) {
     h->Hello("a", 1);
     h->Hello("b", 2);
     h->Init("a", 1, 0, Filled(n, 1.0f));
@@ -350,6 +353,9 @@ TEST(ShardDropTest, TheSamePushesAreDroppedWhateverTheirArrivalOrder) {
     ab.Push("b", 2, 0, seq, seq, d2);
     ba.Push("b", 2, 0, seq, seq, d2);
     ba.Push("a", 1, 0, seq, seq, d1);
+    other_seed.Push("a", 1, 0, seq, seq, d1);
+    other_seed.Push("b", 2, 0, seq, seq, d2);
+    other_seed.Tick();
     ab.Tick();
     ba.Tick();
     ASSERT_EQ(ab.shard().published_version(0), seq + 1);
@@ -363,6 +369,8 @@ TEST(ShardDropTest, TheSamePushesAreDroppedWhateverTheirArrivalOrder) {
   EXPECT_GE(ab.shard().counters().pushes_dropped, 12u);
   EXPECT_LE(ab.shard().counters().pushes_dropped, 36u);
   EXPECT_GE(rounds_with_one_dropped, 4);
+  // Another --test_drop_seed draws other pushes.
+  EXPECT_NE(other_seed.shard().params(0), ab.shard().params(0));
 }
 
 TEST_F(ShardTest, DuplicatePushIsAckedNotAppliedTwice) {
