@@ -47,8 +47,9 @@
 #   --outer_lr / --outer_momentum set the shards' outer step in every fleet arm but group i's top-k
 #   push arms, which keep their own (--server_flags, appended last, overrides that too).
 #   --server_flags / --worker_flags are appended to every fleet arm's shard / worker flags, and
-#   --worker_flags to the lone workers' too (an A/B of one rule); --arms runs only the arms named (and what they are compared with is then
-#   not run: summarize.py reports the ratios it can).
+#   --worker_flags to the lone workers' too (an A/B of one rule); --arms runs only the arms
+#   named (and what they are compared with is then not run: summarize.py reports the ratios it
+#   can).
 #   quick (about 6 minutes on 2 cores, run by deploy/test.sh): groups a and c (c.async4 and
 #         c.naive4 only) at 1500 steps per worker and H = 50, group g once (40 s); then
 #         summarize.py checks its gates (QUICK_GATES) and fails the run if one is missed.
@@ -413,6 +414,7 @@ sync4=(--lockstep --steps=$steps)
 # Synchronous rounds merge their pushes in worker order (--merge_order=worker): the same
 # pushes give the same bits whatever order they arrive in, so these arms repeat exactly.
 sync_srv="--quorum=4 --grace_cap=60s --merge_order=worker"
+sync8_srv="--quorum=8 --grace_cap=60s --merge_order=worker"  # group e's 8 lockstep workers
 sparse_outer="--outer_momentum=0 --outer_lr=2"  # group i's top-k push arms
 
 if [[ $groups == *[acdis]* ]]; then
@@ -446,11 +448,18 @@ if [[ $groups == *d* ]]; then
   run_fleet d.int4-noef d 4 2 "$sync_srv" "${sync4[@]}" --codec=int4 --error_feedback=false
 fi
 if [[ $groups == *e* ]]; then
-  echo "== e: dropped pushes and a killed worker (asynchronous; baseline c.async4)"
+  echo "== e: dropped pushes (asynchronous against c.async4; lockstep, 4 and 8 workers) and killed workers"
   [[ $groups == *c* ]] || run_fleet c.async4 c 4 2 "" --steps=$steps
   for p in 10 30 50; do
     run_fleet "e.drop$p" e 4 2 "--test_drop_pushes=0.$p" --steps=$steps
   done
+  # The same drops in lockstep rounds, against a.sync4: which pushes drop is a hash of the push
+  # (--test_drop_seed picks another draw), so these arms repeat exactly. Then at DiLoCo's 8
+  # replicas: 8 lockstep workers, without drops and with half their pushes dropped.
+  [[ $groups == *[acdis]* ]] || run_fleet a.sync4 a 4 2 "$sync_srv" "${sync4[@]}"
+  run_fleet e.sync4-drop50 e 4 2 "$sync_srv --test_drop_pushes=0.5" "${sync4[@]}"
+  run_fleet e.sync8 e 8 2 "$sync8_srv" "${sync4[@]}"
+  run_fleet e.sync8-drop50 e 8 2 "$sync8_srv --test_drop_pushes=0.5" "${sync4[@]}"
   # Worker 3 dies half-way (SIGKILL once it is past half its steps): its remaining share of the
   # tokens is never trained.
   KILL="3:$((steps / 2))" run_fleet e.kill1 e 4 2 "" --steps=$steps

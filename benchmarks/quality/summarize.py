@@ -49,8 +49,13 @@ GROUPS = {
                           ("h.down-int4", None, "")]),
 }
 # Comparisons within a group against another baseline than the group's: (group, arm, baseline,
-# note). f: DyLU's unequal pushes in synchronous rounds against the same tokens spread evenly.
-PAIRS = [("f", "f.sync-dylu", "f.sync-even", "synchronous: H, H/2, H/4, H vs 4 x their mean")]
+# target ratio or None, note). f: DyLU's unequal pushes in synchronous rounds against the same
+# tokens spread evenly. e: the drops in lockstep rounds (deterministic), at 4 workers and at
+# DiLoCo's 8 replicas, and what doubling the fleet buys (what half the pushes take away).
+PAIRS = [("f", "f.sync-dylu", "f.sync-even", None, "synchronous: H, H/2, H/4, H vs 4 x their mean"),
+         ("e", "e.sync4-drop50", "a.sync4", None, "lockstep, 4 workers, 50% dropped"),
+         ("e", "e.sync8", "a.sync4", None, "lockstep, twice the workers"),
+         ("e", "e.sync8-drop50", "e.sync8", 1.025, "8 replicas as DiLoCo's: paper +2.1% at 50%")]
 # Quick mode's gates (deploy/test.sh): (arm, baseline, "max" or "min", bound, what it checks).
 # Each bound comes from measured scatter (benchmarks/RESULTS.md, "The quick mode's gates", with
 # the commands): a deterministic arm is gated a few thousandths above its value; a timed arm at
@@ -415,9 +420,9 @@ def main():
         for arm, target, note in arms:
             if arm in loss:
                 row(g, arm, base, target, note)
-    for group, arm, base, note in PAIRS:
+    for group, arm, base, target, note in PAIRS:
         if arm in loss and base in loss:
-            row(group, arm, base, None, note)
+            row(group, arm, base, target, note)
     r = 1
     while f"g.main.{r}" in loss and f"g.lone.{r}" in loss:
         row("g", f"g.main.{r}", f"g.lone.{r}", MAIN_JOB_TARGET, "target <= 0.95 in every run")
@@ -506,8 +511,8 @@ def group_arms(g, loss):
         base, arms = GROUPS[g]
         if g == "e" and "e.async4" in loss:
             base = "e.async4"
-        paired = [x for grp, arm, b, _ in PAIRS if grp == g for x in (arm, b)]
-        return [a for a in [base] + [a for a, _, _ in arms] + paired if a in loss]
+        paired = [x for grp, arm, b, _, _ in PAIRS if grp == g for x in (arm, b)]
+        return [a for a in dict.fromkeys([base] + [a for a, _, _ in arms] + paired) if a in loss]
     if g == "i":
         return frontier_arms(loss)
     return sorted(a for a in loss if a.startswith(g + "."))

@@ -112,6 +112,17 @@ class FullTargets(unittest.TestCase):
         self.assertEqual(rc, 0, text)
         self.assertIn("--report_only", text)
 
+    def test_a_paired_target_is_judged_against_its_own_baseline(self):
+        # e.sync8-drop50 is compared with e.sync8, not with group e's c.async4.
+        losses = {"c.async4": 1.30, "e.sync8": 1.34, "e.sync8-drop50": 1.34 * 1.03}
+        rc, text = run(losses, mode="full")
+        self.assertEqual(rc, 1, text)
+        self.assertIn("missed  e.sync8-drop50/e.sync8 = 1.0300", text)
+        losses["e.sync8-drop50"] = 1.34 * 1.02
+        rc, text = run(losses, mode="full")
+        self.assertEqual(rc, 0, text)
+        self.assertIn("met     e.sync8-drop50/e.sync8 = 1.0200", text)
+
 
 def stats_line(shard, rounds, versions, params, bytes_in, delta, full, codec="int8:256"):
     return (f"diloco-server[{shard}]: stopping, final checkpoint written; " + json.dumps({
