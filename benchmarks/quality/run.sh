@@ -448,7 +448,7 @@ if [[ $groups == *d* ]]; then
   run_fleet d.int4-noef d 4 2 "$sync_srv" "${sync4[@]}" --codec=int4 --error_feedback=false
 fi
 if [[ $groups == *e* ]]; then
-  echo "== e: dropped pushes (asynchronous against c.async4; lockstep, 4 and 8 workers) and killed workers"
+  echo "== e: dropped pushes (asynchronous, c.async4; lockstep, 4 and 8 workers), killed workers"
   [[ $groups == *c* ]] || run_fleet c.async4 c 4 2 "" --steps=$steps
   for p in 10 30 50; do
     run_fleet "e.drop$p" e 4 2 "--test_drop_pushes=0.$p" --steps=$steps
