@@ -75,6 +75,22 @@ size_t CountBits(const uint8_t* p, size_t begin, size_t end) {
   return n;
 }
 
+// Calls f(i, position - begin) for the set bits of [begin, end) in order, i counting them, and
+// stops after `limit`; returns how many it visited. A byte at a time (the Elias-Fano high part,
+// the bitmap).
+template <typename F>
+size_t ForEachSetBit(const uint8_t* p, size_t begin, size_t end, size_t limit, F&& f) {
+  size_t i = 0;
+  for (size_t byte = begin / 8; byte * 8 < end && i < limit; ++byte) {
+    for (uint32_t bits = MaskedByte(p, byte, begin, end); bits != 0 && i < limit;
+         bits &= bits - 1) {
+      f(i, byte * 8 + __builtin_ctz(bits) - begin);
+      ++i;
+    }
+  }
+  return i;
+}
+
 // Elias-Fano (codec_kind.h): the kb sorted indices of a block of len into rec (zeroed).
 void PutEliasFano(uint8_t* rec, const uint32_t* idx, size_t kb, size_t len) {
   const uint32_t l = TopKEliasFanoLow(kb, len);
@@ -91,17 +107,10 @@ void PutEliasFano(uint8_t* rec, const uint32_t* idx, size_t kb, size_t len) {
 // or out of order is the caller's to refuse (CheckTopK).
 size_t ReadEliasFano(const uint8_t* rec, size_t kb, size_t len, uint32_t* idx) {
   const uint32_t l = TopKEliasFanoLow(kb, len);
-  const size_t base = kb * l, end = base + kb + ((len - 1) >> l);
-  size_t j = 0;
-  // The high part a byte at a time, its set bits in order; bits outside [base, end) masked off.
-  for (size_t byte = base / 8; byte * 8 < end && j < kb; ++byte) {
-    for (uint32_t bits = MaskedByte(rec, byte, base, end); bits != 0 && j < kb; bits &= bits - 1) {
-      const size_t p = byte * 8 + __builtin_ctz(bits) - base;
-      idx[j] = static_cast<uint32_t>(((p - j) << l) | GetBits(rec, j, l));
-      ++j;
-    }
-  }
-  return j;
+  const size_t base = kb * l;
+  return ForEachSetBit(rec, base, base + kb + ((len - 1) >> l), kb, [&](size_t j, size_t p) {
+    idx[j] = static_cast<uint32_t>(((p - j) << l) | GetBits(rec, j, l));
+  });
 }
 
 // Kept indices of block b (increasing) into idx; returns how many it read (kb for a record that
@@ -119,13 +128,8 @@ size_t ReadIndices(Codec c, const uint8_t* rec, size_t len, uint32_t* idx) {
     case TopKForm::kBitmap:
       break;
   }
-  size_t j = 0;
-  for (size_t byte = 0; byte < (len + 7) / 8; ++byte) {
-    for (uint32_t bits = rec[byte]; bits != 0; bits &= bits - 1) {
-      idx[j++] = static_cast<uint32_t>(byte * 8 + __builtin_ctz(bits));
-    }
-  }
-  return j;
+  return ForEachSetBit(rec, 0, len, kb,
+                       [&](size_t j, size_t p) { idx[j] = static_cast<uint32_t>(p); });
 }
 
 void EncodeBlock(Codec c, const float* x, size_t n, size_t b, uint8_t* enc) {
