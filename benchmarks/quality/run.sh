@@ -16,7 +16,8 @@
 #   d  push codecs fp32 / bf16 / int8 / int4, int4 without error feedback (synchronous, 4 workers)
 #   e  10 / 30 / 50% of pushes dropped, a worker killed half-way, the same restarted 2 s later,
 #      and every worker under a failure process (asynchronous, 4 workers; the failure arms'
-#      kills, steps lost and goodput in table.md's failures table)
+#      kills, steps lost and goodput in table.md's failures table); 50% dropped in lockstep
+#      rounds of 4 workers (vs a.sync4) and of 8 (vs the same 8 without drops)
 #   f  step cost 1x / 2x / 4x across workers, with and without DyLU, vs a homogeneous fleet of
 #      about the same aggregate speed, for the same wall time; full mode also runs DyLU's unequal
 #      pushes (H, H/2, H/4, H) in synchronous rounds vs the same steps spread evenly
