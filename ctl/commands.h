@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
-ABSL_DECLARE_FLAG(std::string, out);                // export, gen-data, manifest
+ABSL_DECLARE_FLAG(std::string, out);                // export, gen-data, manifest, keys
 ABSL_DECLARE_FLAG(std::optional<int64_t>, tokens);  // eval, gen-data (their own defaults)
 
 namespace diloco::ctl {
@@ -32,5 +32,6 @@ int Eval(const Args& args);             // ctl/eval.cc
 int GenData(const Args& args);          // ctl/gen_data.cc
 int Stats(const Args& args);            // ctl/stats.cc
 int ManifestCommand(const Args& args);  // ctl/manifest.cc
+int Keys(const Args& args);             // ctl/keys.cc
 
 }  // namespace diloco::ctl

@@ -17,7 +17,8 @@ ABSL_FLAG(bool, heldout, false,
           "--workers or --seed)");
 ABSL_FLAG(int, worker, -1,
           "gen-data: write worker I's non-IID share of --workers (-1: every chain equally)");
-ABSL_FLAG(int, workers, 1, "gen-data: workers sharing the data (with --worker)");
+ABSL_FLAG(int, workers, 1,
+          "gen-data: workers sharing the data (with --worker); keys: learners, ids 0..N-1");
 ABSL_FLAG(uint64_t, seed, 7, "gen-data: the seed of the text");
 
 namespace diloco::ctl {

@@ -10,6 +10,8 @@
 //   diloco-ctl gen-data --out=FILE.bin [--tokens=N] [--worker=I --workers=N] [--seed=S]
 //   diloco-ctl gen-data --out=FILE.bin --heldout     the workers' synthetic held-out stream
 //   diloco-ctl manifest --model=SOURCE [--out=FILE.json | --diff=OTHER]   a model's manifest
+//   diloco-ctl keys --out=DIR (--workers=N | --worker_ids=LIST) [--overwrite]   CURVE keys
+//   diloco-ctl keys --out=DIR --add=ID               one more learner's keys
 // Exit status: 0 on success, 1 on an error (printed on stderr; for show: any unreadable or
 // lost checkpoint), 2 on a usage error (an unknown subcommand, a flag it does not take, a bad
 // value): the message, then the usage text.
@@ -109,7 +111,14 @@ constexpr char kUsage[] =
     "      --model=manifest:FILE.json.\n"
     "  diloco-ctl manifest --model=SOURCE --diff=OTHER\n"
     "      the first tensor (position, name, shape) where OTHER and SOURCE differ; exit 0 when\n"
-    "      they declare the same tensors, 1 when they differ (manifest: 2 on an error).\n";
+    "      they declare the same tensors, 1 when they differ (manifest: 2 on an error).\n"
+    "  diloco-ctl keys --out=DIR (--workers=N | --worker_ids=0,1,2) [--overwrite]\n"
+    "      a cluster's CURVE keys: DIR/server.secret and server.public (the shards'),\n"
+    "      worker-ID.secret and worker-ID.public per learner, and authorized_keys (the shards'\n"
+    "      --curve_authorized_keys); secret keys mode 0600. Keys already in DIR are kept\n"
+    "      (an error) unless --overwrite, which makes a new set.\n"
+    "  diloco-ctl keys --out=DIR --add=ID\n"
+    "      one more learner's key pair, listed in DIR/authorized_keys (restart the shards).\n";
 
 struct Command {
   absl::string_view name;
@@ -128,6 +137,7 @@ const std::vector<Command>& Commands() {
         "shards"}},
       {"gen-data", GenData, {"out", "tokens", "worker", "workers", "seed", "heldout"}},
       {"manifest", ManifestCommand, {"model", "out", "diff"}},
+      {"keys", Keys, {"out", "workers", "worker_ids", "add", "overwrite"}},
   };
   return *commands;
 }
@@ -226,9 +236,10 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(
       "diloco-ctl SUBCOMMAND [flags] [STORE_DIR...]; diloco-ctl help for the subcommands");
-  const std::vector<char*> positional = diloco::ParseFlags(
-      argc, argv, kUsage,
-      {"ctl/main.cc", "ctl/eval.cc", "ctl/gen_data.cc", "ctl/stats.cc", "ctl/manifest.cc"});
+  const std::vector<char*> positional =
+      diloco::ParseFlags(argc, argv, kUsage,
+                         {"ctl/main.cc", "ctl/eval.cc", "ctl/gen_data.cc", "ctl/stats.cc",
+                          "ctl/manifest.cc", "ctl/keys.cc"});
   if (positional.size() < 2) return Usage("missing subcommand");
   const std::string name = positional[1];
   for (const Command& c : Commands()) {

@@ -1,11 +1,18 @@
 #include "server/server_flags.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cmath>
 #include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/plan_flags.h"
 #include "kernels/codec.h"
 
@@ -171,9 +178,73 @@ ABSL_FLAG(absl::Duration, test_read_delay, absl::ZeroDuration(),
           "test flag: after the store is recovered, wait this long before reading the socket, "
           "which is bound all the while (a slow recovery: connections are taken, nothing read)");
 ABSL_FLAG(std::string, metrics_address, "",
-          "serve Prometheus text on http://HOST:PORT/metrics (e.g. 127.0.0.1:9464; port 0 picks)");
+          "serve Prometheus text on http://HOST:PORT/metrics; a bare PORT listens on 127.0.0.1 "
+          "(e.g. 9464; port 0 picks); another host only when named (0.0.0.0:9464: plaintext, "
+          "unauthenticated, and without CURVE keys only with --insecure)");
+ABSL_FLAG(bool, insecure, false,
+          "allow a non-loopback --bind or --metrics_address without CURVE keys: plaintext, and "
+          "anyone who reaches the port can read the model and push as any worker (reported at "
+          "start, in Stats as \"insecure\" and as the diloco_insecure gauge)");
 
 namespace diloco::server {
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (absl::AsciiStrToLower(host) == "localhost") return true;
+  const std::string h(host);
+  in_addr v4;
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  return inet_pton(AF_INET6, h.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+bool IsLoopbackEndpoint(absl::string_view endpoint) {
+  if (absl::StartsWith(endpoint, "ipc://") || absl::StartsWith(endpoint, "inproc://")) return true;
+  if (!absl::ConsumePrefix(&endpoint, "tcp://")) return false;
+  const size_t colon = endpoint.rfind(':');
+  return colon != absl::string_view::npos && IsLoopbackHost(endpoint.substr(0, colon));
+}
+
+namespace {
+
+// --metrics_address with a bare port made 127.0.0.1's; its host, for the exposure check.
+std::string MetricsAddress(const std::string& flag, std::string* host) {
+  const size_t colon = flag.rfind(':');
+  if (colon == std::string::npos) {
+    *host = "127.0.0.1";
+    return flag.empty() ? flag : "127.0.0.1:" + flag;
+  }
+  *host = flag.substr(0, colon);
+  return flag;
+}
+
+// Without CURVE, a non-loopback address needs --insecure; with it, `s` says what is exposed.
+absl::Status CheckExposure(ServerOptions& s, const std::string& metrics_host) {
+  const bool curve = !s.curve_secret_key_file.empty();
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  if (curve && insecure)
+    return absl::InvalidArgumentError(
+        "--insecure contradicts --curve_secret_key_file (CURVE is on): give one of them");
+  if (curve) return absl::OkStatus();
+  if (!IsLoopbackEndpoint(s.bind)) s.exposed.push_back("--bind=" + s.bind);
+  if (!s.metrics_address.empty() && !IsLoopbackHost(metrics_host))
+    s.exposed.push_back("--metrics_address=" + s.metrics_address);
+  if (s.exposed.empty() || insecure) {
+    s.insecure = !s.exposed.empty();
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      absl::StrJoin(s.exposed, " and "),
+      ": not a loopback address, and this shard has no CURVE keys: anyone who reaches it could ",
+      IsLoopbackEndpoint(s.bind) ? "read the shard's metrics"
+                                 : "read the model and push as any worker",
+      ". Either give --curve_secret_key_file and "
+      "--curve_authorized_keys (diloco-ctl keys --out=DIR --workers=N makes them; "
+      "docs/security.md), or --insecure to serve in the clear anyway"));
+}
+
+}  // namespace
 
 void ParseServerFlags(int argc, char** argv) {
   absl::SetProgramUsageMessage("diloco-server --shard=I --shards=S --store=DIR [flags]");
@@ -250,7 +321,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
     return absl::InvalidArgumentError("--curve_authorized_keys needs --curve_secret_key_file");
   s.metrics_jsonl = absl::GetFlag(FLAGS_metrics_jsonl);
   s.audit_jsonl = absl::GetFlag(FLAGS_audit_jsonl);
-  s.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  std::string metrics_host;
+  s.metrics_address = MetricsAddress(absl::GetFlag(FLAGS_metrics_address), &metrics_host);
+  if (auto st = CheckExposure(s, metrics_host); !st.ok()) return st;
+  o.insecure = s.insecure;
   s.progress_interval = absl::GetFlag(FLAGS_progress_interval);
   s.test_kill_after_applied = absl::GetFlag(FLAGS_test_kill_after_applied);
   s.test_read_delay = absl::GetFlag(FLAGS_test_read_delay);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -23,11 +24,23 @@ struct ServerOptions {
   // CURVE: both or neither (checked).
   std::string curve_secret_key_file, curve_authorized_keys;
   std::string metrics_jsonl, audit_jsonl;
-  std::string metrics_address;  // Prometheus HOST:PORT ("" none)
+  std::string metrics_address;  // Prometheus HOST:PORT ("" none; a bare PORT is 127.0.0.1's)
+  // A non-loopback address (--bind, --metrics_address) without CURVE is refused unless
+  // --insecure is given; `insecure` is then true and `exposed` names those addresses, which the
+  // shard reports at start, in Stats and in /metrics (docs/security.md, "Secure by default").
+  bool insecure = false;
+  std::vector<std::string> exposed;
   absl::Duration progress_interval;
   uint64_t test_kill_after_applied = 0;  // 0: never
   absl::Duration test_read_delay;        // bound, recovered, not read yet: a slow recovery
 };
+
+// Whether a listening host stays on this machine: 127.0.0.0/8, ::1 (bracketed or not) or
+// localhost. Anything else (0.0.0.0, *, an interface name, another name) is taken as exposed.
+bool IsLoopbackHost(absl::string_view host);
+// The same for a ZeroMQ endpoint: tcp://HOST:PORT by its host; ipc:// and inproc:// stay on
+// this machine; any other transport is taken as exposed.
+bool IsLoopbackEndpoint(absl::string_view endpoint);
 
 // The flags as options; an error names the flag and the cause.
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags();

@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/event_log.h"
 #include "schema/curve.h"
@@ -95,6 +96,24 @@ absl::Status Bind(zmq::socket_t& sock, const ServerOptions& so, const Curve& cur
   return absl::OkStatus();
 }
 
+// --insecure, loudly: what is exposed and what that means, once at start.
+void WarnInsecure(const ServerOptions& so) {
+  if (!so.insecure) return;
+  std::fprintf(stderr,
+               "diloco-server: WARNING: --insecure: %s served WITHOUT CURVE on a non-loopback "
+               "address: plaintext, and anyone who reaches it can read the model and push as any "
+               "worker (docs/security.md)\n",
+               absl::StrJoin(so.exposed, " and ").c_str());
+}
+
+// The diloco_insecure gauge, after the shard's own metrics.
+std::string InsecureGauge(const ServerOptions& so, uint32_t shard) {
+  return absl::StrCat(
+      "# HELP diloco_insecure 1 while served without CURVE on a non-loopback address "
+      "(--insecure).\n# TYPE diloco_insecure gauge\ndiloco_insecure{shard=\"",
+      shard, "\"} ", so.insecure ? 1 : 0, "\n");
+}
+
 // Written whole (a rename), so whoever waits for the file reads the endpoint or nothing.
 void WritePortFile(const std::string& path, const std::string& endpoint) {
   if (path.empty()) return;
@@ -151,6 +170,7 @@ int main(int argc, char** argv) {
   auto options = ServerOptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
   const ServerOptions& so = *options;
+  WarnInsecure(so);
   const uint32_t index = so.shard.shard;
   wire::TuneAllocatorForFrames();
   wire::UseOneMallocArena();
@@ -173,7 +193,11 @@ int main(int argc, char** argv) {
     auto h = MetricsHttpServer::Start(so.metrics_address);
     if (!h.ok()) return Fail(h.status());
     http = std::move(*h);
-    std::fprintf(stderr, "diloco-server: Prometheus metrics on port %d\n", http->port());
+    std::fprintf(stderr, "diloco-server: Prometheus metrics on %s, port %d%s\n",
+                 so.metrics_address.c_str(), http->port(),
+                 IsLoopbackHost(so.metrics_address.substr(0, so.metrics_address.rfind(':')))
+                     ? ""
+                     : " (plaintext and unauthenticated: CURVE does not cover it)");
   }
   // The store is opened (or created) last, once every other input has been accepted: a start
   // refused for a bad flag, key file or address leaves no store behind.
@@ -193,7 +217,7 @@ int main(int argc, char** argv) {
                so.shard.num_shards, endpoint.c_str(), shard.owned().size(),
                static_cast<unsigned long>(shard.plan_fingerprint()),
                auth ? absl::StrCat(", CURVE with ", auth->size(), " authorized keys").c_str()
-                    : ", no CURVE");
+                    : (so.insecure ? ", NO CURVE (--insecure)" : ", no CURVE (loopback only)"));
 
   audit->Started(shard);
   // Freed frames go back to the kernel after 2 s without a payload, once 64 MiB came in.
@@ -274,7 +298,7 @@ int main(int argc, char** argv) {
     SendAll(sock, shard, out);
     if (http && absl::Now() >= next_metrics) {
       next_metrics = absl::Now() + absl::Milliseconds(500);
-      http->Publish(PrometheusText(shard));
+      http->Publish(PrometheusText(shard) + InsecureGauge(so, index));
     }
     if (absl::Now() >= next_progress) {
       next_progress = absl::Now() + so.progress_interval;

@@ -84,6 +84,7 @@ std::string Shard::StatsJson() const {
   j["download_bytes"] = DownloadBytes();  // quantized downloads' residuals and updates
   j["download_codec"] = kernels::CodecName(opt_.download);
   j["workers"] = workers_.size();
+  j["insecure"] = opt_.insecure;
   j["refused_by_reason"] = std::move(refused);
   return JsonDump(j);
 }
