@@ -23,7 +23,10 @@ HandshakeMonitor::HandshakeMonitor(zmq::context_t& ctx, zmq::socket_t& socket, b
   events_.set(zmq::sockopt::linger, 0);
   // Starting a monitor on a live socket cannot fail but for a closed context; the pair then
   // simply never reads an event, and the caller's liveness checks still apply.
-  const int watched = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | (disconnects ? ZMQ_EVENT_DISCONNECTED : 0);
+  curve_ = socket_.get(zmq::sockopt::mechanism) == ZMQ_CURVE;
+  const int watched = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                      (disconnects ? ZMQ_EVENT_DISCONNECTED : 0);
   if (zmq_socket_monitor(static_cast<void*>(socket_), endpoint.c_str(), watched) == 0)
     events_.connect(endpoint);
 }
@@ -42,6 +45,16 @@ bool HandshakeMonitor::TakeDisconnected() {
   return std::exchange(disconnected_, false);
 }
 
+std::string HandshakeMonitor::WrongServerKey(const std::string& at) const {
+  char key[41] = {};  // a 41-byte buffer asks for the key in Z85
+  size_t size = sizeof(key);
+  if (zmq_getsockopt(static_cast<void*>(socket_), ZMQ_CURVE_SERVERKEY, key, &size) != 0) key[0] = 0;
+  return absl::StrCat("the CURVE handshake with ", at, " failed ", failed_in_a_row_,
+                      " times in a row, the server closing each connection before it completed: "
+                      "its public key is not the one this client was given (--curve_server_key ",
+                      key, ")");
+}
+
 void HandshakeMonitor::Drain() {
   for (;;) {
     // An event is two frames: 16-bit event id and 32-bit value, then the endpoint.
@@ -53,10 +66,36 @@ void HandshakeMonitor::Drain() {
     uint32_t value = 0;
     std::memcpy(&id, event.data(), sizeof(id));
     std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof(id), sizeof(value));
-    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-      refusal_ = absl::StrCat("the server refused the CURVE handshake (ZAP status ", value, ") at ",
-                              endpoint.to_string());
-    if (id == ZMQ_EVENT_DISCONNECTED) disconnected_ = true;
+    const std::string at = endpoint.to_string();
+    switch (id) {
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+        refusal_ =
+            absl::StrCat("the server refused the CURVE handshake (ZAP status ", value, ") at ", at);
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+          refusal_ = curve_
+                         ? absl::StrCat("the server at ", at,
+                                        " does not speak CURVE (it has no "
+                                        "--curve_secret_key_file) and this client has CURVE keys")
+                         : absl::StrCat("the server at ", at,
+                                        " requires CURVE and this client has no keys (give "
+                                        "--curve_server_key and --curve_secret_key_file)");
+        else if (curve_ && ++failed_in_a_row_ >= kFailedCurveHandshakes)
+          refusal_ = WrongServerKey(at);
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        if (curve_ && ++failed_in_a_row_ >= kFailedCurveHandshakes) refusal_ = WrongServerKey(at);
+        break;
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        failed_in_a_row_ = 0;
+        break;
+      case ZMQ_EVENT_DISCONNECTED:
+        disconnected_ = true;
+        break;
+      default:
+        break;
+    }
   }
 }
 

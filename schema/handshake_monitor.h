@@ -1,8 +1,15 @@
-// Watches one client socket for a refused security handshake. A CURVE server whose ZAP handler
-// denies the client's key answers with a ZMTP ERROR command and closes the connection; libzmq
-// then reconnects and retries forever, and no message ever reaches the application. The only
-// trace is a socket-monitor event (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH, carrying the ZAP status
-// code), so a worker that must tell its operator "this shard refuses your key" watches for it.
+// Watches one client socket for a refused security handshake. No message ever reaches the
+// application of a connection whose handshake fails, and libzmq retries in silence (or, for a
+// mechanism mismatch, gives up in silence); the only traces are socket-monitor events, so a
+// client that must tell its operator why a shard stays mute watches for them:
+//  - a CURVE server whose ZAP handler denies the client's key answers with a ZMTP ERROR
+//    (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH, carrying the ZAP status code);
+//  - a server of another mechanism (CURVE against a keyless client, or plaintext against a
+//    CURVE client) fails the greeting (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, mechanism mismatch);
+//  - a CURVE server given a HELLO sealed for another public key (the client holds the wrong
+//    server key) cannot open it and closes the connection without a word: a CURVE client sees
+//    only its handshake fail (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL). One such failure may be a
+//    shard dying mid-handshake; kFailedCurveHandshakes in a row, none succeeding, is a refusal.
 //
 // Asked to, it also watches for a lost connection (ZMQ_EVENT_DISCONNECTED): libzmq reconnects a
 // client socket on its own, so the application otherwise never learns that what it sent since
@@ -19,6 +26,9 @@ namespace diloco::wire {
 
 class HandshakeMonitor {
  public:
+  // CURVE handshakes failed in a row, with none succeeding, that make a refusal.
+  static constexpr int kFailedCurveHandshakes = 3;
+
   // Starts monitoring `socket` (which must outlive this object) before it connects; for lost
   // connections too with `disconnects`.
   HandshakeMonitor(zmq::context_t& ctx, zmq::socket_t& socket, bool disconnects = false);
@@ -30,7 +40,7 @@ class HandshakeMonitor {
   zmq::socket_t& events() { return events_; }
   // Reads every waiting event; returns why the peer refused the handshake if one says so
   // (e.g. "the server refused the CURVE handshake (ZAP status 400) at tcp://..."), else nullopt.
-  // Handshake failures the peer did not decide (a protocol error, a dropped connection) are
+  // Each reason names the endpoint. Other handshake failures (a lone dropped connection) are
   // left to the caller's liveness checks.
   std::optional<std::string> TakeRefusal();
   // Reads every waiting event; whether a connection was lost since the last call (`disconnects`
@@ -39,9 +49,12 @@ class HandshakeMonitor {
 
  private:
   void Drain();
+  std::string WrongServerKey(const std::string& at) const;
 
   zmq::socket_t& socket_;
   zmq::socket_t events_;
+  bool curve_ = false;       // the socket is a CURVE client
+  int failed_in_a_row_ = 0;  // CURVE handshakes failed since the last that succeeded
   std::optional<std::string> refusal_;
   bool disconnected_ = false;
 };

@@ -1,6 +1,7 @@
 // A real diloco-server with CURVE on 127.0.0.1: only listed keys get in, a listed key may only
-// speak as its own worker id (a worker that tries exits 2 with the shard's reason), and a
-// diloco-worker with its key trains through it.
+// speak as its own worker id (a worker that tries exits 2 with the shard's reason), a worker
+// with another server's key or none exits 2 naming the shard, and a diloco-worker with its key
+// trains through it.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -152,6 +153,38 @@ TEST_F(CurveServerTest, WorkerWithAnUnlistedKeyExitsWithTheShardsReason) {
   EXPECT_NE(slog.find("CURVE handshake"), std::string::npos) << slog;
   EXPECT_NE(slog.find(stranger_.public_key + " is not in the authorized keys"), std::string::npos)
       << slog;
+}
+
+// The handshake fails without a word from the shard when the worker holds another server's
+// public key (the shard cannot open its HELLO and hangs up) or no key at all (a mechanism
+// mismatch, after which libzmq stops trying). Either way the worker must stop within a bound,
+// naming the shard and the cause, not wait in silence.
+std::string WorkerRefusal(const std::filesystem::path& dir, const std::vector<std::string>& argv) {
+  Process worker(argv, (dir / "worker.log").string());
+  const absl::Time start = absl::Now();
+  const auto status = worker.Wait(absl::Seconds(30));
+  std::ifstream in(dir / "worker.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(status, std::optional<int>(2)) << log;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << log;
+  EXPECT_EQ(log.find("training unsynced"), std::string::npos) << log;
+  return log;
+}
+
+TEST_F(CurveServerTest, WorkerWithAnotherServersKeyExitsNamingTheShard) {
+  auto argv = LoneWorkerArgs(endpoint_, 1, dir_ / "w1.jsonl");
+  argv.push_back("--curve_server_key=" + stranger_.public_key);  // not the shard's key
+  argv.push_back("--curve_secret_key_file=" + (dir_ / "w1.secret").string());
+  const std::string log = WorkerRefusal(dir_, argv);
+  EXPECT_NE(log.find("the CURVE handshake with " + endpoint_), std::string::npos) << log;
+  EXPECT_NE(log.find("--curve_server_key " + stranger_.public_key), std::string::npos) << log;
+}
+
+TEST_F(CurveServerTest, WorkerWithoutKeysExitsNamingTheShard) {
+  const std::string log = WorkerRefusal(dir_, LoneWorkerArgs(endpoint_, 1, dir_ / "w1.jsonl"));
+  EXPECT_NE(log.find("the server at " + endpoint_ + " requires CURVE and this client has no keys"),
+            std::string::npos)
+      << log;
 }
 
 // An operator asks a CURVE shard for its statistics with a listed key; an unlisted key and no
