@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "absl/status/status.h"
@@ -35,6 +36,17 @@ class Trainer {
   virtual uint64_t tokens_per_step() const = 0;
   // Mean loss (nats per token) of the current parameters on the held-out set.
   virtual float EvalLoss() = 0;
+  // Called by Step() between the backward pass and the optimizer with this step's gradients
+  // (flat, manifest order) and its batch loss, both of which it may change in place: an island
+  // averages them over its ranks (worker/island/), so that R ranks at batch B step as one
+  // worker at batch R x B. A failure becomes error() and Step() returns NaN.
+  using GradientReducer = std::function<absl::Status(std::span<float> grads, float& loss)>;
+  // Unimplemented where the trainer has no such point (the CUDA trainer: its gradients live on
+  // the devices; GPU islands across processes would reduce them with NCCL).
+  virtual absl::Status SetGradientReducer(GradientReducer reducer) {
+    return absl::UnimplementedError(
+        "this trainer cannot average its gradients over an island's ranks (CPU trainer only)");
+  }
   // The first failure of Step(), EvalLoss() or params(), which return NaN or stale values from
   // then on (a device error on the CUDA backend; CUDA errors are sticky). OK while nothing
   // failed; the CPU backend cannot fail there.

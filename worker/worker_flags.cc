@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "common/plan_flags.h"
 #include "schema/curve.h"
+#include "worker/resume_state.h"
 #include "worker/cadence.h"
 #include "worker/model/safetensors.h"
 
@@ -78,6 +79,10 @@ ABSL_FLAG(int64_t, start_step, 0,
           "the step this run starts at, of --steps: a restarted learner resumes its learning-rate "
           "schedule there and trains the rest; its batches are drawn afresh (the seed mixed with "
           "this step), not the ones it trained before");
+ABSL_FLAG(std::string, state_dir, "",
+          "a directory where the learner records the step of its last applied push "
+          "(worker-<id>.step); a restart resumes its schedule there (--start_step, when given, "
+          "wins). Empty: nothing recorded");
 ABSL_FLAG(absl::Duration, duration, absl::InfiniteDuration(), "stop after this long");
 ABSL_FLAG(int, batch, 8, "sequences per inner step");
 ABSL_FLAG(int, seq_len, 0, "tokens per sequence (0: the model's context)");
@@ -323,6 +328,16 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--start_step=", w.start_step, ": expected a step in [0, --steps) (--steps=", w.steps,
         "): a restarted learner resumes a schedule of --steps steps where it stopped"));
+  w.state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (!w.state_dir.empty() && w.start_step == 0) {
+    auto resumed = ReadResumeStep(w.state_dir, w.worker_id);
+    if (!resumed.ok()) return resumed.status();
+    if (*resumed && w.steps > 0 && **resumed >= w.steps)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--state_dir: ", ResumeStatePath(w.state_dir, w.worker_id), " says worker ",
+          w.worker_id, " already trained ", **resumed, " of --steps=", w.steps, " steps"));
+    if (*resumed) w.start_step = **resumed;
+  }
   w.duration = absl::GetFlag(FLAGS_duration);
   if (auto st = TrainerOptionsFromFlags(w); !st.ok()) return st;
   w.synthetic_step_time = absl::GetFlag(FLAGS_synthetic_step_time);

@@ -29,10 +29,12 @@
 #if defined(DILOCO_MODEL_HAVE_CUDA)
 #include "worker/model/cuda/cuda_trainer.h"
 #endif
+#include "worker/island_run.h"
 #include "worker/model/evaluate.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/synthetic_trainer.h"
+#include "worker/resume_state.h"
 #include "worker/sync_client.h"
 #include "worker/worker_flags.h"
 
@@ -247,11 +249,14 @@ int main(int argc, char** argv) {
   worker::ParseWorkerFlags(argc, argv);
   auto options = worker::WorkerOptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
+  // One rank of an island (worker/island_run.h): its slice of the batch; rank 0 speaks for it.
+  const auto spec = worker::PrepareIsland(*options);
+  if (!spec.ok()) return Fail(spec.status());
   const worker::WorkerOptions& w = *options;
   const GptConfig& cfg = w.trainer.model;
   const model::TrainerOptions& to = w.trainer;
   const uint32_t wid = w.worker_id;
-  const bool evaluates = w.evaluates();
+  const bool evaluates = w.evaluates() && spec->rank == 0;
   wire::TuneAllocatorForFrames();
 
   auto trainer = MakeTrainer(w);
@@ -259,6 +264,9 @@ int main(int argc, char** argv) {
   Trainer& tr = **trainer;
   auto log = EventLog::Open(w.metrics_jsonl);
   if (!log.ok()) return Fail(log.status());
+  auto island_run = worker::JoinIsland(*spec, w, tr);
+  if (!island_run.ok()) return Fail(island_run.status());
+  island::IslandSteps* const island = island_run->steps.get();
   std::optional<uint64_t> init_checksum;  // of --init_from's parameters
   if (!w.init_from.empty()) {
     // Any --model's file or Hugging Face folder, any float dtype, checked tensor by tensor
@@ -281,6 +289,9 @@ int main(int argc, char** argv) {
     }
     sync = *std::move(s);
   }
+  // Every rank starts from rank 0's model, joined (or still joining) to the fleet's.
+  if (island)
+    if (auto st = island->BroadcastAll(w.join_timeout + spec->timeout); !st.ok()) return Fail(st);
   bool joined_logged = !w.log_sync_events || (sync && sync->joined());
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
@@ -318,11 +329,19 @@ int main(int argc, char** argv) {
   uint64_t tokens = 0, tokens_at_last = 0;
   absl::Time last = start;
   double loss_ema = 0;
-  absl::Duration busy;          // inside Trainer::Step
-  int64_t step = w.start_step;  // of the schedule; this run trains step - start_step of them
-  for (; !g_stop && (max_steps == 0 || step < max_steps) && absl::Now() < end; ++step) {
+  absl::Duration busy;            // inside Trainer::Step
+  int64_t step = w.start_step;    // of the schedule; this run trains step - start_step of them
+  uint64_t applied_recorded = 0;  // --state_dir: the applied pushes the recorded step counts
+  for (;; ++step) {
     const absl::Time t0 = absl::Now();
-    const float lr = model::LrAt(w.lr_schedule, step + 1, t0 - start);
+    bool stop = g_stop || (max_steps > 0 && step >= max_steps) || t0 >= end;
+    float lr = model::LrAt(w.lr_schedule, step + 1, t0 - start);
+    if (island) {  // rank 0's order, and what its sync client changed, on every rank
+      auto order = island->Exchange({stop, lr});
+      if (!order.ok()) return Fail(order.status());
+      stop = order->stop, lr = order->lr;
+    }
+    if (stop) break;
     tr.SetLearningRate(lr);
     const float loss = tr.Step();
     busy += absl::Now() - t0;
@@ -330,13 +349,24 @@ int main(int argc, char** argv) {
     if (slowdown > 1) absl::SleepFor((absl::Now() - t0) * (slowdown - 1));
     if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
     const absl::Duration dt = absl::Now() - t0;
-    tokens += tr.tokens_per_step();
+    tokens += tr.tokens_per_step() * spec->size;  // the island's, all ranks together
     loss_ema = Ema(loss_ema, loss, 0.1);
     if (sync) {
       // Parameters reached piece by piece, only where AfterStep reads or writes them (a GPU
       // trainer copies just those pieces to the host and back).
-      sync->AfterStep([&tr](uint64_t offset, uint64_t n) { return tr.ParamRange(offset, n); },
-                      tr.tokens_per_step(), dt);
+      sync->AfterStep(
+          [&tr, island](uint64_t offset, uint64_t n) {
+            return island ? island->Range(offset, n) : tr.ParamRange(offset, n);
+          },
+          tr.tokens_per_step() * spec->size, dt);
+      if (!w.state_dir.empty()) {
+        if (const uint64_t applied = sync->stats().applied; applied > applied_recorded) {
+          applied_recorded = applied;
+          if (auto st = worker::WriteResumeStep(w.state_dir, wid, step + 1); !st.ok())
+            std::fprintf(stderr, "diloco-worker[%u]: --state_dir: %s\n", wid,
+                         std::string(st.message()).c_str());
+        }
+      }
       WriteSyncEvents(*sync, wid, w.log_sync_events, *log);
       if (!joined_logged && sync->joined()) {  // joined in the background
         joined_logged = true;
@@ -346,6 +376,8 @@ int main(int argc, char** argv) {
         log->Write(ev);
       }
     }
+    if (island && (step + 1) % w.inner_steps == 0)
+      if (auto st = island->Check(step + 1); !st.ok()) return Fail(st);
     if (eval_every > 0 && (step + 1) % eval_every == 0) {  // curves of the convergence study
       JsonObject ev;
       ev.Add("event", "eval").Add("worker", uint64_t{wid}).Add("step", step + 1);
@@ -403,10 +435,19 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "diloco-worker[%u]: %s\n", wid, std::string(st.message()).c_str());
     WriteSyncEvents(*sync, wid, w.log_sync_events, *log);
   }
+  if (island) {  // what the drain adopted, on every rank; then the ranks must be identical
+    if (auto st = island->BroadcastAll(w.drain_timeout + spec->timeout); !st.ok()) return Fail(st);
+    if (auto st = island->Check(step); !st.ok()) return Fail(st);
+  }
   const float eval_local = evaluates ? tr.EvalLoss() : std::nanf("");
   JsonObject done;
   done.Add("event", "done").Add("worker", uint64_t{wid}).Add("steps", step - w.start_step);
   if (w.start_step > 0) done.Add("start_step", w.start_step);
+  if (island) {
+    done.Add("island_rank", int64_t{spec->rank}).Add("island_size", int64_t{spec->size});
+    done.Add("island_floats_moved", island->floats_moved());
+  }
+  done.Add("params_checksum", ParamsChecksum(tr.params()));
   if (evaluates)
     done.Add("eval_local", static_cast<double>(eval_local))
         .Add("eval_initial", static_cast<double>(eval0));

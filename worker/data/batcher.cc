@@ -2,8 +2,14 @@
 
 namespace diloco::data {
 
-Batcher::Batcher(std::span<const uint16_t> tokens, int batch, int seq_len, uint64_t seed)
-    : tokens_(tokens), batch_(batch), seq_len_(seq_len), rng_(seed * 0x2545F4914F6CDD1Dull + 7) {}
+Batcher::Batcher(std::span<const uint16_t> tokens, int batch, int seq_len, uint64_t seed, int slice,
+                 int slices)
+    : tokens_(tokens),
+      batch_(batch),
+      seq_len_(seq_len),
+      slice_(slice),
+      slices_(slices),
+      rng_(seed * 0x2545F4914F6CDD1Dull + 7) {}
 
 void Batcher::Fill(int64_t start, int b, std::span<int32_t> inputs,
                    std::span<int32_t> targets) const {
@@ -18,7 +24,11 @@ void Batcher::Fill(int64_t start, int b, std::span<int32_t> inputs,
 
 void Batcher::Next(std::span<int32_t> inputs, std::span<int32_t> targets) {
   const uint64_t windows = tokens_.size() - seq_len_;  // valid starts: [0, size - T - 1]
-  for (int b = 0; b < batch_; ++b) Fill(static_cast<int64_t>(rng_() % windows), b, inputs, targets);
+  for (int s = 0; s < slices_; ++s)
+    for (int b = 0; b < batch_; ++b) {
+      const uint64_t start = rng_() % windows;  // drawn for every slice: the same stream
+      if (s == slice_) Fill(static_cast<int64_t>(start), b, inputs, targets);
+    }
 }
 
 int64_t Batcher::NumWindows() const {

@@ -13,8 +13,12 @@ namespace diloco::data {
 
 class Batcher {
  public:
-  // tokens must outlive the batcher and hold at least seq_len + 1 tokens.
-  Batcher(std::span<const uint16_t> tokens, int batch, int seq_len, uint64_t seed);
+  // tokens must outlive the batcher and hold at least seq_len + 1 tokens. With slices > 1 the
+  // batcher draws batches of batch x slices windows and keeps rows [slice x batch, (slice + 1) x
+  // batch) of each: the ranks of an island, each with its slice and the island's seed, train on
+  // disjoint rows of the batch one worker with batch x slices would draw (worker/island/).
+  Batcher(std::span<const uint16_t> tokens, int batch, int seq_len, uint64_t seed, int slice = 0,
+          int slices = 1);
 
   int batch() const { return batch_; }
   int seq_len() const { return seq_len_; }
@@ -39,6 +43,7 @@ class Batcher {
   void Fill(int64_t start, int b, std::span<int32_t> inputs, std::span<int32_t> targets) const;
   std::span<const uint16_t> tokens_;
   int batch_, seq_len_;
+  int slice_, slices_;
   std::mt19937_64 rng_;
 };
 

@@ -18,7 +18,8 @@ class CpuTrainer final : public Trainer {
       : o_(o),
         gpt_(std::move(gpt)),
         data_(std::move(d)),
-        train_(data_.train, o.batch_size, o.seq_len, o.seed * 31 + o.data.worker_index + 1),
+        train_(data_.train, o.batch_size, o.seq_len, o.seed * 31 + o.data.worker_index + 1,
+               o.data_slice, o.data_slices),
         heldout_(data_.heldout, o.batch_size, o.seq_len, 0),
         m_(gpt_->params().size(), 0.0f),
         v_(gpt_->params().size(), 0.0f),
@@ -31,12 +32,24 @@ class CpuTrainer final : public Trainer {
   std::span<float> params() override { return gpt_->params(); }
   uint64_t tokens_per_step() const override { return inputs_.size(); }
   void SetLearningRate(float lr) override { lr_ = lr; }
+  absl::Status SetGradientReducer(GradientReducer reducer) override {
+    reduce_ = std::move(reducer);
+    return absl::OkStatus();
+  }
+  absl::Status error() const override { return error_; }
 
   float Step() override {
+    if (!error_.ok()) return std::nanf("");
     train_.Next(inputs_, targets_);
-    const double loss = gpt_->Forward(inputs_.data(), targets_.data());
+    float loss = static_cast<float>(gpt_->Forward(inputs_.data(), targets_.data()));
     gpt_->Backward();
     std::span<float> g = gpt_->grads();
+    if (reduce_) {
+      if (absl::Status st = reduce_(g, loss); !st.ok()) {
+        error_ = st;
+        return std::nanf("");
+      }
+    }
     if (o_.grad_clip > 0) {
       double sq = 0;
       for (float x : g) sq += double(x) * x;
@@ -58,7 +71,7 @@ class CpuTrainer final : public Trainer {
                          std::span<float>(m_).subspan(off, n),
                          std::span<float>(v_).subspan(off, n));
     }
-    return static_cast<float>(loss);
+    return loss;
   }
 
   float EvalLoss() override {
@@ -74,6 +87,8 @@ class CpuTrainer final : public Trainer {
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;
   std::optional<float> lr_;  // SetLearningRate's, once set
+  GradientReducer reduce_;
+  absl::Status error_;
 };
 
 }  // namespace

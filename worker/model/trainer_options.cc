@@ -36,6 +36,9 @@ absl::StatusOr<TrainerOptions> ResolveOptions(const TrainerOptions& options) {
   if (o.gpus < 1) return absl::InvalidArgumentError("gpus must be >= 1");
   if (!(o.adamw.lr > 0)) return absl::InvalidArgumentError("learning rate must be > 0");
   if (o.grad_clip < 0) return absl::InvalidArgumentError("grad_clip must be >= 0");
+  if (o.data_slices < 1 || o.data_slice < 0 || o.data_slice >= o.data_slices)
+    return absl::InvalidArgumentError(
+        absl::StrCat("data slice ", o.data_slice, " of ", o.data_slices, ": outside [0, slices)"));
   return o;
 }
 

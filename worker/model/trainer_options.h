@@ -31,6 +31,10 @@ struct TrainerOptions {
   int threads = 0;       // CPU: the trainer's threads (cpu_threads.h, process-wide); 0 = leave
                          // OpenBLAS's own threading as it is
   int gpus = 1;          // CUDA: GPUs of this worker, data-parallel with NCCL all-reduce
+  // An island's rank trains on slice `data_slice` of `data_slices` of the batch one worker with
+  // batch_size x data_slices would draw (data::Batcher); 0 of 1 for a lone worker.
+  int data_slice = 0;
+  int data_slices = 1;
 };
 
 // The learning rate of 1-based step `step` under the warm-up and decay above.

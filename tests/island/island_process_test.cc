@@ -1,0 +1,186 @@
+// Islands of diloco-worker processes on 127.0.0.1: two ranks at batch B train as one worker at
+// batch 2B; a rank killed with SIGKILL stops the other within the collective timeout, naming
+// it; ranks with other flags are refused at the rendezvous, naming the setting; a rendezvous
+// that never completes ends within its bound, naming the rank that never came; and an island
+// in a fleet pushes as one learner and ends with identical ranks.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/integration/cluster.h"
+#include "worker/resume_state.h"
+
+namespace diloco::testing {
+namespace {
+
+// A port nobody listens on now (the kernel's pick for a socket bound and closed).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The args of rank `rank` of an island of `size` meeting at `port`.
+std::vector<std::string> RankArgs(int rank, int size, int port,
+                                  const std::vector<std::string>& servers,
+                                  const std::filesystem::path& jsonl,
+                                  const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = TinyWorkerArgs(0, servers, jsonl);
+  argv.insert(argv.end(),
+              {absl::StrCat("--island_rank=", rank), absl::StrCat("--island_size=", size),
+               absl::StrCat("--island_master=127.0.0.1:", port)});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+std::map<int, double> LossByStep(const std::filesystem::path& jsonl) {
+  std::map<int, double> out;
+  for (const Event& e : ReadEvents(jsonl, "progress")) out[int(e.at("step"))] = e.at("loss");
+  return out;
+}
+
+Event Done(const std::filesystem::path& jsonl) {
+  const auto done = ReadEvents(jsonl, "done");
+  return done.empty() ? Event{} : done.back();
+}
+
+TEST(IslandProcessTest, TwoRanksAtBatchBTrainAsOneWorkerAtBatch2B) {
+  const auto dir = TestDir();
+  const std::vector<std::string> common = {"--steps=20", "--progress_interval=0s", "--seed=5"};
+  std::vector<std::string> lone_args = TinyWorkerArgs(0, {}, dir / "lone.jsonl");
+  lone_args.insert(lone_args.end(), common.begin(), common.end());
+  lone_args.insert(lone_args.end(), {"--batch=8", "--eval_batches=1"});
+  Process lone(lone_args, (dir / "lone.log").string());
+  ASSERT_EQ(lone.Wait(absl::Seconds(120)), std::optional<int>(0)) << ReadFile(dir / "lone.log");
+
+  const int port = FreePort();
+  std::vector<std::string> extra = common;
+  // The island's held-out set is the lone worker's: 2 batches of 4 windows are its 1 of 8.
+  extra.insert(extra.end(), {"--batch=4", "--eval_batches=2"});
+  Process r0(RankArgs(0, 2, port, {}, dir / "island.jsonl", extra), (dir / "r0.log").string());
+  Process r1(RankArgs(1, 2, port, {}, dir / "island.jsonl", extra), (dir / "r1.log").string());
+  ASSERT_EQ(r0.Wait(absl::Seconds(120)), std::optional<int>(0)) << ReadFile(dir / "r0.log");
+  ASSERT_EQ(r1.Wait(absl::Seconds(30)), std::optional<int>(0)) << ReadFile(dir / "r1.log");
+
+  const auto a = LossByStep(dir / "lone.jsonl"), b = LossByStep(dir / "island.jsonl");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  for (const auto& [step, loss] : a) EXPECT_NEAR(b.at(step), loss, 1e-5 * loss) << "step " << step;
+  const Event lone_done = Done(dir / "lone.jsonl"), d0 = Done(dir / "island.jsonl"),
+              d1 = Done(dir / "island.jsonl.rank1");
+  ASSERT_TRUE(d0.contains("params_checksum") && d1.contains("params_checksum"));
+  EXPECT_EQ(d0.at("params_checksum"), d1.at("params_checksum")) << "the ranks ended apart";
+  EXPECT_NEAR(d0.at("eval_local"), lone_done.at("eval_local"), 1e-5 * lone_done.at("eval_local"));
+  EXPECT_LT(d0.at("eval_local"), d0.at("eval_initial")) << "the island did not train";
+}
+
+TEST(IslandProcessTest, AKilledRankStopsTheOtherWithinTheTimeoutNamingIt) {
+  const auto dir = TestDir();
+  for (int victim : {1, 0}) {
+    SCOPED_TRACE(absl::StrCat("killed rank ", victim));
+    const int port = FreePort();
+    const std::vector<std::string> extra = {"--steps=1000000", "--island_timeout=10s"};
+    const auto jsonl = dir / absl::StrCat("kill", victim, ".jsonl");
+    Process r0(RankArgs(0, 2, port, {}, jsonl, extra), (dir / "k0.log").string());
+    Process r1(RankArgs(1, 2, port, {}, jsonl, extra), (dir / "k1.log").string());
+    // Both train: rank 1's events show steps.
+    const auto rank1 = std::filesystem::path(jsonl.string() + ".rank1");
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline && ReadEvents(rank1, "progress").size() < 3)
+      absl::SleepFor(absl::Milliseconds(100));
+    ASSERT_GE(ReadEvents(rank1, "progress").size(), 3u) << ReadFile(dir / "k1.log");
+    Process& killed = victim == 0 ? r0 : r1;
+    Process& survivor = victim == 0 ? r1 : r0;
+    const std::string survivor_log = (dir / (victim == 0 ? "k1.log" : "k0.log")).string();
+    killed.Signal(SIGKILL);
+    const absl::Time t0 = absl::Now();
+    // A killed process's sockets close at once; the timeout (10 s) bounds a vanished node.
+    const std::optional<int> rc = survivor.Wait(absl::Seconds(20));
+    ASSERT_TRUE(rc.has_value()) << "the surviving rank still runs 20 s after the kill";
+    EXPECT_EQ(*rc, 2);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(15));
+    EXPECT_NE(ReadFile(survivor_log).find(absl::StrCat("lost rank ", victim)), std::string::npos)
+        << ReadFile(survivor_log);
+  }
+}
+
+TEST(IslandProcessTest, RanksWithOtherFlagsAreRefusedNamingTheSetting) {
+  const auto dir = TestDir();
+  const int port = FreePort();
+  Process r0(RankArgs(0, 2, port, {}, dir / "a.jsonl", {"--steps=50", "--batch=4"}),
+             (dir / "r0.log").string());
+  Process r1(RankArgs(1, 2, port, {}, dir / "b.jsonl", {"--steps=50", "--batch=8"}),
+             (dir / "r1.log").string());
+  EXPECT_EQ(r0.Wait(absl::Seconds(60)), std::optional<int>(2));
+  EXPECT_EQ(r1.Wait(absl::Seconds(60)), std::optional<int>(2));
+  for (const char* log : {"r0.log", "r1.log"})
+    EXPECT_NE(ReadFile(dir / log).find("rank 1 (host "), std::string::npos) << ReadFile(dir / log);
+  EXPECT_NE(ReadFile(dir / "r1.log").find("batch 4 vs 8"), std::string::npos)
+      << ReadFile(dir / "r1.log");
+}
+
+TEST(IslandProcessTest, ARendezvousThatNeverCompletesEndsNamingTheMissingRank) {
+  const auto dir = TestDir();
+  Process r0(RankArgs(0, 3, FreePort(), {}, dir / "a.jsonl",
+                      {"--steps=50", "--island_rendezvous_timeout=2s"}),
+             (dir / "r0.log").string());
+  const absl::Time t0 = absl::Now();
+  EXPECT_EQ(r0.Wait(absl::Seconds(30)), std::optional<int>(2));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(25));
+  EXPECT_NE(ReadFile(dir / "r0.log").find("ranks never arrived: 1,2"), std::string::npos)
+      << ReadFile(dir / "r0.log");
+}
+
+TEST(IslandProcessTest, AnIslandInAFleetPushesAsOneLearnerAndEndsIdentical) {
+  LocalShards shards;
+  shards.dir = TestDir();
+  shards.StartShards(2);
+  const auto& dir = shards.dir;
+  const int port = FreePort();
+  const std::vector<std::string> extra = {"--steps=60", "--state_dir=" + dir.string()};
+  Process r0(RankArgs(0, 2, port, shards.endpoints, dir / "i.jsonl", extra),
+             (dir / "r0.log").string());
+  Process r1(RankArgs(1, 2, port, shards.endpoints, dir / "i.jsonl", extra),
+             (dir / "r1.log").string());
+  ASSERT_EQ(r0.Wait(absl::Seconds(120)), std::optional<int>(0)) << ReadFile(dir / "r0.log");
+  ASSERT_EQ(r1.Wait(absl::Seconds(30)), std::optional<int>(0)) << ReadFile(dir / "r1.log");
+  const Event d0 = Done(dir / "i.jsonl"), d1 = Done(dir / "i.jsonl.rank1");
+  ASSERT_TRUE(d0.contains("applied")) << "rank 0 holds the sync client";
+  EXPECT_GT(d0.at("applied"), 0);
+  EXPECT_FALSE(d1.contains("applied")) << "rank 1 must not talk to the shards";
+  EXPECT_EQ(d0.at("params_checksum"), d1.at("params_checksum"));
+  EXPECT_GT(d1.at("island_floats_moved"), 0) << "no adoption reached rank 1";
+  // One learner: the shards saw one worker.
+  for (int s = 0; s < 2; ++s) EXPECT_LE(shards.Stat(s, "workers"), 1) << "shard " << s;
+  auto step = worker::ReadResumeStep(dir.string(), 0);
+  ASSERT_TRUE(step.ok() && step->has_value()) << "no step recorded in --state_dir";
+  EXPECT_GT(**step, 0);
+  EXPECT_LE(**step, 60);
+}
+
+}  // namespace
+}  // namespace diloco::testing

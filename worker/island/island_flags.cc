@@ -1,0 +1,35 @@
+#include "worker/island/island_flags.h"
+
+#include <cstdlib>
+#include <optional>
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::optional<int>, island_rank, std::nullopt,
+          "this process's rank in its island (one learner of several processes); default: "
+          "torchrun's RANK, else Slurm's SLURM_PROCID, else an island of one");
+ABSL_FLAG(std::optional<int>, island_size, std::nullopt,
+          "the island's ranks; default: torchrun's WORLD_SIZE, else the srun step's "
+          "SLURM_STEP_NUM_TASKS, else 1");
+ABSL_FLAG(std::string, island_master, "",
+          "HOST:PORT where rank 0 serves the island's rendezvous; default: MASTER_ADDR and "
+          "MASTER_PORT");
+ABSL_FLAG(absl::Duration, island_timeout, absl::Seconds(30),
+          "a collective that has not completed within this ends the island with an error naming "
+          "the rank lost (a rank killed is found at once, a node that vanished after this)");
+ABSL_FLAG(absl::Duration, island_rendezvous_timeout, absl::Minutes(2),
+          "how long the ranks wait for each other at the start");
+
+namespace diloco::island {
+
+absl::StatusOr<IslandSpec> IslandSpecFromFlags() {
+  IslandFlags f;
+  f.rank = absl::GetFlag(FLAGS_island_rank);
+  f.size = absl::GetFlag(FLAGS_island_size);
+  f.master = absl::GetFlag(FLAGS_island_master);
+  f.timeout = absl::GetFlag(FLAGS_island_timeout);
+  f.rendezvous_timeout = absl::GetFlag(FLAGS_island_rendezvous_timeout);
+  return ResolveIsland(f, [](const char* name) { return std::getenv(name); });
+}
+
+}  // namespace diloco::island
