@@ -13,7 +13,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git
   libzmq3-dev cppzmq-dev libsodium-dev
   libflatbuffers-dev flatbuffers-compiler
-  libabsl-dev librocksdb-dev
+  libabsl-dev librocksdb-dev libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libcpp-httplib-dev libopenblas-dev nlohmann-json3-dev
   clang libclang-rt-dev iproute2 procps python3
