@@ -40,7 +40,9 @@
 
 namespace diloco::wire {
 
-// 2: quantized downloads; 3: the header checksum trailer.
+// 2: quantized downloads; 3: the header checksum trailer. A new message type needs no new
+// version: a receiver that does not know it refuses it UnknownType, which its sender can take
+// as "not supported here" (Leave, 2026-12-06: docs/protocol.md, "Leaving").
 inline constexpr uint16_t kProtocolVersion = 3;
 
 // The staleness of a push based on version `base` and merged in the round that makes version

@@ -32,6 +32,12 @@ double PushWeight(WeightScheme scheme, uint64_t tokens, uint32_t steps, uint64_t
   return w;
 }
 
+uint32_t QuorumAfterLeaves(uint32_t quorum, uint32_t known, uint32_t left) {
+  const uint32_t fleet = std::max(quorum, known);
+  const uint32_t staying = fleet > left ? fleet - left : 0;
+  return std::max<uint32_t>(1, std::min(quorum, staying));
+}
+
 absl::Duration GraceWindow(const RoundPolicy& p, const RoundTimings& t) {
   const double cycle = t.cycle_s > 0 ? t.cycle_s : t.inner_steps * t.step_time_s;
   const double s = p.gamma * (cycle - t.time_to_quorum_s - t.sync_time_s);

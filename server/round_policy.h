@@ -33,6 +33,13 @@ struct RoundPolicy {
   absl::Duration min_grace = absl::Milliseconds(20);
 };
 
+// The quorum once `left` workers have said Leave (docs/protocol.md, "Leaving"), of `known`
+// workers the shard knows: at most the fleet that stays, min(quorum, F - left) with F the larger
+// of the quorum and `known`, and at least 1. A fleet whose quorum is its size (synchronous
+// DiLoCo) stops waiting for a worker that is done, and one whose quorum is below its size keeps
+// it while enough workers stay; a worker that has not said Hello yet still counts (F >= quorum).
+uint32_t QuorumAfterLeaves(uint32_t quorum, uint32_t known, uint32_t left);
+
 // Moving averages the adaptive grace window is computed from.
 struct RoundTimings {
   double step_time_s = 0;  // fleet's mean inner step time

@@ -262,6 +262,8 @@ void Shard::Handle(const std::string& rid, std::vector<zmq::message_t> frames,
       return OnPull(rid, *m, out);
     case MsgType::Heartbeat:
       return OnHeartbeat(rid, *m, out);
+    case MsgType::Leave:
+      return OnLeave(rid, *m, out);
     case MsgType::Stats: {
       Outgoing o{rid, Reply(MsgType::Stats), {}};
       o.header.message = StatsJson();
@@ -326,6 +328,12 @@ absl::Status Shard::CheckCommon(const std::string& rid, const wire::Header& h, V
       return WireError(ErrorCode::BadIdentity,
                        absl::StrCat("worker ", h.worker_id(), " generation ", h.generation(),
                                     " superseded by ", w.generation));
+    // A generation that left sends nothing more that counts; a Leave repeated (its answer lost)
+    // is answered again, and a heartbeat sent before the answer came is answered as usual.
+    if (w.left && h.type() != MsgType::Leave && h.type() != MsgType::Heartbeat)
+      return WireError(ErrorCode::BadIdentity,
+                       absl::StrCat("worker ", h.worker_id(), " generation ", h.generation(),
+                                    " has left: a new start is a new generation"));
     w.last_seen = clock_->Now();
     if (!it->second.control) w.rid = rid;
   }
@@ -381,6 +389,12 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
                             absl::StrCat("worker ", h.worker_id(), " generation ", h.generation(),
                                          " is older than ", w->generation)),
                   &h, out);
+  if (w->left && h.generation() == w->generation)
+    return Refuse(rid,
+                  WireError(ErrorCode::BadIdentity,
+                            absl::StrCat("worker ", h.worker_id(), " generation ", h.generation(),
+                                         " has left: a new start is a new generation")),
+                  &h, out);
   if (control) {
     if (w->control_rid != rid) {
       Unbind(w->control_rid);
@@ -392,6 +406,7 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
   } else {
     if (h.generation() > w->generation) {  // a restarted worker: a fresh sequence
       w->generation = h.generation();
+      w->left = false;  // a worker that left and started again rejoins
       w->applied_seq.clear();
       dirty_ = true;
       Unbind(w->control_rid);  // the old process's
@@ -591,7 +606,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   const absl::Time now = clock_->Now();
   if (f.round.pushes == 0) f.round.opened = now;
   ++f.round.pushes;
-  if (f.round.pushes == opt_.round.quorum) {
+  if (f.round.pushes == Round().quorum) {
     f.round.quorum_reached = now;
     timings_.time_to_quorum_s =
         Ema(timings_.time_to_quorum_s, absl::ToDoubleSeconds(now - f.round.opened), kEmaWeight);
@@ -639,6 +654,50 @@ void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
   o.header.worker_id = w.id;
   for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);
   o.header.fleet_step_time_us = static_cast<uint64_t>(workers_.FleetStepTimeUs(clock_->Now()));
+  out->push_back(std::move(o));
+}
+
+RoundPolicy Shard::Round() const {
+  RoundPolicy p = opt_.round;
+  p.quorum =
+      QuorumAfterLeaves(p.quorum, static_cast<uint32_t>(workers_.size()), workers_.LeftCount());
+  return p;
+}
+
+// Leave (docs/protocol.md, "Leaving"). The worker's pushes already in open rounds stay there and
+// are merged; what changes is what the rounds wait for and how a round's share is reckoned: a
+// worker that left is not live, so it is neither waited for nor counted as a zero delta, and the
+// quorum drops with the fleet. A round whose quorum that reaches counts it reached now.
+void Shard::OnLeave(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out) {
+  const auto& h = m.header();
+  absl::Status s =
+      m.num_payloads() == 0
+          ? CheckCommon(rid, h, Via::kDataOrControl)
+          : WireError(ErrorCode::Malformed, absl::StrCat("a Leave carries no payload, this one ",
+                                                         m.num_payloads(), " frames"));
+  if (!s.ok()) {
+    ++counters_.leaves_refused;
+    return Refuse(rid, s, &h, out);
+  }
+  WorkerInfo& w = workers_.Get(h.worker_id());
+  Outgoing o{rid, Reply(MsgType::Leave), {}};
+  o.header.worker_id = w.id;
+  o.header.generation = w.generation;
+  if (w.left) {
+    ++counters_.leaves_repeated;
+    out->push_back(std::move(o));
+    return;
+  }
+  const uint32_t before = Round().quorum;
+  w.left = true;
+  ++counters_.leaves;
+  const absl::Time now = clock_->Now();
+  const uint32_t quorum = Round().quorum;
+  for (auto& [_, f] : fragments_)
+    if (f->round.pushes >= quorum && f->round.pushes < before) f->round.quorum_reached = now;
+  log_lines_.push_back(absl::StrCat("worker ", w.id, " generation ", w.generation,
+                                    " left: live workers ", workers_.LiveCount(now), ", quorum ",
+                                    quorum, " (of ", opt_.round.quorum, ")"));
   out->push_back(std::move(o));
 }
 

@@ -164,6 +164,11 @@ struct ShardCounters {
   // Data Hellos from a connection the worker has since replaced, refused (also in messages_bad
   // as BadIdentity): what a worker left queued on a connection it gave up on, read late.
   uint64_t hellos_superseded = 0;
+  // Leave (docs/protocol.md, "Leaving"): workers that left (each (worker, generation) once), a
+  // Leave repeated by a worker that had left (answered again, nothing changed), and a Leave
+  // refused (a superseded generation, another connection's worker, a payload; also in
+  // messages_bad by its reason).
+  uint64_t leaves = 0, leaves_repeated = 0, leaves_refused = 0;
   uint64_t bytes_in = 0, bytes_out = 0;
   // FragmentUpdates sent whole (fp32) and as quantized update chains, and their payload bytes.
   uint64_t updates_full = 0, updates_delta = 0;
@@ -277,6 +282,11 @@ class Shard {
   const std::string& QueuedAnswerRid(const WorkerInfo& w, const std::string& data_rid) const;
   void OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
+  // A worker that is done: its generation leaves the live set, the quorum and the rounds at
+  // once, instead of after the worker timeout.
+  void OnLeave(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
+  // The round rules with the quorum lowered for the workers that left (QuorumAfterLeaves).
+  RoundPolicy Round() const;
   void CloseRound(FragmentState& f);
   // Hands one push of f's open round to its merge: decoded on the fragment's apply thread.
   void MergePush(FragmentState& f, const HeldPush& p);

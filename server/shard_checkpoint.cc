@@ -150,10 +150,11 @@ void Shard::FinishCheckpoint(const CheckpointWriter::Result& r) {
 absl::Time Shard::NextDeadline() const {
   absl::Time t = absl::InfiniteFuture();
   const absl::Duration grace = Grace();
+  const RoundPolicy policy = Round();
   bool unpublished = false;
   for (uint32_t id : owned_) {
     const auto& f = *fragments_.at(id);
-    if (!f.writing) t = std::min(t, CloseDeadline(opt_.round, grace, f.round));
+    if (!f.writing) t = std::min(t, CloseDeadline(policy, grace, f.round));
     unpublished |= f.published != f.version;
   }
   // A write in flight wakes the loop through checkpoint_wake_fd().

@@ -249,6 +249,7 @@ void Shard::Tick(std::vector<Outgoing>* out) {
     }
   }
   const absl::Duration grace = Grace();
+  const RoundPolicy policy = Round();
   // Due rounds close in turn from where the last call stopped, within opt_.close_budget, so a
   // pass of the event loop, and with it the answer to every heartbeat, stays short at real
   // sizes. A round left due keeps NextDeadline() in the past: the loop comes straight back.
@@ -260,7 +261,7 @@ void Shard::Tick(std::vector<Outgoing>* out) {
     f.round.live_workers_missing = workers_.LiveMissing(now, InRound(f));
     if (f.writing) continue;  // its theta is being written: the round closes after the write
     // Delayed Nesterov has no rounds: every arrival is applied on its own.
-    if (f.outer->PerArrival() ? f.round.pushes > 0 : ShouldClose(opt_.round, grace, f.round, now))
+    if (f.outer->PerArrival() ? f.round.pushes > 0 : ShouldClose(policy, grace, f.round, now))
       due_.push_back(at);
   }
   // Held pushes (MergeOrder::kWorker) of every due round go to the apply threads before the

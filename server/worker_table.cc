@@ -31,6 +31,12 @@ uint32_t WorkerTable::LiveCount(absl::Time now) const {
   return n;
 }
 
+uint32_t WorkerTable::LeftCount() const {
+  uint32_t n = 0;
+  for (const auto& [_, w] : workers_) n += w->left;
+  return n;
+}
+
 double WorkerTable::FleetStepTimeUs(absl::Time now) const {
   double fleet = 0;
   for (const auto& [_, w] : workers_)

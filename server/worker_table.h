@@ -1,9 +1,9 @@
 // The workers a shard knows: who they are (id, generation, connections), when each was last seen,
 // and what each brings to the rounds (its step time and per-fragment push rate). The shard asks
 // it the fleet-level questions its round rules need, each over the live workers only (seen within
-// the worker timeout: a dead worker's last figures must not hold the fleet back): how many there
-// are, the fastest step time (DyLU's v_max), the fleet's push cadence, who is missing from a round
-// and what they would bring, and the oldest version of a fragment any of them holds.
+// the worker timeout and not left: a dead worker's last figures must not hold the fleet back): how
+// many there are, the fastest step time (DyLU's v_max), the fleet's push cadence, who is missing
+// from a round and what they would bring, and the oldest version of a fragment any of them holds.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +42,9 @@ struct WorkerInfo {
   // so): there it does not wait behind the fragment updates streaming on the data connection.
   bool answers_on_control = false;
   absl::Time last_seen = absl::InfinitePast();
+  // This generation said Leave (docs/protocol.md, "Leaving"): it is no longer live whatever it
+  // sends, and it lowers the quorum; a Hello of a newer generation clears it.
+  bool left = false;
   double step_time_us = 0;  // the worker's moving average inner step time, as it last sent it
   absl::flat_hash_map<uint32_t, uint64_t> applied_seq;  // fragment -> last applied seq
   absl::flat_hash_map<uint32_t, PushRate> push_rate;    // fragment -> what it brings a round
@@ -64,8 +67,12 @@ class WorkerTable {
   const Map& all() const { return workers_; }
   size_t size() const { return workers_.size(); }
 
-  bool Live(const WorkerInfo& w, absl::Time now) const { return now - w.last_seen <= timeout_; }
+  bool Live(const WorkerInfo& w, absl::Time now) const {
+    return !w.left && now - w.last_seen <= timeout_;
+  }
   uint32_t LiveCount(absl::Time now) const;
+  // Workers whose current generation has left.
+  uint32_t LeftCount() const;
   // The fastest live worker's step time (DyLU's v_max); 0 when none is known.
   double FleetStepTimeUs(absl::Time now) const;
   // The fleet's push cadence in seconds: the lower median of the live workers' moving-average

@@ -441,6 +441,15 @@ void ShardSession::OnError(const wire::Header& h) {
   const ErrorCode code = h.error_code();
   const std::string what = h.message() ? h.message()->str() : "";
   shared_.Add(&SyncStats::errors);
+  // The Leave refused: by a shard that does not know the message (its header did not parse
+  // there, so the refusal names no type), or one that no longer binds this worker. Either way
+  // nothing more is to be done: such a shard lets the worker time out.
+  if (leave_ == LeaveState::kSent &&
+      (h.refused_type() == MsgType::Leave || code == ErrorCode::UnknownType)) {
+    leave_ = LeaveState::kRefused;
+    return;
+  }
+  if (leave_ != LeaveState::kStaying) return;
   // A refused plan, model or protocol, or a refused data-connection Hello (the CURVE allow-list
   // binds this key to another worker id, or a newer process of this worker id is bound): no
   // retry can change it. (A refused control Hello comes on the control connection and is
@@ -580,13 +589,40 @@ void ShardSession::OnMessage(wire::Message m, bool via_control) {
       return OnUpdate(std::move(m));
     case MsgType::Heartbeat:
       return ReadVersions(h);
+    case MsgType::Leave:
+      return OnLeaveAnswer(h);
     default:
       return;
   }
 }
 
+void ShardSession::Leave() {
+  if (leave_ != LeaveState::kStaying) return;
+  if (!welcomed_) {
+    leave_ = LeaveState::kUnsent;
+    return;
+  }
+  SendLeave();
+}
+
+void ShardSession::SendLeave() {
+  (void)transport_.SendHeader(false, Header(MsgType::Leave));
+  leave_ = LeaveState::kSent;
+  leave_sent_ = clock_.Now();
+}
+
+void ShardSession::OnLeaveAnswer(const wire::Header& h) {
+  if (leave_ == LeaveState::kSent && h.worker_id() == who_.worker_id &&
+      h.generation() == who_.generation)
+    leave_ = LeaveState::kLeft;
+}
+
 void ShardSession::Tick(bool drained) {
   const absl::Time now = clock_.Now();
+  if (leave_ != LeaveState::kStaying) {
+    if (leave_ == LeaveState::kSent && now - leave_sent_ > kLeaveResend) SendLeave();
+    return;
+  }
   const bool control = opt_.control_channel;
   if (!welcomed_ || (control && !control_welcomed_)) CheckHandshakes();
   if (transport_.TakeDisconnected() && welcomed_) {

@@ -87,6 +87,15 @@ class ShardSession {
   // Liveness, Hellos, heartbeats, sending within the credit, resends and join re-asks.
   // `drained`: the client stopped; nothing more is sent or resent.
   void Tick(bool drained);
+  // The client is drained and stops: tells the shard this generation leaves (docs/protocol.md,
+  // "Leaving"), sent again while unanswered. From now on nothing else is sent: no heartbeat,
+  // Hello or reconnect. A shard not welcomed now is not told (it lets the worker time out).
+  void Leave();
+  // The Leave is over: the shard answered it, refused it (one that does not know the message
+  // answers UnknownType), or it was never sent.
+  bool leave_done() const { return leave_ != LeaveState::kStaying && leave_ != LeaveState::kSent; }
+  // The shard answered the Leave: it no longer counts this worker.
+  bool left() const { return leave_ == LeaveState::kLeft; }
 
   bool welcomed() const { return welcomed_; }
   bool control_welcomed() const { return control_welcomed_; }
@@ -113,7 +122,13 @@ class ShardSession {
     std::vector<float> error;
   };
 
+  enum class LeaveState { kStaying, kSent, kLeft, kRefused, kUnsent };
+  // A Leave unanswered for this long is sent again (a lost message); Leave is idempotent.
+  static constexpr absl::Duration kLeaveResend = absl::Milliseconds(500);
+
   wire::HeaderFields Header(wire::MsgType t) const;
+  void SendLeave();
+  void OnLeaveAnswer(const wire::Header& h);
   void SendHello();
   void SendControlHello();
   void SendHeartbeat();
@@ -218,6 +233,8 @@ class ShardSession {
   std::map<uint32_t, uint64_t> versions_;  // last published version the shard told us
   uint32_t corrupt_sends_left_ = 0;        // SyncOptions::test_corrupt_push_sends
   uint32_t lose_sends_left_ = 0;           // SyncOptions::test_lose_push_sends
+  LeaveState leave_ = LeaveState::kStaying;
+  absl::Time leave_sent_ = absl::InfinitePast();
 };
 
 }  // namespace diloco::worker

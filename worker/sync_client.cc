@@ -71,6 +71,11 @@ struct SyncClient::Impl {
   // I/O thread: one session and one ZeroMQ link per shard.
   std::atomic<bool> stop{false};
   std::atomic<bool> drained{false};  // Drain returned: nothing more is sent (or re-sent)
+  // Drained: the sessions send their Leave; how many are over, and how many were answered.
+  std::atomic<bool> leave{false};
+  std::atomic<uint32_t> leaves_done{0}, leaves_acked{0};
+  // Drain's last step: asks the I/O thread to leave every shard, waits for it until `end`.
+  void LeaveShards(absl::Time end);
   std::thread io;
   SystemClock clock;
   zmq::context_t ctx{1};
@@ -147,6 +152,7 @@ absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions
 uint64_t SyncClient::plan_fingerprint() const { return impl_->plan.fingerprint(); }
 std::span<const float> SyncClient::global_params() const { return impl_->train.anchor(); }
 bool SyncClient::joined() const { return impl_->all_joined.load(); }
+uint32_t SyncClient::shards_left() const { return impl_->leaves_acked.load(); }
 
 SyncStats SyncClient::stats() const { return impl_->shared.stats(); }
 std::vector<SyncEvent> SyncClient::TakeEvents() { return impl_->shared.TakeEvents(); }
@@ -181,11 +187,19 @@ absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) 
     for (auto& a : d.arrivals) im.Process(Whole(params), a);
     if (d.pending == 0 || absl::Now() >= end) {
       im.drained = true;
+      im.LeaveShards(absl::Now() + std::min(timeout, kLeaveWait));
       if (d.pending == 0) return absl::OkStatus();
       return absl::DeadlineExceededError(
           absl::StrCat("sync: ", d.pending, " pushes still unanswered at exit"));
     }
   }
+}
+
+void SyncClient::Impl::LeaveShards(absl::Time end) {
+  if (!io.joinable()) return;  // never joined: no shard knows this worker
+  leave = true;
+  while (leaves_done.load() < sessions.size() && absl::Now() < end)
+    absl::SleepFor(absl::Milliseconds(5));
 }
 
 // ---- Training thread --------------------------------------------------------------------
@@ -321,11 +335,17 @@ void SyncClient::Impl::IoLoop() {
     }
     for (uint32_t s = 0; s < links.size(); ++s) Receive(s);
     TakeQueued();
-    uint32_t unacked = 0;
+    const bool leaving = leave;
+    uint32_t unacked = 0, done = 0, acked = 0;
     for (auto& s : sessions) {
+      if (leaving) s->Leave();  // once: later calls do nothing
       s->Tick(drained);
       unacked += s->unacked();
+      done += s->leave_done();
+      acked += s->left();
     }
+    leaves_done = done;
+    leaves_acked = acked;
     shared.Update([&](SyncStats& st) { st.unacked = unacked; });
   }
 }

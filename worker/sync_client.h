@@ -60,8 +60,15 @@ class SyncClient {
   // Clean stop, on the training thread: takes no new pushes, waits until every push is
   // answered, and adopts what arrives meanwhile into `params`. Gives up when `timeout` passes
   // with no answer arriving (a shard still answering is slow, not gone: at real sizes the
-  // rounds of pushes sent together close one after another).
+  // rounds of pushes sent together close one after another). Then tells every shard this
+  // worker leaves (docs/protocol.md, "Leaving"), waiting for the answers up to kLeaveWait (or
+  // `timeout`, if shorter): the shards stop counting it at once instead of after their worker
+  // timeout. Nothing is sent after Drain; a client destroyed without it does not leave (the
+  // shards time it out, as a crashed worker).
   absl::Status Drain(std::span<float> params, absl::Duration timeout);
+  static constexpr absl::Duration kLeaveWait = absl::Seconds(2);
+  // Shards that answered this worker's Leave (0 before Drain).
+  uint32_t shards_left() const;
 
   SyncStats stats() const;
   std::vector<SyncEvent> TakeEvents();

@@ -46,6 +46,18 @@ TEST(RoundPolicyTest, CloseConditions) {
   EXPECT_FALSE(ShouldClose(p, absl::Seconds(1), OpenRound{}, t0 + absl::Hours(1)));
 }
 
+// QuorumAfterLeaves(quorum, known workers, workers that left).
+TEST(RoundPolicyTest, TheQuorumDropsWithTheFleetThatLeaves) {
+  EXPECT_EQ(QuorumAfterLeaves(2, 2, 0), 2u);
+  EXPECT_EQ(QuorumAfterLeaves(2, 2, 1), 1u);  // synchronous pair, one done
+  EXPECT_EQ(QuorumAfterLeaves(2, 2, 2), 1u);  // never below 1
+  EXPECT_EQ(QuorumAfterLeaves(4, 4, 1), 3u);
+  EXPECT_EQ(QuorumAfterLeaves(2, 3, 1), 2u);  // two stay: a quorum of 2 still holds
+  EXPECT_EQ(QuorumAfterLeaves(2, 3, 2), 1u);
+  EXPECT_EQ(QuorumAfterLeaves(3, 2, 1), 2u);  // one not seen yet still counts
+  EXPECT_EQ(QuorumAfterLeaves(1, 5, 4), 1u);
+}
+
 TEST(RoundPolicyTest, Weights) {
   EXPECT_DOUBLE_EQ(PushWeight(WeightScheme::kTokensSqOverSteps, 100, 4, 0, 0), 2500.0);
   EXPECT_DOUBLE_EQ(PushWeight(WeightScheme::kTokens, 100, 4, 0, 0), 100.0);

@@ -730,5 +730,88 @@ TEST_F(ShardSessionTest, NothingIsSentOrResentOnceDrained) {
   EXPECT_TRUE(transport_.Take(MsgType::Push).empty());
 }
 
+// Leave (docs/protocol.md, "Leaving"): once drained the session sends one Leave, again every
+// kLeaveResend while unanswered, and nothing else from then on (no heartbeat, Hello or
+// reconnect); the shard's answer ends it, and so does its refusal (a shard that does not know
+// the type answers UnknownType naming nothing).
+TEST_F(ShardSessionTest, ALeaveIsSentOnceDrainedAndRepeatedUntilAnswered) {
+  Joined();
+  session_->Tick(true);
+  transport_.sent.clear();
+  EXPECT_FALSE(session_->leave_done());
+  session_->Leave();
+  auto leaves = transport_.Take(MsgType::Leave);
+  ASSERT_EQ(leaves.size(), 1u);
+  EXPECT_FALSE(leaves[0].control);
+  EXPECT_EQ(leaves[0].h.worker_id, 5u);
+  EXPECT_EQ(leaves[0].h.generation, 99u);
+  EXPECT_EQ(leaves[0].h.plan_fingerprint, plan_.fingerprint());
+  EXPECT_FALSE(session_->leave_done());
+  session_->Leave();  // once: a second call sends nothing
+  EXPECT_TRUE(SentAfter(absl::Milliseconds(400), MsgType::Leave).empty());
+  EXPECT_EQ(SentAfter(absl::Milliseconds(200), MsgType::Leave).size(), 1u);
+  // Minutes of silence: no heartbeat, no Hello, no reconnect, only the Leave again.
+  opt_.shard_timeout = absl::Seconds(5);
+  const int reconnects = transport_.reconnects;
+  for (int i = 0; i < 60; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    session_->Tick(true);
+  }
+  EXPECT_EQ(transport_.reconnects, reconnects);
+  EXPECT_EQ(transport_.Take(MsgType::Leave).size(), 60u);
+  EXPECT_TRUE(transport_.sent.empty());
+  // Another worker's answer is not ours.
+  auto other = FromShard(MsgType::Leave);
+  other.generation = 98;
+  session_->OnMessage(Parse(other), false);
+  EXPECT_FALSE(session_->leave_done());
+  session_->OnMessage(Parse(FromShard(MsgType::Leave)), false);
+  EXPECT_TRUE(session_->leave_done());
+  EXPECT_TRUE(session_->left());
+  EXPECT_TRUE(SentAfter(absl::Seconds(10), MsgType::Leave).empty());
+  EXPECT_TRUE(transport_.sent.empty());
+}
+
+TEST_F(ShardSessionTest, AShardThatDoesNotKnowLeaveEndsItWithItsRefusal) {
+  Joined();
+  session_->Leave();
+  ASSERT_EQ(transport_.Take(MsgType::Leave).size(), 1u);
+  // A shard from before Leave: the type is out of its enum's range, refused before the header
+  // counts as parsed, so the Error names no message (refused_type Invalid, worker 0).
+  auto h = FromShard(MsgType::Error);
+  h.worker_id = 0;
+  h.generation = 0;
+  h.error_code = ErrorCode::UnknownType;
+  h.message = "message type 11";
+  session_->OnMessage(Parse(h), false);
+  EXPECT_TRUE(session_->leave_done());
+  EXPECT_FALSE(session_->left());
+  EXPECT_TRUE(shared_.fatal().empty());
+  EXPECT_TRUE(SentAfter(absl::Seconds(10), MsgType::Leave).empty());
+}
+
+TEST_F(ShardSessionTest, ARefusedLeaveEndsItAndNothingIsSentAgain) {
+  Joined();
+  session_->Leave();
+  ASSERT_EQ(transport_.Take(MsgType::Leave).size(), 1u);
+  Refuse(0, 0, ErrorCode::BadIdentity, MsgType::Leave);
+  EXPECT_TRUE(session_->leave_done());
+  EXPECT_FALSE(session_->left());
+  EXPECT_TRUE(shared_.fatal().empty());
+  EXPECT_TRUE(SentAfter(absl::Seconds(30), MsgType::Hello).empty()) << "no re-Hello after it";
+  EXPECT_TRUE(transport_.sent.empty());
+}
+
+TEST_F(ShardSessionTest, AShardThatNeverWelcomedIsNotToldOfTheLeave) {
+  Start();
+  session_->Tick(false);
+  (void)transport_.Take(MsgType::Hello);
+  session_->Leave();
+  EXPECT_TRUE(session_->leave_done());
+  EXPECT_FALSE(session_->left());
+  EXPECT_TRUE(SentAfter(absl::Seconds(10), MsgType::Leave).empty());
+  EXPECT_TRUE(transport_.sent.empty()) << "no more Hellos either";
+}
+
 }  // namespace
 }  // namespace diloco::worker
