@@ -446,6 +446,10 @@ int main(int argc, char** argv) {
   if (island) {
     done.Add("island_rank", int64_t{spec->rank}).Add("island_size", int64_t{spec->size});
     done.Add("island_floats_moved", island->floats_moved());
+    // Gradients and loss, both all-reduces of each step: what the island adds to a step.
+    const island::Island& is = *island_run->island;
+    done.Add("island_allreduce_ms_per_step",
+             is.reduces() ? 2 * absl::ToDoubleMilliseconds(is.reduce_time()) / is.reduces() : 0.0);
   }
   done.Add("params_checksum", ParamsChecksum(tr.params()));
   if (evaluates)

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/broadcast.h"
@@ -192,6 +193,7 @@ absl::Status Island::Lost(const char* what, const std::exception& e) const {
 }
 
 absl::Status Island::AllReduceMean(std::span<float> v) {
+  const absl::Time t0 = absl::Now();
   try {
     gloo::AllreduceOptions opts(ctx_);
     opts.setOutput(v.data(), v.size());
@@ -203,6 +205,8 @@ absl::Status Island::AllReduceMean(std::span<float> v) {
   }
   const float inv = 1.0f / float(spec_.size);
   for (float& x : v) x *= inv;
+  reduce_time_ += absl::Now() - t0;
+  ++reduces_;
   return absl::OkStatus();
 }
 

@@ -53,6 +53,10 @@ class Island {
   // ranks that differ (the same error on every rank).
   absl::Status CheckSame(uint64_t checksum, int64_t step);
 
+  // Time spent in AllReduceMean and its calls: the island's cost per step over a lone worker.
+  absl::Duration reduce_time() const { return reduce_time_; }
+  uint64_t reduces() const { return reduces_; }
+
  private:
   struct Peer {
     std::string host, ip;
@@ -67,7 +71,8 @@ class Island {
   std::unique_ptr<StoreServer> server_;
   std::unique_ptr<StoreClient> store_;
   std::shared_ptr<gloo::Context> ctx_;
-  uint32_t tag_ = 0;
+  absl::Duration reduce_time_;
+  uint64_t reduces_ = 0;
 };
 
 // Splits "k=v k=v ..." configs and names the first key whose value differs, "" when equal.
