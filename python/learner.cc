@@ -48,6 +48,7 @@
 #include "common/plan.h"
 #include "common/tensor_decl.h"
 #include "kernels/codec.h"
+#include "schema/curve.h"
 #include "worker/cadence.h"
 #include "worker/sync_client.h"
 
@@ -105,7 +106,8 @@ class Learner {
           const std::string& codec, const std::string& inner_steps, uint32_t fragments,
           uint64_t generation, bool dylu, bool stream, const std::string& adopt, double adopt_alpha,
           bool lockstep, bool error_feedback, const std::string& auto_codecs,
-          uint32_t inner_steps_min, uint32_t inner_steps_max, double link_margin)
+          uint32_t inner_steps_min, uint32_t inner_steps_max, double link_margin,
+          const std::string& curve_server_key, const std::string& curve_secret_key_file)
       : host_array_(std::move(host)), fetch_(std::move(fetch)), store_(std::move(store)) {
     std::vector<DeclaredTensor> decls;
     manifest_ = CheckedManifest(names, shapes, dtypes, "this learner's model", &decls);
@@ -132,6 +134,14 @@ class Learner {
       throw py::value_error("adopt_alpha applies to adopt='lerp' only");
     o.lockstep = lockstep;
     o.error_feedback = error_feedback;
+    // CURVE: both keys or neither, read as diloco-worker reads its --curve_* flags.
+    auto keys = wire::CurveClientKeysFrom(curve_server_key, curve_secret_key_file);
+    if (!keys.ok()) Raise(keys.status());
+    if (keys->has_value()) {
+      o.curve_server_key = (*keys)->server_public_key;
+      o.curve_public_key = (*keys)->public_key;
+      o.curve_secret_key = (*keys)->secret_key;
+    }
     absl::StatusOr<std::unique_ptr<worker::SyncClient>> client =
         worker::SyncClient::Create(o, manifest_);
     if (!client.ok()) Raise(client.status());
@@ -437,13 +447,14 @@ PYBIND11_MODULE(_diloco_ps, m) {
                     py::array_t<float, py::array::c_style>, py::function, py::function,
                     const std::string&, const std::string&, uint32_t, uint64_t, bool, bool,
                     const std::string&, double, bool, bool, const std::string&, uint32_t, uint32_t,
-                    double>(),
+                    double, const std::string&, const std::string&>(),
            py::arg("servers"), py::arg("worker_id"), py::arg("names"), py::arg("shapes"),
            py::arg("dtypes"), py::arg("host"), py::arg("fetch"), py::arg("store"), py::arg("codec"),
            py::arg("inner_steps"), py::arg("fragments"), py::arg("generation"), py::arg("dylu"),
            py::arg("stream"), py::arg("adopt"), py::arg("adopt_alpha"), py::arg("lockstep"),
            py::arg("error_feedback"), py::arg("auto_codecs"), py::arg("inner_steps_min"),
-           py::arg("inner_steps_max"), py::arg("link_margin"))
+           py::arg("inner_steps_max"), py::arg("link_margin"), py::arg("curve_server_key"),
+           py::arg("curve_secret_key_file"))
       .def("join", &Learner::Join, py::arg("timeout_s"))
       .def("after_step", &Learner::AfterStep, py::arg("tokens"))
       .def("drain", &Learner::Drain, py::arg("timeout_s"))

@@ -19,10 +19,19 @@ class Learner:
     def __init__(self, servers, worker_id, params, codec="int8:256", inner_steps=50, fragments=4,
                  generation=0, dylu=False, stream=True, adopt="keep", adopt_alpha=0.0,
                  lockstep=False, error_feedback=True, auto_codecs="int8:256,int4:256",
-                 inner_steps_min=50, inner_steps_max=2000, link_margin=1.5):
+                 inner_steps_min=50, inner_steps_max=2000, link_margin=1.5,
+                 curve_server_key=None, curve_secret_key_file=None):
         """codec="auto" chooses the push codec among `auto_codecs` (finest first) from the
         measured link, inner_steps="auto" chooses H from `inner_steps_min` to `inner_steps_max`
-        (docs/worker.md, "Codec and H from the link")."""
+        (docs/worker.md, "Codec and H from the link").
+
+        CURVE (docs/security.md), both or neither, as diloco-worker's --curve_* flags:
+        `curve_server_key`, the shards' public key as Z85 text or a file holding it (e.g.
+        keys/server.public from diloco-ctl keys), and `curve_secret_key_file`, this learner's
+        secret key file (keys/worker-ID.secret), whose public key the shards list for
+        `worker_id`. One without the other or a bad key raises ValueError; a shard that refuses
+        the key, or whose key is not `curve_server_key`, makes join() raise RuntimeError naming
+        the shard's address."""
         named = _params.named_tensors(params)
         names, shapes, dtypes = _params.describe(named)
         _params.check_copyable(named)
@@ -40,7 +49,8 @@ class Learner:
                                self._copier.fetch, self._copier.store, codec, str(inner_steps),
                                fragments, generation, dylu, stream, adopt, adopt_alpha, lockstep,
                                error_feedback, auto_codecs, inner_steps_min, inner_steps_max,
-                               link_margin)
+                               link_margin, _path_or_text(curve_server_key),
+                               _path_or_text(curve_secret_key_file))
         self._copier.set_fragments(self._native.fragment_slices())
 
     def join(self, timeout=60.0):
@@ -110,3 +120,7 @@ class Learner:
     def model_fingerprint(self):
         """The model's fingerprint as the shards compute it (16 hex digits: "%016x")."""
         return f"{self._native.model_fingerprint:016x}"
+
+
+def _path_or_text(value):
+    return "" if value is None else str(value)

@@ -96,7 +96,10 @@ class Island:
     module (a DistributedDataParallel is unwrapped: its names are the module's), a dict or
     (name, tensor) pairs, in the manifest's order, the same names, shapes and dtypes on every
     rank. `control_group`: a gloo group of the same ranks for the per-step header (default: the
-    group itself when it is gloo, a new gloo group when the group is the default one)."""
+    group itself when it is gloo, a new gloo group when the group is the default one).
+    CURVE: `curve_server_key` and `curve_secret_key_file` among `options`, as for a Learner;
+    only rank 0 reads the key files, so only its host needs the island's secret key. A refused
+    key raises on every rank, naming the shard."""
 
     def __init__(self, servers, worker_id, params, group=None, control_group=None,
                  bucket_mb=64, **options):
