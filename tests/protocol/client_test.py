@@ -15,7 +15,10 @@ write a client. Steps:
      every fragment is pulled and must be unchanged, and the Stats counters must account for
      every refusal. Last, two workers: a second push while the first is open is Malformed, and
      the round of both workers' pushes is their mean.
-  f. A summary; exit status 0 only if everything passed (77: a Python module is missing).
+  f. Leaving: worker B leaves (answered Leave, again when repeated; a Leave of an older
+     generation is refused BadIdentity), and then A's lone push closes its round at once, where B,
+     live and missing, held it open for the grace window.
+  g. A summary; exit status 0 only if everything passed (77: a Python module is missing).
 
 Usage: client_test.py --server PATH/diloco-server --generated DIR (flatc --python output).
 """
@@ -401,7 +404,7 @@ class ClientTest:
         STEP_TIME_US) until B's arrives.
         """
         f = self.owned[0]
-        b = self.connect(self.identity(WORKER_B, self.generation + 5))
+        b = self.b = self.connect(self.identity(WORKER_B, self.generation + 5))
         hello(b, w.Channel.Data, "worker B Hello")
         n = self.sizes[f]
         d_a = (self.rng.standard_normal(n) * 1e-2).astype(np.float32)
@@ -435,6 +438,53 @@ class ClientTest:
         self.kinds_passed.append("a second push for a fragment with an open push -> Malformed")
         print(f"e. two workers: second open push refused Malformed; round of two pushes = "
               f"Nesterov on their mean (relative error {err:.3g})")
+
+
+    # f, after the two workers' round: B leaves
+    def leave(self):
+        """docs/protocol.md, "Leaving": B's Leave is answered with a Leave naming it, a repeat
+        the same; a Leave of an older generation of B is refused BadIdentity. Then A's push
+        closes its round at once: B no longer counts as live (before, its round stayed open for
+        the grace window, the whole GRACE_CAP with STEP_TIME_US)."""
+        b, gen_b = self.b, self.generation + 5
+        for what in ("Leave", "repeated Leave"):
+            b.send(type=w.MsgType.Leave)
+            h = expect_type(recv_one(b, what), w.MsgType.Leave, what)
+            check(h.worker_id == WORKER_B and h.generation == gen_b, f"{what}: {h!r}")
+            self.check_reply_common(h, what)
+        old = self.connect(self.identity(WORKER_B, gen_b - 1))
+        old.send(type=w.MsgType.Leave)
+        problems = error_problems(recv_one(old, "older generation's Leave"),
+                                  w.ErrorCode.BadIdentity, w.MsgType.Leave,
+                                  dict(worker_id=WORKER_B))
+        check(not problems, "older generation's Leave: " + "; ".join(problems))
+        f = self.owned[0]
+        n = self.sizes[f]
+        d_a = (self.rng.standard_normal(n) * 1e-2).astype(np.float32)
+        self.seq[f] += 1
+        start = time.monotonic()
+        self.data.send(w.encode_fp32(d_a), **push_fields(f, n, self.seq[f], self.versions[f]))
+        h = expect_type(recv_one(self.data, "lone push"), w.MsgType.PushAck, "lone push")
+        check(h.ack == w.AckStatus.Queued, f"lone push: {h!r}")
+        ref = self.ref.step(f, d_a)
+        m = recv_one(self.data, "lone push Applied")
+        took = time.monotonic() - start
+        h = expect_type(m, w.MsgType.FragmentUpdate, "lone push Applied")
+        check(h.ack == w.AckStatus.Applied and h.version == self.versions[f] + 1,
+              f"lone push Applied: {h!r}")
+        check(took < 5.0, f"the round after B left took {took:.1f} s (grace cap {GRACE_CAP})")
+        err = rel_error(w.fragment_values(m), ref)
+        self.max_rel_error = max(self.max_rel_error, err)
+        check(err <= REL_TOL, f"round after the leave: relative error {err:.3g}")
+        self.versions[f] += 1
+        self.rounds_checked += 1
+        st = stats(self.data)
+        check(st["leaves"] == 1 and st["leaves_repeated"] == 1 and st["leaves_refused"] == 1,
+              f"Stats leaves {st['leaves']}, repeated {st['leaves_repeated']}, refused "
+              f"{st['leaves_refused']}")
+        self.kinds_passed.append("a Leave of an older generation -> BadIdentity")
+        print(f"f. B left (answered, and again when repeated; an older generation refused); "
+              f"A's lone round closed in {took:.2f} s (relative error {err:.3g})")
 
 
 def error_problems(m, code, refused_type=None, names=None, incarnation=None):
@@ -795,6 +845,7 @@ def main():
             test.rounds()
             test.catalogue()
             test.open_push()
+            test.leave()
             check(server.proc.poll() is None, "diloco-server exited during the test")
         except Exception as e:  # noqa: BLE001: every problem fails the test, with the log
             if not isinstance(e, (TestFailure, TimeoutError, w.ProtocolError)):
