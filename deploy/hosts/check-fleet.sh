@@ -18,7 +18,8 @@
 # Usage: deploy/hosts/check-fleet.sh [--short] [--keep]
 #   --short   about 2 minutes in all (CI); the default trains about 2 minutes
 #   --keep    keep the run directory (always kept on FAIL)
-# Environment: DILOCO_BUILD (default build/test), CHECK_LOSS (default 0.001).
+# Environment: DILOCO_BUILD (default build/test), CHECK_LOSS (default 0.001), CHECK_CPP_NODES
+# (the C++ island's nodes, default 2; 1 runs it as a single-rank learner).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -73,7 +74,7 @@ trap 'exit 143' TERM
 # --- hosts, Slurm, shards ---------------------------------------------------------------------
 H up --delay_bin="$build/benchmarks/wan/diloco-wan-delay" --loss="${CHECK_LOSS:-0.001}"
 "$here/slurm.sh" up --dir="$hd"
-island_nodes=2
+island_nodes=${CHECK_CPP_NODES:-2}
 if [[ $("$build/worker/diloco-worker" --helpfull 2>&1) != *--island_rank* ]]; then
   island_nodes=1
   log "diloco-worker has no island flags yet: the C++ learner runs one rank"
@@ -126,27 +127,40 @@ scan_listeners() {
       addr=${addr#[} addr=${addr%]}
       [[ $addr == 127.* || $addr == ::1 ]] && continue
       [[ $addr == '*' || $addr == 0.0.0.0 || $addr == '::' ]] && addr=$(H addr "$h")
-      kind=$(on "$h" /usr/bin/python3 "$probe_py" greet "$addr" "$port" 2>/dev/null || true)
-      kind=${kind:-closed}
-      echo "$h $addr:$port $kind $(sed 's/.*(("\([^"]*\)".*/\1/' <<<"$proc")" >>"$listeners"
+      name=$(sed 's/.*(("\([^"]*\)".*/\1/' <<<"$proc")
+      case $name in
+        slurmctld | slurmd | slurmstepd | srun) kind=slurm-munge ;;  # Slurm's own, not probed
+        *)
+          kind=$(on "$h" /usr/bin/python3 "$probe_py" greet "$addr" "$port" 2>/dev/null || true)
+          kind=${kind:-closed}
+          ;;
+      esac
+      echo "$h $addr:$port $kind $name" >>"$listeners"
     done
   done < <(H list | awk '{print $1}')
 }
-while (($(date +%s) - t_start < kill_at - 10)); do sleep 1; done
-scan_listeners  # while both islands train: the shards', the islands' and Slurm's ports
+# While both islands train (the PyTorch one has pushed): the shards', islands' and Slurm's ports.
+while (($(date +%s) - t_start < kill_at)); do
+  [[ -n $(applied_in "$fleet/learner1/attempt0.jsonl") ]] && break
+  sleep 1
+done
+scan_listeners
 while (($(date +%s) - t_start < kill_at)); do sleep 1; done
 victim=$((island_nodes - 1))
-pidfile=$fleet/learner0/attempt0.rank$victim.pid
+# The attempt running now (an earlier one may have failed on its own).
+killed_attempt=$(find "$fleet/learner0" -name 'attempt*.rank0.pid' | sed 's/.*attempt\([0-9]*\)\..*/\1/' |
+  sort -n | tail -n 1)
+pidfile=$fleet/learner0/attempt${killed_attempt:-0}.rank$victim.pid
 [[ -s $pidfile ]] || { echo "FAIL: no $pidfile"; exit 1; }
 read -r vpid vhost <"$pidfile"
 listed=$(on "$vhost" scontrol listpids "$a_job" 2>/dev/null | awk 'NR > 1 {print $1}')
 grep -qx "$vpid" <<<"$listed" ||
   { echo "FAIL: rank $victim's PID $vpid is not among job $a_job's on $vhost: $listed"; exit 1; }
-applied_a_before=$(applied_in "$fleet/learner0/attempt0.jsonl")
+applied_a_before=$(applied_in "$fleet/learner0/attempt$killed_attempt.jsonl")
 applied_b_before=$(applied_in "$fleet/learner1/attempt0.jsonl")
 kill -KILL "$vpid"
 t_kill=$(date +%s.%N)
-log "SIGKILL to rank $victim of the C++ island (PID $vpid on $vhost); applied so far:" \
+log "SIGKILL to rank $victim of the C++ island's attempt $killed_attempt (PID $vpid on $vhost); applied so far:" \
   "a ${applied_a_before:-none}, b ${applied_b_before:-none}"
 
 # Kill to the first push applied after it, seen in each learner's progress lines.
@@ -154,7 +168,9 @@ t_a="" t_b=""
 deadline=$(($(date +%s) + duration + 120))
 while [[ -z $t_a || -z $t_b ]] && (($(date +%s) < deadline)); do
   if [[ -z $t_a ]]; then
-    for f in "$fleet"/learner0/attempt[1-9].jsonl; do
+    for f in "$fleet"/learner0/attempt*.jsonl; do
+      k=${f##*/attempt}
+      ((${k%%.*} > killed_attempt)) || continue
       v=$(applied_in "$f")
       [[ -n $v && $v -gt 0 ]] && t_a=$(date +%s.%N) && break
     done
@@ -268,7 +284,8 @@ sed 's/^/  /' <<<"$stats_links"
 grep -h 'delay-' "$run/down.log" | sed 's/^hosts.sh: /  delayer /' || true
 echo "non-loopback listeners (host address kind process):"
 sed 's/^/  /' "$listeners"
-echo "C++ island: attempts $((last_attempt + 1)), final ranks' checksums ${sums_a[*]:-none};" \
+echo "C++ island ($island_nodes rank(s)): attempts $((last_attempt + 1)), final ranks' checksums" \
+  "${sums_a[*]:-none};" \
   "kill to next applied push ${kill_to_a}s"
 echo "PyTorch island: ranks' checksums ${sums_b[*]:-none}; first push applied after the kill" \
   "${kill_to_b}s after it"

@@ -89,7 +89,7 @@ def main():
     log = open(path, "a") if a.metrics_jsonl else None
 
     def write(event):
-        line = json.dumps(event)
+        line = json.dumps(event, separators=(",", ":"))  # diloco-worker's form
         print(line, flush=True)
         if log:
             log.write(line + "\n")
