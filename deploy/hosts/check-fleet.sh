@@ -106,6 +106,7 @@ log "C++ island job $a_job on cluster a ($island_nodes nodes)"
 # logs the joined model's held-out loss, theta(0)'s, once joined.
 for ((i = 0; i < 90; i++)); do
   grep -qs 'held-out loss' "$fleet/learner0/attempt0.rank0.log" && break
+  [[ -n $(on coord squeue -h -j "$a_job" -o %i 2>/dev/null) ]] || break
   sleep 1
 done
 b_job=$(submit b 2 "$run/learner1.out" deploy/slurm/learner.sbatch \
@@ -151,11 +152,15 @@ victim=$((island_nodes - 1))
 killed_attempt=$(find "$fleet/learner0" -name 'attempt*.rank0.pid' | sed 's/.*attempt\([0-9]*\)\..*/\1/' |
   sort -n | tail -n 1)
 pidfile=$fleet/learner0/attempt${killed_attempt:-0}.rank$victim.pid
-[[ -s $pidfile ]] || { echo "FAIL: no $pidfile"; exit 1; }
+[[ -s $pidfile ]] || { tail -n 5 "$run/learner0.out"; echo "FAIL: no $pidfile: the C++ island never started"; exit 1; }
 read -r vpid vhost <"$pidfile"
-listed=$(on "$vhost" scontrol listpids "$a_job" 2>/dev/null | awk 'NR > 1 {print $1}')
-grep -qx "$vpid" <<<"$listed" ||
-  { echo "FAIL: rank $victim's PID $vpid is not among job $a_job's on $vhost: $listed"; exit 1; }
+listed=$(on "$vhost" scontrol listpids "$a_job" 2>/dev/null | awk 'NR > 1 {print $1}' || true)
+if ! grep -qx "$vpid" <<<"$listed"; then
+  tail -n 5 "$run/learner0.out" "$fleet/learner0/attempt$killed_attempt.rank$victim.log" || true
+  echo "FAIL: at the kill, rank $victim's PID $vpid (attempt $killed_attempt) is not among the" \
+    "running job $a_job's processes on $vhost ('$listed'): the C++ island is not running"
+  exit 1
+fi
 applied_a_before=$(applied_in "$fleet/learner0/attempt$killed_attempt.jsonl")
 applied_b_before=$(applied_in "$fleet/learner1/attempt0.jsonl")
 kill -KILL "$vpid"
