@@ -152,6 +152,13 @@ up() {
     echo "hosts.sh: removing the leftovers recorded in $HOSTS_DIR/state" >&2
     teardown all
   fi
+  local ns
+  for ns in wan coord ra a1 a2 rb b1 b2; do
+    if ip netns list | awk '{print $1}' | grep -qxF "$prefix-$ns"; then
+      die "namespace $prefix-$ns exists and is not in $HOSTS_DIR/state (another fleet:" \
+        "its own --dir; or choose another --prefix)"
+    fi
+  done
   mkdir -p "$HOSTS_DIR"
   HOSTS_DIR=$(cd "$HOSTS_DIR" && pwd)
   : >"$HOSTS_DIR/state"
