@@ -4,7 +4,8 @@
 # one-node configuration and a private munge key under a scratch directory, starts munged,
 # slurmctld and slurmd there (own socket, free ports, no systemd, nothing under /etc touched),
 # submits the recipe with a short duration, waits for it with a time limit, checks the job state,
-# the logs and the exported model, and stops the daemons by the PIDs it recorded.
+# the logs and the exported model, and stops the daemons by the PIDs it recorded. The recipe's
+# shards bind every address, so they run with the CURVE keys it makes (run/keys): checked too.
 # Needs root (slurmd) and a build of diloco-server, diloco-worker and diloco-ctl (built into
 # DILOCO_BUILD when missing).
 #
@@ -250,6 +251,11 @@ for ((s = 0; s < shards; s++)); do
   check "shard $s: final checkpoint written" grep -q "stopping, final checkpoint written" "$run/shard$s.log"
   check "shard $s: closed rounds" grep -qE '"rounds":[1-9]' "$run/shard$s.jsonl"
   check "shard $s: shutdown event" grep -q '"event":"shutdown","final_checkpoint":"written"' "$run/shard$s.jsonl"
+done
+check "CURVE keys made, secret keys 0600" test "$(stat -c %a "$run/keys/server.secret" 2>/dev/null)" = 600 -a \
+  "$(stat -c %a "$run/keys/worker-0.secret" 2>/dev/null)" = 600
+for ((s = 0; s < shards; s++)); do
+  check "shard $s: served with CURVE" grep -q "CURVE with 1 authorized keys" "$run/shard$s.log"
 done
 check "worker 0 finished" grep -q "diloco-worker\[0\]: done after" "$run/worker0.log"
 check "worker 0 pushes applied" grep -qE '"event":"done".*"applied":[1-9]' "$run/worker0.jsonl"
