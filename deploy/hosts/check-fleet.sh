@@ -149,8 +149,8 @@ scan_listeners
 while (($(date +%s) - t_start < kill_at)); do sleep 1; done
 victim=$((island_nodes - 1))
 # The attempt running now (an earlier one may have failed on its own).
-killed_attempt=$(find "$fleet/learner0" -name 'attempt*.rank0.pid' | sed 's/.*attempt\([0-9]*\)\..*/\1/' |
-  sort -n | tail -n 1)
+killed_attempt=$(find "$fleet/learner0" -name 'attempt*.rank0.pid' 2>/dev/null |
+  sed 's/.*attempt\([0-9]*\)\..*/\1/' | sort -n | tail -n 1 || true)
 pidfile=$fleet/learner0/attempt${killed_attempt:-0}.rank$victim.pid
 [[ -s $pidfile ]] || { tail -n 5 "$run/learner0.out"; echo "FAIL: no $pidfile: the C++ island never started"; exit 1; }
 read -r vpid vhost <"$pidfile"
@@ -261,7 +261,7 @@ ge() { awk "BEGIN{exit !($1 >= $2)}"; }
 done_field() {  # file, field: from the "done" line
   sed -n "s/.*\"event\":\"done\".*\"$2\":\([^,}]*\).*/\1/p" "$1" 2>/dev/null | tail -n 1
 }
-last_a=$(find "$fleet/learner0" -name 'attempt*.jsonl' | sort | tail -n 1)
+last_a=$(find "$fleet/learner0" -name 'attempt*.jsonl' 2>/dev/null | sort | tail -n 1 || true)
 last_attempt=${last_a##*/attempt}
 last_attempt=${last_attempt%%.*}
 events() {  # learner, attempt, rank: its event log
