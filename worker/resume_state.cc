@@ -2,9 +2,12 @@
 
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/atomic_file.h"
 
@@ -14,21 +17,29 @@ std::string ResumeStatePath(const std::string& dir, uint32_t worker_id) {
   return absl::StrCat(dir, "/worker-", worker_id, ".step");
 }
 
-absl::StatusOr<std::optional<int64_t>> ReadResumeStep(const std::string& dir, uint32_t worker_id) {
+absl::StatusOr<std::optional<ResumePoint>> ReadResumePoint(const std::string& dir,
+                                                           uint32_t worker_id) {
   const std::string path = ResumeStatePath(dir, worker_id);
   std::ifstream in(path);
-  if (!in) return std::optional<int64_t>();
+  if (!in) return std::optional<ResumePoint>();
   std::stringstream text;
   text << in.rdbuf();
-  int64_t step = -1;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &step) || step < 0)
-    return absl::DataLossError(absl::StrCat(
-        "--state_dir: ", path, " does not hold a step (remove it to start from step 0)"));
-  return std::optional<int64_t>(step);
+  const std::vector<std::string> fields =
+      absl::StrSplit(absl::StripAsciiWhitespace(text.str()), ' ', absl::SkipEmpty());
+  ResumePoint p;
+  double seconds = -1;
+  if (fields.size() != 2 || !absl::SimpleAtoi(fields[0], &p.step) || p.step < 0 ||
+      !absl::SimpleAtod(fields[1], &seconds) || !(seconds >= 0))
+    return absl::DataLossError(absl::StrCat("--state_dir: ", path,
+                                            " does not hold \"STEP ELAPSED_SECONDS\" (remove it "
+                                            "to start from step 0)"));
+  p.elapsed = absl::Seconds(seconds);
+  return std::optional<ResumePoint>(p);
 }
 
-absl::Status WriteResumeStep(const std::string& dir, uint32_t worker_id, int64_t step) {
-  const std::string text = absl::StrCat(step, "\n");
+absl::Status WriteResumePoint(const std::string& dir, uint32_t worker_id, ResumePoint point) {
+  const std::string text = absl::StrCat(
+      point.step, " ", absl::StrFormat("%.3f", absl::ToDoubleSeconds(point.elapsed)), "\n");
   const std::span<const char> piece(text.data(), text.size());
   return WriteFileAtomically(ResumeStatePath(dir, worker_id), std::span(&piece, 1));
 }

@@ -1,8 +1,10 @@
-// Where a learner's schedule resumes after a restart: the step of its last applied push,
-// kept by the learner (rank 0 of an island) in a small file under --state_dir. A restarted
-// learner, or an island restarted by its launcher after losing a rank, rejoins as a new
-// generation and continues its learning-rate schedule and step count from there instead of
-// from step 0 (--start_step, given by hand, wins).
+// Where a learner's schedule resumes after a restart: the step of its last applied push and
+// the training time elapsed then, kept by the learner (rank 0 of an island) in a small file
+// under --state_dir. A restarted learner, or an island restarted by its launcher after losing a
+// rank, rejoins as a new generation and continues its learning-rate schedule, step count and
+// --duration clock from there instead of from zero (--start_step, given by hand, wins). The
+// time between the loss and the restart is not counted: a run bounded by --duration ends that
+// much later.
 #pragma once
 
 #include <cstdint>
@@ -10,17 +12,24 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace diloco::worker {
 
 // DIR/worker-<id>.step
 std::string ResumeStatePath(const std::string& dir, uint32_t worker_id);
 
-// The step recorded for `worker_id`, nothing when there is no file; an error for a file that
-// exists but does not hold one non-negative integer (a corrupt file is named, never ignored).
-absl::StatusOr<std::optional<int64_t>> ReadResumeStep(const std::string& dir, uint32_t worker_id);
+struct ResumePoint {
+  int64_t step = 0;
+  absl::Duration elapsed;  // training time at that step
+};
 
-// Records `step` atomically (write, fsync, rename): a crash leaves the old value or the new.
-absl::Status WriteResumeStep(const std::string& dir, uint32_t worker_id, int64_t step);
+// The point recorded for `worker_id`, nothing when there is no file; an error for a file that
+// exists but does not hold "STEP ELAPSED_SECONDS" (a corrupt file is named, never ignored).
+absl::StatusOr<std::optional<ResumePoint>> ReadResumePoint(const std::string& dir,
+                                                           uint32_t worker_id);
+
+// Records `point` atomically (write, fsync, rename): a crash leaves the old value or the new.
+absl::Status WriteResumePoint(const std::string& dir, uint32_t worker_id, ResumePoint point);
 
 }  // namespace diloco::worker

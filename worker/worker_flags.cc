@@ -9,9 +9,9 @@
 #include "absl/strings/str_split.h"
 #include "common/plan_flags.h"
 #include "schema/curve.h"
-#include "worker/resume_state.h"
 #include "worker/cadence.h"
 #include "worker/model/safetensors.h"
+#include "worker/resume_state.h"
 
 namespace diloco::worker {
 namespace {
@@ -330,15 +330,23 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
         "): a restarted learner resumes a schedule of --steps steps where it stopped"));
   w.state_dir = absl::GetFlag(FLAGS_state_dir);
   if (!w.state_dir.empty() && w.start_step == 0) {
-    auto resumed = ReadResumeStep(w.state_dir, w.worker_id);
+    auto resumed = ReadResumePoint(w.state_dir, w.worker_id);
     if (!resumed.ok()) return resumed.status();
-    if (*resumed && w.steps > 0 && **resumed >= w.steps)
+    if (*resumed && w.steps > 0 && (*resumed)->step >= w.steps)
       return absl::FailedPreconditionError(absl::StrCat(
-          "--state_dir: ", ResumeStatePath(w.state_dir, w.worker_id), " says worker ",
-          w.worker_id, " already trained ", **resumed, " of --steps=", w.steps, " steps"));
-    if (*resumed) w.start_step = **resumed;
+          "--state_dir: ", ResumeStatePath(w.state_dir, w.worker_id), " says worker ", w.worker_id,
+          " already trained ", (*resumed)->step, " of --steps=", w.steps, " steps"));
+    if (*resumed) {
+      w.start_step = (*resumed)->step;
+      w.resumed_elapsed = (*resumed)->elapsed;
+    }
   }
   w.duration = absl::GetFlag(FLAGS_duration);
+  if (w.resumed_elapsed > absl::ZeroDuration() && w.resumed_elapsed >= w.duration)
+    return absl::FailedPreconditionError(
+        absl::StrCat("--state_dir: ", ResumeStatePath(w.state_dir, w.worker_id), " says worker ",
+                     w.worker_id, " already trained ", absl::FormatDuration(w.resumed_elapsed),
+                     " of --duration=", absl::FormatDuration(w.duration)));
   if (auto st = TrainerOptionsFromFlags(w); !st.ok()) return st;
   w.synthetic_step_time = absl::GetFlag(FLAGS_synthetic_step_time);
   w.step_delay = absl::GetFlag(FLAGS_step_delay);

@@ -41,6 +41,7 @@ struct WorkerOptions {
   int64_t steps = 0;                   // 0: until --duration or a signal
   int64_t start_step = 0;              // a restarted learner: where its schedule resumes
   std::string state_dir;               // where the step of the last applied push is kept
+  absl::Duration resumed_elapsed;      // --state_dir's: training time before this run
   absl::Duration duration;
   int64_t eval_every = 0;
   absl::Duration step_delay;

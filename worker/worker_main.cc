@@ -316,12 +316,18 @@ int main(int argc, char** argv) {
       eval_str.c_str());
 
   if (w.start_step > 0)
-    std::fprintf(stderr, "diloco-worker[%u]: resumes its schedule at step %ld of %ld\n", wid,
-                 static_cast<long>(w.start_step), static_cast<long>(w.steps));
+    std::fprintf(stderr, "diloco-worker[%u]: resumes its schedule at step %ld of %ld%s\n", wid,
+                 static_cast<long>(w.start_step), static_cast<long>(w.steps),
+                 w.resumed_elapsed > absl::ZeroDuration()
+                     ? absl::StrCat(" after ", absl::FormatDuration(w.resumed_elapsed)).c_str()
+                     : "");
   const int64_t max_steps = w.steps;
   const int64_t eval_every = w.eval_every;
   const absl::Time start = absl::Now();
-  const absl::Time end = start + w.duration;
+  // The run's clock (--duration, the schedule): a learner resumed from --state_dir goes on
+  // from the training time it had.
+  const absl::Time clock0 = start - w.resumed_elapsed;
+  const absl::Time end = clock0 + w.duration;
   const absl::Duration delay = w.step_delay;
   const double slowdown = w.step_slowdown;
   const absl::Duration period = w.progress_interval;
@@ -335,11 +341,15 @@ int main(int argc, char** argv) {
   for (;; ++step) {
     const absl::Time t0 = absl::Now();
     bool stop = g_stop || (max_steps > 0 && step >= max_steps) || t0 >= end;
-    float lr = model::LrAt(w.lr_schedule, step + 1, t0 - start);
+    float lr = model::LrAt(w.lr_schedule, step + 1, t0 - clock0);
     if (island) {  // rank 0's order, and what its sync client changed, on every rank
       auto order = island->Exchange({stop, lr});
       if (!order.ok()) return Fail(order.status());
       stop = order->stop, lr = order->lr;
+      // Compared here, where every rank holds what rank 0's sync client wrote up to now (after
+      // the step, rank 0 may hold an adoption the others receive with this order).
+      if (step > w.start_step && step % w.inner_steps == 0)
+        if (auto st = island->Check(step); !st.ok()) return Fail(st);
     }
     if (stop) break;
     tr.SetLearningRate(lr);
@@ -362,7 +372,9 @@ int main(int argc, char** argv) {
       if (!w.state_dir.empty()) {
         if (const uint64_t applied = sync->stats().applied; applied > applied_recorded) {
           applied_recorded = applied;
-          if (auto st = worker::WriteResumeStep(w.state_dir, wid, step + 1); !st.ok())
+          if (auto st =
+                  worker::WriteResumePoint(w.state_dir, wid, {step + 1, absl::Now() - clock0});
+              !st.ok())
             std::fprintf(stderr, "diloco-worker[%u]: --state_dir: %s\n", wid,
                          std::string(st.message()).c_str());
         }
@@ -376,8 +388,6 @@ int main(int argc, char** argv) {
         log->Write(ev);
       }
     }
-    if (island && (step + 1) % w.inner_steps == 0)
-      if (auto st = island->Check(step + 1); !st.ok()) return Fail(st);
     if (eval_every > 0 && (step + 1) % eval_every == 0) {  // curves of the convergence study
       JsonObject ev;
       ev.Add("event", "eval").Add("worker", uint64_t{wid}).Add("step", step + 1);

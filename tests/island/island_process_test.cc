@@ -176,10 +176,53 @@ TEST(IslandProcessTest, AnIslandInAFleetPushesAsOneLearnerAndEndsIdentical) {
   EXPECT_GT(d1.at("island_floats_moved"), 0) << "no adoption reached rank 1";
   // One learner: the shards saw one worker.
   for (int s = 0; s < 2; ++s) EXPECT_LE(shards.Stat(s, "workers"), 1) << "shard " << s;
-  auto step = worker::ReadResumeStep(dir.string(), 0);
-  ASSERT_TRUE(step.ok() && step->has_value()) << "no step recorded in --state_dir";
-  EXPECT_GT(**step, 0);
-  EXPECT_LE(**step, 60);
+  auto point = worker::ReadResumePoint(dir.string(), 0);
+  ASSERT_TRUE(point.ok() && point->has_value()) << "no step recorded in --state_dir";
+  EXPECT_GT((*point)->step, 0);
+  EXPECT_LE((*point)->step, 60);
+}
+
+TEST(IslandProcessTest, AnIslandThatLostARankRestartsWhereItsLastAppliedPushLeftIt) {
+  LocalShards shards;
+  shards.dir = TestDir();
+  shards.StartShards(2);
+  const auto& dir = shards.dir;
+  const std::vector<std::string> extra = {"--steps=3000", "--step_delay=2ms",
+                                          "--state_dir=" + dir.string()};
+  int port = FreePort();
+  {
+    Process r0(RankArgs(0, 2, port, shards.endpoints, dir / "a.jsonl", extra),
+               (dir / "a0.log").string());
+    Process r1(RankArgs(1, 2, port, shards.endpoints, dir / "a.jsonl", extra),
+               (dir / "a1.log").string());
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    absl::StatusOr<std::optional<worker::ResumePoint>> point;
+    while (absl::Now() < deadline) {
+      point = worker::ReadResumePoint(dir.string(), 0);
+      if (point.ok() && point->has_value() && (*point)->step >= 50) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_TRUE(point.ok() && point->has_value()) << ReadFile(dir / "a0.log");
+    r1.Signal(SIGKILL);
+    EXPECT_EQ(r0.Wait(absl::Seconds(40)), std::optional<int>(2)) << ReadFile(dir / "a0.log");
+  }
+  auto recorded = worker::ReadResumePoint(dir.string(), 0);
+  ASSERT_TRUE(recorded.ok() && recorded->has_value());
+  const int64_t resume = (*recorded)->step;
+  ASSERT_LT(resume, 3000) << "the island finished before the kill";
+  port = FreePort();
+  Process r0(RankArgs(0, 2, port, shards.endpoints, dir / "b.jsonl", extra),
+             (dir / "b0.log").string());
+  Process r1(RankArgs(1, 2, port, shards.endpoints, dir / "b.jsonl", extra),
+             (dir / "b1.log").string());
+  ASSERT_EQ(r0.Wait(absl::Seconds(120)), std::optional<int>(0)) << ReadFile(dir / "b0.log");
+  ASSERT_EQ(r1.Wait(absl::Seconds(30)), std::optional<int>(0)) << ReadFile(dir / "b1.log");
+  const Event d0 = Done(dir / "b.jsonl"), d1 = Done(dir / "b.jsonl.rank1");
+  EXPECT_EQ(d0.at("start_step"), resume) << "rank 0 did not resume at the recorded step";
+  EXPECT_EQ(d1.at("start_step"), resume) << "rank 1 did not resume with it";
+  EXPECT_EQ(d0.at("steps"), 3000 - resume);
+  EXPECT_GT(d0.at("applied"), 0) << "the restarted island's pushes were not applied";
+  EXPECT_EQ(d0.at("params_checksum"), d1.at("params_checksum"));
 }
 
 }  // namespace

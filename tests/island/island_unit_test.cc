@@ -124,17 +124,20 @@ TEST(BatcherSliceTest, SlicesOfTheIslandBatchAreOneWorkersBatch) {
 
 TEST(ResumeStateTest, RoundTripAndCorruptFileNamed) {
   diloco::testing::TempDir dir("resume_state_");
-  auto none = worker::ReadResumeStep(dir.path(), 3);
+  auto none = worker::ReadResumePoint(dir.path(), 3);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
-  ASSERT_TRUE(worker::WriteResumeStep(dir.path(), 3, 120).ok());
-  auto got = worker::ReadResumeStep(dir.path(), 3);
+  ASSERT_TRUE(worker::WriteResumePoint(dir.path(), 3, {120, absl::Milliseconds(4500)}).ok());
+  auto got = worker::ReadResumePoint(dir.path(), 3);
   ASSERT_TRUE(got.ok() && got->has_value());
-  EXPECT_EQ(**got, 120);
-  std::ofstream(worker::ResumeStatePath(dir.path(), 3)) << "12x\n";
-  auto bad = worker::ReadResumeStep(dir.path(), 3);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("worker-3.step"), std::string::npos);
+  EXPECT_EQ((*got)->step, 120);
+  EXPECT_EQ((*got)->elapsed, absl::Milliseconds(4500));
+  for (const char* bad_text : {"12x 1.0\n", "12\n", "12 -1\n", ""}) {
+    std::ofstream(worker::ResumeStatePath(dir.path(), 3)) << bad_text;
+    auto bad = worker::ReadResumePoint(dir.path(), 3);
+    ASSERT_FALSE(bad.ok()) << bad_text;
+    EXPECT_NE(std::string(bad.status().message()).find("worker-3.step"), std::string::npos);
+  }
 }
 
 }  // namespace
