@@ -252,7 +252,8 @@ for ((s = 0; s < shards; s++)); do
   check "shard $s: closed rounds" grep -qE '"rounds":[1-9]' "$run/shard$s.jsonl"
   check "shard $s: shutdown event" grep -q '"event":"shutdown","final_checkpoint":"written"' "$run/shard$s.jsonl"
 done
-check "CURVE keys made, secret keys 0600" test "$(stat -c %a "$run/keys/server.secret" 2>/dev/null)" = 600 -a \
+check "CURVE keys made, secret keys 0600" \
+  test "$(stat -c %a "$run/keys/server.secret" 2>/dev/null)" = 600 -a \
   "$(stat -c %a "$run/keys/worker-0.secret" 2>/dev/null)" = 600
 for ((s = 0; s < shards; s++)); do
   check "shard $s: served with CURVE" grep -q "CURVE with 1 authorized keys" "$run/shard$s.log"
