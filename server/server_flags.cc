@@ -178,7 +178,8 @@ ABSL_FLAG(absl::Duration, test_read_delay, absl::ZeroDuration(),
           "test flag: after the store is recovered, wait this long before reading the socket, "
           "which is bound all the while (a slow recovery: connections are taken, nothing read)");
 ABSL_FLAG(std::string, metrics_address, "",
-          "serve Prometheus text on http://HOST:PORT/metrics; a bare PORT listens on 127.0.0.1 "
+          "serve Prometheus text on http://HOST:PORT/metrics; a bare PORT (or :PORT) listens on "
+          "127.0.0.1 "
           "(e.g. 9464; port 0 picks); another host only when named (0.0.0.0:9464: plaintext, "
           "unauthenticated, and without CURVE keys only with --insecure)");
 ABSL_FLAG(bool, insecure, false,
@@ -208,12 +209,13 @@ bool IsLoopbackEndpoint(absl::string_view endpoint) {
 
 namespace {
 
-// --metrics_address with a bare port made 127.0.0.1's; its host, for the exposure check.
+// --metrics_address with a bare port (PORT or :PORT) made 127.0.0.1's; its host, for the
+// exposure check.
 std::string MetricsAddress(const std::string& flag, std::string* host) {
   const size_t colon = flag.rfind(':');
-  if (colon == std::string::npos) {
+  if (colon == std::string::npos || colon == 0) {
     *host = "127.0.0.1";
-    return flag.empty() ? flag : "127.0.0.1:" + flag;
+    return flag.empty() ? flag : "127.0.0.1:" + flag.substr(colon == 0 ? 1 : 0);
   }
   *host = flag.substr(0, colon);
   return flag;

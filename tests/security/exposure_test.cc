@@ -95,14 +95,15 @@ TEST_F(ExposureTest, InsecureBesideKeysIsRefused) {
 
 // Loopback stays keyless and is not reported insecure; a bare metrics port is 127.0.0.1's.
 TEST_F(ExposureTest, LoopbackWithoutKeysServesAndIsNotInsecure) {
-  for (const std::string bind : {"tcp://127.0.0.1:*", "tcp://127.0.0.2:*"}) {
+  for (const auto& [bind, metrics] : {std::pair<std::string, std::string>{"tcp://127.0.0.1:*", "0"},
+                                      {"tcp://127.0.0.2:*", ":0"}}) {
     SCOPED_TRACE(bind);
     std::filesystem::remove(dir_ / "port");
     std::filesystem::remove_all(dir_ / "store");
     Process p(
         {ServerBinary(), "--bind=" + bind, "--port_file=" + (dir_ / "port").string(),
          "--store=" + (dir_ / "store").string(), "--fragments=4", std::string("--model=") + kModel,
-         "--progress_interval=1000s", "--metrics_address=0"},
+         "--progress_interval=1000s", "--metrics_address=" + metrics},
         (dir_ / "server.log").string());
     auto ep = WaitForLine(dir_ / "port", absl::Seconds(20));
     ASSERT_TRUE(ep.has_value()) << "the shard did not start on " << bind;
