@@ -11,7 +11,8 @@
 #   - a plaintext client and a client with an unknown key were refused by every shard;
 #   - no ZeroMQ port on a non-loopback address of any host speaks plaintext (ss, then a ZMTP
 #     greeting probe of each listener);
-#   - nothing it made is left (namespaces, processes; files only under its run directory).
+#   - nothing it made is left (namespaces, processes, files under /var, /run, /dev/shm, /etc,
+#     /root: only its run directory under /tmp holds its files).
 # Prints a PASS/FAIL summary with figures (bytes per link and direction, kill to next applied
 # push). Exit status 0 on PASS, 1 on FAIL, 77 when this machine cannot run it.
 #
@@ -47,6 +48,7 @@ done
 
 run=$(mktemp -d /tmp/diloco-fleet.XXXXXX)
 chmod 755 "$run"
+touch "$run/.start"  # files made after it outside $run are left-behinds (checked at the end)
 hd=$run/hosts
 fleet=$run/fleet
 mkdir -p "$fleet"
@@ -251,6 +253,11 @@ for ns in "${netns_made[@]}"; do ip netns list | awk '{print $1}' | grep -qxF "$
 . "$here/lib.sh"
 for p in "${pids_made[@]}"; do proc_alive "${p%%:*}" "${p#*:}" && left+=("process ${p%%:*}"); done
 [[ -e $hd ]] && left+=("directory $hd")
+# Where daemons and libraries write when not told otherwise (Slurm, munge, gloo, torch); /tmp
+# is shared with others' work, so only its run directory's files are known to be ours.
+while read -r f; do left+=("file $f"); done < <(find /var /run /dev/shm /etc /root -xdev \
+  -newer "$run/.start" ! -type d ! -path '/var/cache/*' ! -path '/var/lib/apt/*' \
+  ! -path '/root/.cache/*' 2>/dev/null || true)
 
 # --- verdict ----------------------------------------------------------------------------------
 fails=0
