@@ -130,7 +130,8 @@ scan_listeners() {
       addr=${addr#[} addr=${addr%]}
       [[ $addr == 127.* || $addr == ::1 ]] && continue
       [[ $addr == '*' || $addr == 0.0.0.0 || $addr == '::' ]] && addr=$(H addr "$h")
-      name=$(sed 's/.*(("\([^"]*\)".*/\1/' <<<"$proc")
+      name=$proc
+      [[ $proc =~ \(\(\"([^\"]*)\" ]] && name=${BASH_REMATCH[1]}
       case $name in
         slurmctld | slurmd | slurmstepd | srun) kind=slurm-munge ;;  # Slurm's own, not probed
         *)
@@ -292,7 +293,8 @@ echo
 echo "==== fleet check ($([[ $short == 1 ]] && echo short || echo full): ${duration}s of" \
   "training, kill at ${kill_at}s)"
 echo "links (tbf counters; up = cluster to coordinator):"
-sed 's/^/  /' <<<"$stats_links"
+mapfile -t link_lines <<<"$stats_links"
+printf '  %s\n' "${link_lines[@]}"
 grep -h 'delay-' "$run/down.log" | sed 's/^hosts.sh: /  delayer /' || true
 echo "non-loopback listeners (host address kind process):"
 sed 's/^/  /' "$listeners"
