@@ -36,6 +36,8 @@ absl::StatusOr<island::IslandSpec> PrepareIsland(WorkerOptions& w) {
         "an island of ", spec->size, " ranks (", spec->source,
         ") trains on the CPU only: --device=", AbslUnparseFlag(w.device),
         " islands across processes are not built (one node's GPUs: --device=cuda --gpus=N)"));
+  if (w.sync && !w.sync->curve_secret_key.empty())
+    spec->keys = wire::CurveKeyPair{w.sync->curve_public_key, w.sync->curve_secret_key};
   w.trainer.data_slice = spec->rank;
   w.trainer.data_slices = spec->size;
   if (spec->rank != 0) {

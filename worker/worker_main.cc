@@ -305,8 +305,10 @@ int main(int argc, char** argv) {
   const std::string eval_str =
       evaluates ? absl::StrFormat("held-out loss %.4f on %lld tokens%s", eval0,
                                   static_cast<long long>(heldout_tokens), floor_str)
-                : absl::StrCat("synthetic learner, ", absl::FormatDuration(w.synthetic_step_time),
-                               " per step, no held-out evaluation");
+      : spec->rank != 0
+          ? absl::StrCat("island rank ", spec->rank, " of ", spec->size, ": rank 0 evaluates")
+          : absl::StrCat("synthetic learner, ", absl::FormatDuration(w.synthetic_step_time),
+                         " per step, no held-out evaluation");
   std::fprintf(
       stderr, "diloco-worker[%u]: model %s (%lu params), %s, codec %s, H=%s, %s; %s\n", wid,
       (w.gpt_model ? GptConfigString(cfg) : w.model_spec).c_str(),

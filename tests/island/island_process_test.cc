@@ -225,5 +225,67 @@ TEST(IslandProcessTest, AnIslandThatLostARankRestartsWhereItsLastAppliedPushLeft
   EXPECT_EQ(d0.at("params_checksum"), d1.at("params_checksum"));
 }
 
+// The learner's CURVE keys (diloco-ctl keys) for the shards and the island's rendezvous.
+std::vector<std::string> MakeKeys(const std::filesystem::path& dir, int workers) {
+  const std::string ctl =
+      (std::filesystem::path(WorkerBinary()).parent_path().parent_path() / "ctl/diloco-ctl")
+          .string();
+  const std::string cmd = absl::StrCat(ctl, " keys --out=", (dir / "keys").string(),
+                                       " --workers=", workers, " > /dev/null 2>&1");
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return {"--curve_secret_key_file=" + (dir / "keys/server.secret").string(),
+          "--curve_authorized_keys=" + (dir / "keys/authorized_keys").string()};
+}
+
+std::vector<std::string> LearnerKeys(const std::filesystem::path& dir, int id) {
+  return {
+      "--curve_server_key=" + (dir / "keys/server.public").string(),
+      absl::StrCat("--curve_secret_key_file=", (dir / "keys").string(), "/worker-", id, ".secret")};
+}
+
+TEST(IslandProcessTest, WithTheLearnersKeysTheRendezvousAdmitsOnlyItsRanks) {
+  LocalShards shards;
+  shards.dir = TestDir();
+  const auto& dir = shards.dir;
+  shards.StartShards(2, MakeKeys(dir, 2));
+  int port = FreePort();
+  std::vector<std::string> extra = LearnerKeys(dir, 0);
+  extra.push_back("--steps=40");
+  Process r0(RankArgs(0, 2, port, shards.endpoints, dir / "i.jsonl", extra),
+             (dir / "r0.log").string());
+  Process r1(RankArgs(1, 2, port, shards.endpoints, dir / "i.jsonl", extra),
+             (dir / "r1.log").string());
+  ASSERT_EQ(r0.Wait(absl::Seconds(120)), std::optional<int>(0)) << ReadFile(dir / "r0.log");
+  ASSERT_EQ(r1.Wait(absl::Seconds(30)), std::optional<int>(0)) << ReadFile(dir / "r1.log");
+  EXPECT_GT(Done(dir / "i.jsonl").at("applied"), 0);
+
+  // A process with another learner's key cannot join learner 0's island: the store refuses
+  // its handshake, and it ends at its rendezvous timeout, naming the store.
+  port = FreePort();
+  std::vector<std::string> own = LearnerKeys(dir, 0), other = LearnerKeys(dir, 1);
+  for (auto* v : {&own, &other})
+    v->insert(v->end(), {"--steps=40", "--island_rendezvous_timeout=3s"});
+  Process a(RankArgs(0, 2, port, shards.endpoints, dir / "a.jsonl", own), (dir / "a.log").string());
+  Process b(RankArgs(1, 2, port, shards.endpoints, dir / "b.jsonl", other),
+            (dir / "b.log").string());
+  EXPECT_EQ(b.Wait(absl::Seconds(60)), std::optional<int>(2));
+  EXPECT_EQ(a.Wait(absl::Seconds(60)), std::optional<int>(2));
+  EXPECT_NE(ReadFile(dir / "b.log").find("no answer from rank 0's store"), std::string::npos)
+      << ReadFile(dir / "b.log");
+  EXPECT_NE(ReadFile(dir / "a.log").find("ranks never arrived: 1"), std::string::npos)
+      << ReadFile(dir / "a.log");
+}
+
+TEST(IslandProcessTest, APlaintextRendezvousOffLoopbackIsRefused) {
+  const auto dir = TestDir();
+  std::vector<std::string> argv = TinyWorkerArgs(0, {}, dir / "a.jsonl");
+  argv.insert(argv.end(), {"--steps=5", "--island_rank=0", "--island_size=2",
+                           "--island_master=10.255.255.1:29999"});
+  Process p(argv, (dir / "a.log").string());
+  EXPECT_EQ(p.Wait(absl::Seconds(30)), std::optional<int>(2));
+  EXPECT_NE(ReadFile(dir / "a.log").find("not a loopback address"), std::string::npos)
+      << ReadFile(dir / "a.log");
+}
+
 }  // namespace
 }  // namespace diloco::testing

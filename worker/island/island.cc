@@ -50,6 +50,18 @@ absl::StatusOr<std::string> LocalAddressToward(const std::string& host, int port
   return std::string(ip);
 }
 
+// Whether `host` resolves to a loopback address only (127.0.0.0/8).
+bool IsLoopback(const std::string& host) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool loopback = true;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next)
+    loopback &= (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+  freeaddrinfo(found);
+  return loopback;
+}
+
 std::string HostName() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
@@ -105,15 +117,21 @@ absl::StatusOr<std::unique_ptr<Island>> Island::Join(const IslandSpec& spec,
   std::unique_ptr<Island> is(new Island());
   is->spec_ = spec;
   const std::string where = absl::StrCat(spec.master_host, ":", spec.master_port);
+  if (!spec.keys && !spec.insecure && !IsLoopback(spec.master_host))
+    return absl::FailedPreconditionError(absl::StrCat(
+        "island rendezvous at ", where,
+        ": not a loopback address, and this learner has no "
+        "CURVE keys for it (give --curve_secret_key_file and --curve_server_key, as for the "
+        "shards, or --island_insecure on a network no stranger reaches)"));
   if (spec.rank == 0) {
-    auto server = StoreServer::Start(spec.master_host, spec.master_port);
+    auto server = StoreServer::Start(spec.master_host, spec.master_port, spec.keys);
     if (!server.ok()) return server.status();
     is->server_ = *std::move(server);
   }
   absl::StatusOr<std::string> ip = LocalAddressToward(spec.master_host, spec.master_port);
   if (!ip.ok()) return ip.status();
-  is->store_ =
-      std::make_unique<StoreClient>(spec.master_host, spec.master_port, spec.rendezvous_timeout);
+  is->store_ = std::make_unique<StoreClient>(spec.master_host, spec.master_port,
+                                             spec.rendezvous_timeout, spec.keys);
   std::vector<std::string> keys;
   for (int r = 0; r < spec.size; ++r) keys.push_back(RankKey(r));
   try {

@@ -19,6 +19,10 @@ ABSL_FLAG(absl::Duration, island_timeout, absl::Seconds(30),
           "the rank lost (a rank killed is found at once, a node that vanished after this)");
 ABSL_FLAG(absl::Duration, island_rendezvous_timeout, absl::Minutes(2),
           "how long the ranks wait for each other at the start");
+ABSL_FLAG(bool, island_insecure, false,
+          "let the island's rendezvous listen in plaintext on a non-loopback address (without "
+          "this, it needs the learner's CURVE keys: --curve_secret_key_file and "
+          "--curve_server_key)");
 
 namespace diloco::island {
 
@@ -29,6 +33,7 @@ absl::StatusOr<IslandSpec> IslandSpecFromFlags() {
   f.master = absl::GetFlag(FLAGS_island_master);
   f.timeout = absl::GetFlag(FLAGS_island_timeout);
   f.rendezvous_timeout = absl::GetFlag(FLAGS_island_rendezvous_timeout);
+  f.insecure = absl::GetFlag(FLAGS_island_insecure);
   return ResolveIsland(f, [](const char* name) { return std::getenv(name); });
 }
 

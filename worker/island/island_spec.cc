@@ -31,6 +31,7 @@ absl::StatusOr<IslandSpec> ResolveIsland(const IslandFlags& flags, const EnvFn& 
   IslandSpec s;
   s.timeout = flags.timeout;
   s.rendezvous_timeout = flags.rendezvous_timeout;
+  s.insecure = flags.insecure;
   if (s.timeout <= absl::ZeroDuration())
     return absl::InvalidArgumentError(absl::StrCat(
         "--island_timeout=", absl::FormatDuration(flags.timeout), ": must be positive"));

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "schema/curve.h"
 
 namespace diloco::island {
 
@@ -30,6 +31,10 @@ struct IslandSpec {
   // How long the ranks wait for each other at the start (a scheduler may start them apart).
   absl::Duration rendezvous_timeout = absl::Minutes(2);
   std::string source;  // where rank and size came from: "flags", "torchrun" or "slurm"
+  // The learner's CURVE key pair (its shard keys): the rendezvous store speaks CURVE with it.
+  // Without keys the store is plaintext, allowed on loopback only unless `insecure`.
+  std::optional<wire::CurveKeyPair> keys;
+  bool insecure = false;
 
   bool alone() const { return size == 1; }
 };
@@ -40,6 +45,7 @@ struct IslandFlags {
   std::string master;  // HOST:PORT
   absl::Duration timeout = absl::Seconds(30);
   absl::Duration rendezvous_timeout = absl::Minutes(2);
+  bool insecure = false;
 };
 
 // getenv, replaceable in tests.

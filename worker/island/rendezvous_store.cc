@@ -20,7 +20,8 @@ std::string Text(const zmq::message_t& m) { return std::string(m.data<char>(), m
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port) {
+absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
+    const std::string& host, int port, const std::optional<wire::CurveKeyPair>& keys) {
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_INET;
   if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0)
@@ -31,9 +32,19 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   freeaddrinfo(found);
   std::unique_ptr<StoreServer> s(new StoreServer());
   const std::string endpoint = absl::StrCat("tcp://", ip, ":", port);
+  if (keys) {
+    auto admitted = wire::AuthorizedKeys::Parse(absl::StrCat("0 ", keys->public_key));
+    if (!admitted.ok()) return admitted.status();
+    auto zap = wire::ZapHandler::Start(s->ctx_, *std::move(admitted));
+    if (!zap.ok()) return zap.status();
+    s->zap_ = *std::move(zap);
+  }
   try {
     s->router_ = zmq::socket_t(s->ctx_, zmq::socket_type::router);
     s->router_.set(zmq::sockopt::linger, 0);
+    if (keys)
+      if (absl::Status st = wire::MakeCurveServer(s->router_, keys->secret_key); !st.ok())
+        return st;
     s->router_.bind(endpoint);
     s->stop_pull_ = zmq::socket_t(s->ctx_, zmq::socket_type::pull);
     s->stop_pull_.bind("inproc://stop");
@@ -87,10 +98,19 @@ void StoreServer::Serve() {
   }
 }
 
-StoreClient::StoreClient(const std::string& host, int port, absl::Duration timeout)
-    : address_(absl::StrCat(host, ":", port)), timeout_(timeout) {
+StoreClient::StoreClient(const std::string& host, int port, absl::Duration timeout,
+                         const std::optional<wire::CurveKeyPair>& keys)
+    : address_(absl::StrCat(host, ":", port)), timeout_(timeout), keys_(keys) {
+  Connect();
+}
+
+void StoreClient::Connect() {
   dealer_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
   dealer_.set(zmq::sockopt::linger, 0);
+  // A key refused here is a Status the first Ask turns into its timeout's error: the keys
+  // were read and checked when the flags were.
+  if (keys_)
+    (void)wire::MakeCurveClient(dealer_, keys_->public_key, keys_->public_key, keys_->secret_key);
   dealer_.connect(absl::StrCat("tcp://", address_));
 }
 
@@ -106,9 +126,7 @@ std::vector<zmq::message_t> StoreClient::Ask(std::vector<zmq::message_t> request
       !zmq::recv_multipart(dealer_, std::back_inserter(reply), zmq::recv_flags::dontwait)) {
     // The request may still be queued for a store that comes up later; its late reply would
     // answer the next request. A fresh socket forgets it.
-    dealer_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
-    dealer_.set(zmq::sockopt::linger, 0);
-    dealer_.connect(absl::StrCat("tcp://", address_));
+    Connect();
     throw gloo::IoException(absl::StrCat("island rendezvous: no answer from rank 0's store at ",
                                          address_, " within ", absl::FormatDuration(timeout_),
                                          " (is rank 0 running, and MASTER_ADDR its address?)"));

@@ -8,8 +8,11 @@
 // this is one, as small as gloo's Store interface allows: set, get (waiting for the key) and
 // wait with a deadline. Keys are never deleted; the store lives as long as rank 0's island.
 //
-// It serves the island's own network (a cluster's LAN), in plaintext, like gloo's transport
-// and torchrun's store: neither is ever exposed beyond the cluster (docs/security.md).
+// With the learner's CURVE key pair (the one it holds for the shards) the store speaks CURVE:
+// rank 0 serves with that pair and admits only clients presenting its public key, which only
+// the island's ranks can prove they hold. Without keys it speaks plaintext, which Island::Join
+// allows on loopback only (or when asked by name: --island_insecure). Gloo's own pairs, like
+// NCCL's and torchrun's store, carry the gradients unencrypted on the cluster's network.
 #pragma once
 
 #include <chrono>
@@ -24,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "gloo/rendezvous/store.h"
+#include "schema/curve.h"
 
 namespace diloco::island {
 
@@ -31,7 +35,9 @@ namespace diloco::island {
 // destroyed.
 class StoreServer {
  public:
-  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const std::string& host, int port);
+  // `keys`: the learner's pair; its public key is the only one admitted.
+  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(
+      const std::string& host, int port, const std::optional<wire::CurveKeyPair>& keys);
   ~StoreServer();
 
  private:
@@ -39,6 +45,7 @@ class StoreServer {
   void Serve();
 
   zmq::context_t ctx_{1};
+  std::unique_ptr<wire::ZapHandler> zap_;  // with keys; destroyed before ctx_
   zmq::socket_t router_;
   zmq::socket_t stop_pull_, stop_push_;  // inproc: wakes the serving thread to end it
   std::thread thread_;
@@ -49,7 +56,9 @@ class StoreServer {
 // store's address and the keys still missing, which gloo's rendezvous passes on as its failure.
 class StoreClient final : public gloo::rendezvous::Store {
  public:
-  StoreClient(const std::string& host, int port, absl::Duration timeout);
+  // `keys`: the learner's pair, as the server's (a CURVE client needs the server's public key).
+  StoreClient(const std::string& host, int port, absl::Duration timeout,
+              const std::optional<wire::CurveKeyPair>& keys);
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
@@ -63,9 +72,11 @@ class StoreClient final : public gloo::rendezvous::Store {
  private:
   // One request and its reply; throws gloo::IoException when no reply comes by `deadline`.
   std::vector<zmq::message_t> Ask(std::vector<zmq::message_t> request, absl::Time deadline);
+  void Connect();
 
   std::string address_;
   absl::Duration timeout_;
+  std::optional<wire::CurveKeyPair> keys_;
   zmq::context_t ctx_{1};
   zmq::socket_t dealer_;
 };
