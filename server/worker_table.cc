@@ -59,6 +59,10 @@ double WorkerTable::FleetCadenceS(absl::Time now, std::optional<uint32_t> fragme
   return *mid;
 }
 
+bool WorkerTable::LeftButDue(const PushRate& r, absl::Time now) {
+  return r.interval_s > 0 && now < r.last + absl::Seconds(r.interval_s);
+}
+
 uint32_t WorkerTable::LiveMissing(absl::Time now, InRound in_round) const {
   uint32_t missing = 0;
   for (const auto& [id, w] : workers_) missing += Live(*w, now) && !in_round(id);
@@ -70,10 +74,11 @@ double WorkerTable::ExpectedMissingWeight(absl::Time now, uint32_t fragment,
   const double cadence = FleetCadenceS(now, fragment);
   double missing = 0;
   for (const auto& [id, w] : workers_) {
-    if (!Live(*w, now) || in_round(id)) continue;
+    if (in_round(id)) continue;
     auto it = w->push_rate.find(fragment);
     if (it == w->push_rate.end()) continue;  // never pushed this fragment: nothing expected
     const PushRate& r = it->second;
+    if (!Live(*w, now) && !(w->left && LeftButDue(r, now))) continue;
     const double per_round =
         r.interval_s > 0 && cadence > 0 ? std::min(1.0, cadence / r.interval_s) : 1.0;
     missing += r.weight * per_round;

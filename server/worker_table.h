@@ -82,12 +82,20 @@ class WorkerTable {
   uint32_t LiveMissing(absl::Time now, InRound in_round) const;
   // What the live workers missing from a round of `fragment` usually bring to one (their
   // moving-average push weight, scaled by their push rate over the fleet's cadence, at most 1);
-  // a worker that never pushed the fragment brings nothing expected.
+  // a worker that never pushed the fragment brings nothing expected. A worker that left still
+  // weighs, as a zero delta, until its next push of the fragment would have been due (its last
+  // push plus its interval), though no round waits for it: a fleet that ends together merges
+  // its last pushes as one round's worth of work (a learner alone at the end must not take a
+  // whole outer step on its own last delta), and a fleet that lost a learner early weighs its
+  // rounds without it from one push interval on, not after --worker_timeout.
   double ExpectedMissingWeight(absl::Time now, uint32_t fragment, InRound in_round) const;
   // The oldest version of `fragment` a live worker that took it holds; `published` when none.
   uint64_t OldestHeld(absl::Time now, uint32_t fragment, uint64_t published) const;
 
  private:
+  // A left worker's push of this fragment would not yet be due.
+  static bool LeftButDue(const PushRate& r, absl::Time now);
+
   absl::Duration timeout_;
   Map workers_;  // by worker id
 };

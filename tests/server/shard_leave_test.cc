@@ -105,6 +105,31 @@ TEST_F(ShardLeaveTest, TheLeaversPushInTheOpenRoundIsMerged) {
   EXPECT_NEAR(h_->shard().params(0)[0], 0.3546, 1e-6);
 }
 
+// A leaver is never waited for, but until its next push would have been due (its last push
+// plus its interval) it still weighs in a round's share as a zero delta: a fleet that ends
+// together merges its last pushes as one round's worth of work, and the last learner alone
+// does not take whole outer steps on its own last deltas. Past that time it weighs no more.
+// The shares are read off round_share, an EMA (0.05) of each closed round's share.
+TEST_F(ShardLeaveTest, ALeaverWeighsAsAZeroDeltaUntilItsNextPushWouldBeDueAndNoLonger) {
+  h_->clock().Advance(absl::Seconds(10));  // round 2 at t = 10: both push, every 10 s
+  h_->Push("a", 1, 0, 2, 2, Filled(n_, 0.2f));
+  h_->Push("b", 2, 0, 2, 2, Filled(n_, 0.2f));
+  ASSERT_EQ(h_->Tick().size(), 2u);
+  ASSERT_NEAR(counters().round_share, 1.0, 1e-12);
+  ASSERT_NE(Only(Leave("b", 2), MsgType::Leave), nullptr);
+  h_->clock().Advance(absl::Seconds(8));  // t = 18: worker 2's next push was due at 20
+  h_->Push("a", 1, 0, 3, 3, Filled(n_, 0.2f));
+  ASSERT_EQ(h_->Tick().size(), 1u) << "the round waited for the leaver";
+  const double ema1 = counters().round_share, share1 = (ema1 - 0.95) / 0.05;
+  EXPECT_GT(share1, 0.3);
+  EXPECT_LT(share1, 0.9) << "the leaver's due push no longer weighs in its round";
+  h_->clock().Advance(absl::Seconds(12));  // t = 30: past it
+  h_->Push("a", 1, 0, 4, 4, Filled(n_, 0.2f));
+  ASSERT_EQ(h_->Tick().size(), 1u);
+  EXPECT_NEAR((counters().round_share - 0.95 * ema1) / 0.05, 1.0, 1e-9)
+      << "the leaver still weighs a push interval after it was due";
+}
+
 TEST_F(ShardLeaveTest, ARepeatedLeaveIsAnsweredAgainAndChangesNothing) {
   ASSERT_NE(Only(Leave("b", 2), MsgType::Leave), nullptr);
   (void)h_->shard().TakeLogLines();

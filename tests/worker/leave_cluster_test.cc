@@ -1,8 +1,9 @@
 // Leaving, end to end against a real diloco-server on 127.0.0.1 (docs/protocol.md, "Leaving"):
 // two learners at --quorum=2 without --elastic_quorum, one done early. Its Drain tells the
 // shard it leaves, so the other's rounds close on its push alone, at once rather than at the
-// 30 s grace cap, and move theta by its whole work (share 1) rather than half of it (the
-// leaver counted as a zero delta). And diloco-worker stopped by SIGTERM leaves too.
+// 30 s grace cap, and, once the leaver's next push would have been due, move theta by its
+// whole work (share 1) rather than half of it (the leaver counted as a zero delta). And
+// diloco-worker stopped by SIGTERM leaves too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,6 +63,7 @@ TEST(LeaveClusterTest, AfterOneLearnerLeavesTheOthersRoundsCloseAtOnceWithTheWho
 
   // Three rounds together, then b is done: drained, and gone from the shard.
   absl::Status b_drained;
+  const absl::Time b_start = absl::Now();
   std::thread tb([&] {
     for (uint32_t s = 0; s < 3 * kH; ++s) {
       Step(pb, 2.0f);
@@ -80,8 +82,10 @@ TEST(LeaveClusterTest, AfterOneLearnerLeavesTheOthersRoundsCloseAtOnceWithTheWho
   EXPECT_EQ(shards.Stat(0, "leaves"), 1);
   EXPECT_EQ(shards.Stat(0, "rounds"), 3 * 4);
 
-  // a alone: each push step's round closes on its push, far within the 30 s cap, and theta
-  // moves to a's local values.
+  // b weighs as a zero delta until its next push would have been due (its push interval, at
+  // most its whole run so far); past that, a alone: each push step's round closes on its push,
+  // far within the 30 s cap, and theta moves to a's local values.
+  absl::SleepFor(absl::Now() - b_start + absl::Milliseconds(200));
   int rounds = 0;
   for (uint32_t s = 0; s < 3 * kH; ++s) {
     Step(pa, 1.0f);
