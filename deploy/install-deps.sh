@@ -6,7 +6,8 @@
 # second protocol client's reference, ZeroMQ, FlatBuffers and xxhash for that client,
 # tests/protocol/; matplotlib for the fleet benchmark's plots, benchmarks/fleet/), and gdb, whose
 # stacks of a process the convergence study finds hung go into the test log
-# (benchmarks/quality/procs.sh). python3-dev and pybind11-dev build the diloco_ps module itself.
+# (benchmarks/quality/procs.sh); Slurm and munge for the fleet check across namespace hosts
+# (deploy/hosts/check-fleet.sh). python3-dev and pybind11-dev build the diloco_ps module itself.
 set -euo pipefail
 
 pkgs=(
@@ -21,7 +22,7 @@ pkgs=(
 )
 if [[ "${1:-}" == "--with-python-tests" ]]; then
   pkgs+=(python3-torch python3-numpy python3-zmq python3-flatbuffers python3-xxhash
-         python3-matplotlib gdb)
+         python3-matplotlib gdb slurm-wlm munge)
 fi
 
 missing=()

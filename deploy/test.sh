@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (CUDA paths too when nvcc is present), and runs
-# the whole test suite, the convergence study's quick mode and the fleet benchmark's; then
+# the whole test suite, the convergence study's quick mode, the fleet benchmark's and the fleet
+# check across namespace hosts (deploy/hosts/check-fleet.sh --short); then
 # fuzzes the message decoder for 60 s (clang, libFuzzer + ASan + UBSan), runs the unit tests and
 # the sync client's, shard's and security multi-process tests built with AddressSanitizer +
 # UndefinedBehaviorSanitizer, and the threaded code's tests under ThreadSanitizer.
@@ -76,6 +77,20 @@ stage "convergence study, quick"
 # not written), never on speed.
 "$root/benchmarks/fleet/diloco-bench" --mode=quick --build="$build" --out="$build/fleet"
 stage "fleet benchmark, quick"
+
+# The fleet across hosts, short form (about 2 minutes, deploy/hosts/README.md): a coordinator
+# and two clusters of two nodes as network namespaces with WAN links, Slurm daemons on each,
+# the shards and two islands (C++, PyTorch) submitted through deploy/slurm's recipes, a rank
+# killed mid-run; fails on any of its checks. Exit 77: this machine cannot make the hosts (not
+# root, no network namespaces or TUN), said loudly and not counted as a pass.
+fleet_rc=0
+DILOCO_BUILD="$build" "$root/deploy/hosts/check-fleet.sh" --short || fleet_rc=$?
+if ((fleet_rc == 77)); then
+  echo "deploy/test.sh: SKIPPED the fleet across hosts: this machine cannot make namespace hosts"
+elif ((fleet_rc != 0)); then
+  exit "$fleet_rc"
+fi
+stage "fleet across hosts, short"
 
 if ((sanitize)); then
   FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-$root/build/fuzz} "$root/tests/fuzz/run_fuzz.sh" "$fuzz_seconds"
