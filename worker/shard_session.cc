@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/ema.h"
 #include "worker/fragment_update.h"
@@ -78,10 +79,15 @@ void ShardSession::Connect() {
 void ShardSession::CheckHandshakes() {
   for (const std::string& refusal : transport_.TakeRefusals()) {
     shared_.Add(&SyncStats::errors);
-    shared_.Fatal(absl::StrCat(Who(), " refuses this worker: ", refusal,
-                               "; is this worker's public key ", opt_.curve_public_key,
-                               " listed for worker ", who_.worker_id,
-                               " in the shard's --curve_authorized_keys?"));
+    // Only the shard's ZAP refusal is about this worker's key; a wrong shard key or a keyless
+    // side says its own cause (schema/handshake_monitor.h).
+    const bool zap = absl::StartsWith(refusal, "the server refused the CURVE handshake");
+    shared_.Fatal(
+        absl::StrCat(Who(), " refuses this worker: ", refusal,
+                     zap ? absl::StrCat("; is this worker's public key ", opt_.curve_public_key,
+                                        " listed for worker ", who_.worker_id,
+                                        " in the shard's --curve_authorized_keys?")
+                         : ""));
   }
 }
 
