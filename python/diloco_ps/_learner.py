@@ -69,7 +69,9 @@ class Learner:
 
     def drain(self, timeout=10.0):
         """A clean stop: no new pushes; waits until every push is answered and adopts what
-        arrives meanwhile (the whole model is copied down, and what was adopted back up)."""
+        arrives meanwhile (the whole model is copied down, and what was adopted back up); then
+        tells every shard this learner leaves, so that no round waits for it any more (a
+        learner that starts again later joins as a new generation)."""
         self._native.drain(float(timeout))
 
     def last_written(self):
