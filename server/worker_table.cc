@@ -59,10 +59,6 @@ double WorkerTable::FleetCadenceS(absl::Time now, std::optional<uint32_t> fragme
   return *mid;
 }
 
-bool WorkerTable::LeftButDue(const PushRate& r, absl::Time now) {
-  return r.interval_s > 0 && now < r.last + absl::Seconds(r.interval_s);
-}
-
 uint32_t WorkerTable::LiveMissing(absl::Time now, InRound in_round) const {
   uint32_t missing = 0;
   for (const auto& [id, w] : workers_) missing += Live(*w, now) && !in_round(id);
@@ -78,7 +74,7 @@ double WorkerTable::ExpectedMissingWeight(absl::Time now, uint32_t fragment,
     auto it = w->push_rate.find(fragment);
     if (it == w->push_rate.end()) continue;  // never pushed this fragment: nothing expected
     const PushRate& r = it->second;
-    if (!Live(*w, now) && !(w->left && LeftButDue(r, now))) continue;
+    if (!Weighs(*w, now)) continue;
     const double per_round =
         r.interval_s > 0 && cadence > 0 ? std::min(1.0, cadence / r.interval_s) : 1.0;
     missing += r.weight * per_round;

@@ -70,6 +70,9 @@ class WorkerTable {
   bool Live(const WorkerInfo& w, absl::Time now) const {
     return !w.left && now - w.last_seen <= timeout_;
   }
+  // Counted in a round's expected weight (as a zero delta when missing): live, or left within
+  // the worker timeout (see ExpectedMissingWeight).
+  bool Weighs(const WorkerInfo& w, absl::Time now) const { return now - w.last_seen <= timeout_; }
   uint32_t LiveCount(absl::Time now) const;
   // Workers whose current generation has left.
   uint32_t LeftCount() const;
@@ -83,19 +86,16 @@ class WorkerTable {
   // What the live workers missing from a round of `fragment` usually bring to one (their
   // moving-average push weight, scaled by their push rate over the fleet's cadence, at most 1);
   // a worker that never pushed the fragment brings nothing expected. A worker that left still
-  // weighs, as a zero delta, until its next push of the fragment would have been due (its last
-  // push plus its interval), though no round waits for it: a fleet that ends together merges
-  // its last pushes as one round's worth of work (a learner alone at the end must not take a
-  // whole outer step on its own last delta), and a fleet that lost a learner early weighs its
-  // rounds without it from one push interval on, not after --worker_timeout.
+  // weighs, as a zero delta, for the worker timeout after it was last seen (its Leave), as a
+  // worker that went silent does, though no round waits for it: a fleet that ends together
+  // merges its last pushes as one round's worth of work, and the last learner alone does not
+  // take whole outer steps on its own last deltas (docs/protocol.md, "Leaving", has the
+  // measurements that decided it).
   double ExpectedMissingWeight(absl::Time now, uint32_t fragment, InRound in_round) const;
   // The oldest version of `fragment` a live worker that took it holds; `published` when none.
   uint64_t OldestHeld(absl::Time now, uint32_t fragment, uint64_t published) const;
 
  private:
-  // A left worker's push of this fragment would not yet be due.
-  static bool LeftButDue(const PushRate& r, absl::Time now);
-
   absl::Duration timeout_;
   Map workers_;  // by worker id
 };
