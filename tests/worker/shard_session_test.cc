@@ -680,10 +680,22 @@ TEST_F(ShardSessionTest, ARefusedPlanOrShardOrderIsFatal) {
 TEST_F(ShardSessionTest, ARefusedCurveKeyIsFatalAndNamesTheKey) {
   opt_.curve_public_key = "the-public-key";
   Start();
-  transport_.refusals.push_back("ZAP status 400");
+  transport_.refusals.push_back(
+      "the server refused the CURVE handshake (ZAP status 400) at tcp://h:1");
   session_->Tick(false);
   EXPECT_NE(shared_.fatal().find("ZAP status 400"), std::string::npos);
   EXPECT_NE(shared_.fatal().find("the-public-key"), std::string::npos);
+}
+
+// A refusal that is not the shard's ZAP verdict (a wrong shard key, a keyless side) says its
+// own cause, without a hint about this worker's key.
+TEST_F(ShardSessionTest, ARefusalOtherThanZapCarriesNoKeyHint) {
+  opt_.curve_public_key = "the-public-key";
+  Start();
+  transport_.refusals.push_back("the shard at tcp://h:1 does not speak CURVE");
+  session_->Tick(false);
+  EXPECT_NE(shared_.fatal().find("does not speak CURVE"), std::string::npos);
+  EXPECT_EQ(shared_.fatal().find("the-public-key"), std::string::npos);
 }
 
 TEST_F(ShardSessionTest, JoinsAreAskedAgainOnlyAfterAQuietInterval) {

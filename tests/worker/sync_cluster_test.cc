@@ -347,10 +347,12 @@ TEST(WorkerSyncTest, DynamicLocalUpdatesEvenOutTheCadenceOfAHeterogeneousFleet) 
   const double hi = *std::max_element(r.begin(), r.end());
   ASSERT_GT(lo, 0);
   EXPECT_LE(hi / lo, 2.0) << "pushes/s " << r[0] << " " << r[1] << " " << r[2];
-  // DyLU acted: the slowest worker pushed with fewer inner steps than H = 20.
+  // DyLU acted: the slowest worker pushed with fewer inner steps than H = 20 while the fleet
+  // trained together (mid-run). Not at its last event: the faster workers, done, leave the
+  // shard, and the slowest, alone, is then the fastest live worker, back at H = 20.
   const auto slow = Named(ReadTyped(f.Jsonl(2)), "progress");
   ASSERT_FALSE(slow.empty());
-  EXPECT_LT(slow.back().num.at("inner_steps"), 20);
+  EXPECT_LT(slow[slow.size() / 2].num.at("inner_steps"), 20);
   // The training thread's share of syncing stays small (copies only).
   auto done = Named(ReadTyped(f.Jsonl(0)), "done");
   ASSERT_EQ(done.size(), 1u);
