@@ -130,7 +130,8 @@ class ShardHarness {
   std::unique_ptr<Shard> shard_;
 };
 
-// The single reply of `type` in `out` (fails the test when there is not exactly one).
+// The single reply of `type` in `out` (fails the test when there is not exactly one). The
+// pointer points into `out`: keep a named vector for it when the pointer outlives the statement.
 inline const Outgoing* Only(const std::vector<Outgoing>& out, wire::MsgType type) {
   const Outgoing* found = nullptr;
   int n = 0;

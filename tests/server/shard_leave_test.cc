@@ -151,7 +151,8 @@ TEST_F(ShardLeaveTest, AWorkerThatLeftStaysGone) {
   ASSERT_NE(Only(h_->Send("b", h_->Base(MsgType::Heartbeat, 2)), MsgType::Heartbeat), nullptr);
   EXPECT_EQ(h_->shard().live_workers(), 1u);
   // What would change state is refused: a push, a pull, a Hello of the generation that left.
-  const Outgoing* e = Only(h_->Push("b", 2, 0, 2, 2, Filled(n_, 0.2f)), MsgType::Error);
+  auto push = h_->Push("b", 2, 0, 2, 2, Filled(n_, 0.2f));
+  const Outgoing* e = Only(push, MsgType::Error);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->header.error_code, ErrorCode::BadIdentity);
   EXPECT_NE(e->header.message.find("has left"), std::string::npos) << e->header.message;
@@ -203,7 +204,8 @@ TEST_F(ShardLeaveTest, AMalformedLeaveIsRefusedAndChangesNothing) {
   // A header damaged on the way names nothing: refused before it is read.
   auto frames = ShardHarness::Frames(h_->Base(MsgType::Leave, 2), {});
   frames[0].data<uint8_t>()[8] ^= 0x10;
-  const Outgoing* e = Only(h_->SendRaw("b", std::move(frames)), MsgType::Error);
+  auto damaged = h_->SendRaw("b", std::move(frames));
+  const Outgoing* e = Only(damaged, MsgType::Error);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->header.error_code, ErrorCode::BadChecksum);
   EXPECT_EQ(counters().leaves, 0u);
