@@ -1,6 +1,9 @@
 // The Shard's private parts that its translation units share: a fragment's state and the small
 // helpers more than one of them uses. The class is split by job:
-//   shard.cc             creation, dispatch, admission (Hello, Init, Push, Pull, Heartbeat)
+//   shard.cc             creation, dispatch, the checks every message passes, refusals
+//   shard_hello.cc       identity: Hello, Heartbeat, Leave
+//   shard_push.cc        push intake: exactly-once, credit, staleness, the weight cap
+//   shard_pull.cc        a fragment's whole values: InitFragment and Pull
 //   shard_rounds.cc      rounds: closing, the outer step, quantized downloads, publication
 //   shard_checkpoint.cc  recovery from the store, checkpoint scheduling and results
 //   shard_stats.cc       introspection and the Stats JSON
