@@ -19,8 +19,8 @@ std::vector<ChecksumImpl> ChecksumImpls() {
 
 // Debian's libxxhash is built for baseline x86-64 (SSE2). Every payload byte is hashed on the
 // receive path, mostly from memory another core has just written (measured with
-// diloco-bench-checksum, benchmarks/RESULTS.md): use the widest vectors the CPU has. Chosen on
-// first use, so that other files' static initialisers may hash too.
+// diloco-bench-checksum, benchmarks/checksum/RESULTS.md): use the widest vectors the CPU has.
+// Chosen on first use, so that other files' static initialisers may hash too.
 uint64_t Checksum64(const void* data, size_t size) {
   static const auto impl = internal::ChecksumImpls().back().fn;
   return impl(data, size);

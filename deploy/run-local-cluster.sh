@@ -8,8 +8,8 @@
 # floor. Settings: deploy/flags/local-{worker,server}.flags, the ones the convergence study
 # measures (benchmarks/quality/run.sh, group g). Every worker draws its own batches from the
 # whole mixture (--split=iid, the default: the fleet's export held 0.915x the lone worker's loss
-# against 0.974x with owned shares, benchmarks/RESULTS.md); --split=owned gives each worker a
-# non-IID share (80% from the chains it owns; every chain is some worker's own).
+# against 0.974x with owned shares, benchmarks/quality/RESULTS.md); --split=owned gives each
+# worker a non-IID share (80% from the chains it owns; every chain is some worker's own).
 #
 # Usage: deploy/run-local-cluster.sh [--duration=60s] [--workers=3] [--shards=2] [--codec=C]
 #                                    [--model=M] [--lr=LR] [--inner_steps=H] [--device=cpu]

@@ -54,7 +54,8 @@ constexpr bool HasScales(CodecKind k) {
 //   kEliasFano: with L = TopKEliasFanoLow(kb, len), kb fields of L bits (each index's low bits,
 //     in increasing order of index), then kb + ((len - 1) >> L) bits in which the j-th kept
 //     index (from 0) sets bit (index >> L) + j: about 2 + log2(len / kb) bits per index, within
-//     a few percent of delta-coded gaps (benchmarks/RESULTS.md "Top-k pushes") at a fixed size.
+//     a few percent of delta-coded gaps (benchmarks/kernels/RESULTS.md "Top-k pushes") at a fixed
+//     size.
 enum class TopKForm : uint8_t { kBitmap, kPacked, kEliasFano };
 
 // Bits of one packed index: ceil(log2(block)).

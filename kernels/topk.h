@@ -1,7 +1,7 @@
 // The sparse top-k codecs (CodecKind::kTopK, kTopKPacked): per block of a worker's error-fed delta,
 // only the k entries of largest magnitude travel, each as 2 bits; what is not sent stays in the
 // error feedback residual. For pushes: at 2% of a 2048 block it is 0.028 bytes per value, against
-// 0.5 for int4 (benchmarks/RESULTS.md, "Top-k pushes").
+// 0.5 for int4 (benchmarks/kernels/RESULTS.md, "Top-k pushes").
 //
 // Per block of len values with kb = TopKCount(c, len) kept entries (codec_kind.h):
 //   * which entries: the kb largest by |x|, ties to the lower index (a strict order on the pair
@@ -22,7 +22,8 @@
 //     packed or bitmap (its wire form since 2026-12-03), kTopK the smallest of the three. Not
 //     delta coding (what was asked for first): a size fixed by n keeps EncodedBytes exact, so
 //     chunking, payload checks and the shard's buffers work unchanged; Elias-Fano comes within
-//     a few percent of Rice-coded gaps at that fixed size (benchmarks/RESULTS.md "Top-k pushes").
+//     a few percent of Rice-coded gaps at that fixed size (benchmarks/kernels/RESULTS.md "Top-k
+//     pushes").
 //   * codes: 2 bits per kept entry in index order, LSB first (4 per byte).
 // Padding bits are zero. Encode writes the block's lo, hi at bytes [8b, 8b + 8) of the chunk and
 // its record at 8 nb + b * TopKRecordBytes(c, block).

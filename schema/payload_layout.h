@@ -17,8 +17,8 @@
 namespace diloco::wire {
 
 // Elements per chunk: a whole number of codec blocks, about 1 Mi elements, so that frames stay a
-// few MiB (large received zmq frames are freshly mapped memory: slow; benchmarks/RESULTS.md,
-// "Transport").
+// few MiB (large received zmq frames are freshly mapped memory: slow;
+// benchmarks/transport/RESULTS.md).
 constexpr uint64_t ChunkElements(uint32_t block) {
   const uint64_t b = block == 0 ? 1 : block;
   return ((uint64_t{1} << 20) + b - 1) / b * b;

@@ -5,7 +5,7 @@
 // frames of a 16 MiB payload have left the receiving core's cache, and verifying their
 // checksums reads them back from memory: on 2 cores that kept the push path at ~75% of raw
 // ZeroMQ for 16-64 MiB payloads. One message per ~4 MiB chunk is verified right after it
-// arrives (benchmarks/RESULTS.md, Transport). The receiver joins the chunks back into one
+// arrives (benchmarks/transport/RESULTS.md). The receiver joins the chunks back into one
 // Message whose payload frames are the chunks' frames, moved, never copied.
 //
 // ZeroMQ keeps the messages of one connection in order, and senders (wire::Send) send a train

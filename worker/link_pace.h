@@ -4,7 +4,7 @@
 // restarted shard re-asks everything by itself), so a retry timer must not fire while the first
 // answer is merely still crossing a slow link: at 10 Mbit/s a join of 12.8M parameters took 4-5
 // minutes instead of 45 s because every fragment was asked for (and sent) six times over
-// (benchmarks/RESULTS.md, "WAN emulation").
+// (benchmarks/wan/RESULTS.md, "WAN emulation").
 //
 // The rate of one direction is measured from what arrives while answers are awaited: each
 // message's bytes over the time since the previous arrival (which includes the peer's own work:

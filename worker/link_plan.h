@@ -14,9 +14,9 @@
 //   margin x need(codec) <= H x step_time.
 // Choices form one ladder, from the most precise and frequent to the least: each of the
 // codecs at the smallest H (int8 then int4 by default: int4 cost 0.13% of held-out loss in the
-// study's frontier group, benchmarks/RESULTS.md), then the last codec at H growing by 25% a rung
-// up to the largest H. The choice is the finest rung that fits (the coarsest when none does). To
-// keep it from flapping with the measurement's noise, a worker takes a coarser rung as soon as
+// study's frontier group, benchmarks/quality/RESULTS.md), then the last codec at H growing by 25% a
+// rung up to the largest H. The choice is the finest rung that fits (the coarsest when none does).
+// To keep it from flapping with the measurement's noise, a worker takes a coarser rung as soon as
 // its own stops fitting, but a finer one only when that one fits with margin / hysteresis.
 //
 // Pure: the caller (worker/sync_client.cc) passes the measurements; tests drive it directly.

@@ -6,7 +6,7 @@ and --workers (2) synthetic learners (diloco-worker --device=synthetic: the real
 and wire, no model math; --step_time a step, H = --inner_steps, --codec pushes (int8), 8
 fragments). fp32 pushes hold no error-feedback residual, 4 B/param less per learner: what let
 a 1.01B learner join beside the shards on a 23 GB machine, and the whole 1.01B row run there
-(benchmarks/RESULTS.md, "Rejoin time"). Once
+(benchmarks/fleet/RESULTS.md, "Rejoin time"). Once
 they train and the shards have applied a round of pushes:
   learner: the last worker is killed (SIGKILL) and started again at once. Measured from its start
     to its "joined" event (theta(0) known, every fragment pulled: its first step is on the fleet's

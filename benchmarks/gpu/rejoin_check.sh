@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rejoin time at 1B parameters, on the GPU machine's memory (128 GiB; the development machine's
 # 23 GiB hold a 1.01B row with one fp32 learner, not a 1.26B learner beside two shards:
-# benchmarks/RESULTS.md, "Rejoin time").
+# benchmarks/fleet/RESULTS.md, "Rejoin time").
 # No GPU is used: benchmarks/fleet/rejoin.py with the bundle's programs (the bundle mirrors the
 # build tree), first at GPT-2 124M (the row measured on the development machine, as the peer on
 # this machine), then at 1.26B (24 layers of width 2048, context 1024, GPT-2's vocabulary).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The transport benchmarks on the GPU machine's 16 cores, where the receiving thread has a core
 # of its own (on the 2-vCPU development machine it shares two cores with both ZeroMQ I/O
-# threads; benchmarks/RESULTS.md, "Transport"). Three runs of diloco-bench-transport without
+# threads; benchmarks/transport/RESULTS.md). Three runs of diloco-bench-transport without
 # CURVE (the target there: push >= 90% of raw ZeroMQ from 4 MiB) and one of
 # diloco-bench-checksum (the receiver's read against the memory's). Logs under OUT.
 # Usage: benchmarks/gpu/transport_check.sh BUNDLE OUT   (BUNDLE: see prepare.sh)

@@ -93,7 +93,8 @@ done
 # scale (1500 steps, H = 50; without c's one-rule-changed arms) and group g once for 40 s. Until
 # 2026-12-03 it ran 600 steps at H = 25 with a constant rate, where the asynchronous arm
 # scattered from 1.04 to 1.13 of synchronous DiLoCo, too wide to gate near the 1.01 target; at
-# 1500 steps it scatters from 1.012 to 1.023 (benchmarks/RESULTS.md, "The quick mode's gates").
+# 1500 steps it scatters from 1.012 to 1.023 (benchmarks/quality/RESULTS.md, "The quick mode's
+# gates").
 case $mode in
   smoke) steps=60 every=20 main_secs=8 hetero_secs=8 groups=${groups:-acg} repeats=${repeats:-1} inner=10 schedule=auto timeout=120 ;;
   quick) steps=1500 every=100 main_secs=40 hetero_secs=40 groups=${groups:-acg} repeats=${repeats:-1} inner=50 schedule=auto timeout=300 ;;
@@ -511,8 +512,8 @@ if [[ $groups == *i* ]]; then
     for c in fp32 int4; do run_fleet "d.$c" d 4 2 "$sync_srv" "${sync4[@]}" --codec=$c; done
   fi
   # 0.0429 keeps 88 of 2048: 101 B a block with Elias-Fano indices, 0.049 B/param/round.
-  # Top-k pushes take their own outer step, no momentum and lr 2 (benchmarks/RESULTS.md, "The
-  # sparse pushes' outer step"): error feedback already carries what a round did not send into
+  # Top-k pushes take their own outer step, no momentum and lr 2 (benchmarks/quality/RESULTS.md,
+  # "The sparse pushes' outer step"): error feedback already carries what a round did not send into
   # later rounds, and momentum on top of it re-applies that delayed mass.
   for f in 0.0429 0.03 0.01; do
     run_fleet "i.topk$f" i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:$f

@@ -59,8 +59,8 @@ PAIRS = [("f", "f.sync-dylu", "f.sync-even", None, "synchronous: H, H/2, H/4, H 
          ("e", "e.sync8", "a.sync4", None, "lockstep, twice the workers"),
          ("e", "e.sync8-drop50", "e.sync8", 1.025, "8 replicas as DiLoCo's: paper +2.1% at 50%")]
 # Quick mode's gates (deploy/test.sh): (arm, baseline, "max" or "min", bound, what it checks).
-# Each bound comes from measured scatter (benchmarks/RESULTS.md, "The quick mode's gates", with
-# the commands): a deterministic arm is gated a few thousandths above its value; a timed arm at
+# Each bound comes from measured scatter (benchmarks/quality/RESULTS.md, "The quick mode's gates",
+# with the commands): a deterministic arm is gated a few thousandths above its value; a timed arm at
 # its worst reading over quiet and loaded runs plus a margin; QUICK_GATES_MEASURED says when.
 QUICK_GATES_MEASURED = "2026-12-03"
 QUICK_GATES = [
@@ -268,8 +268,8 @@ def main():
         ratio = final / best
         end_lines.append(f"| {arm} | {best:.4f} | {final:.4f} | {ratio:.4f} |")
         target = END_OF_RUN_TARGET.get(a.mode, 1.01)
-        # The main job stops on the workers' clocks: its end is a known gap (RESULTS.md), shown
-        # in the table but not a gate of quick mode.
+        # The main job stops on the workers' clocks: its end is a known gap
+        # (benchmarks/quality/RESULTS.md), shown in the table but not a gate of quick mode.
         gated = not arm.startswith("c.naive") and not (a.mode == "quick" and arm.startswith("g."))
         if ratio > target and gated:
             missed.append(f"end of run {arm}: export {final:.4f} vs best late global "
@@ -321,7 +321,7 @@ def main():
         gate_lines, gate_missed = check_gates(gates, loss)
         missed = [m for m in missed if m.startswith("end of run")] + gate_missed
         print(f"\nquick mode's gates (bounds measured {QUICK_GATES_MEASURED}, "
-              "benchmarks/RESULTS.md):\n" + "\n".join(gate_lines))
+              "benchmarks/quality/RESULTS.md):\n" + "\n".join(gate_lines))
     elif targets:
         print("\ntargets:\n" + "\n".join(targets))
     print(f"\n{len(missed)} missed" + (":\n  " + "\n  ".join(missed) if missed else ""))

@@ -2,8 +2,8 @@
 //   fleet: N = 8, 16, 32 at 0, 0.1, 0.3, 1, 3 fleet failures per round, every mode, with
 //          benchmarks/fleet/goodput.py's settings (to set beside its measured rows);
 //   scale: N = 1e3 .. 1e6 learners, each a failure unit with a per-learner mean time to failure
-//          of 1 year and 0.1 year (benchmarks/RESULTS.md, "Goodput at scale
-//          (simulation)", says where the year comes from), step 1 s, H = 100, recovery 10 min,
+//          of 1 year and 0.1 year (benchmarks/sim/RESULTS.md, "The paper's
+//          rates", says where the year comes from), step 1 s, H = 100, recovery 10 min,
 //          synchronous rounds without a grace cap (they wait for every member);
 //   recovery: the scale sweep's fleet at N = 1,000 and 1 or 3 fleet failures per round, the
 //          recovery time from 1 to 32 rounds: what bounds async over synchronous (a rigid

@@ -2,7 +2,7 @@
 // fault-injecting proxies and 6 workers on 127.0.0.1, for --duration of faults; prints what was
 // injected and survived and every invariant violation; exit status 0 only with none.
 //   diloco-chaos --duration=3m --seed=1           (the short mode deploy/test.sh runs)
-//   diloco-chaos --duration=1h --seed=7 --keep    (the long mode, benchmarks/RESULTS.md)
+//   diloco-chaos --duration=1h --seed=7 --keep    (the long mode, benchmarks/chaos/RESULTS.md)
 #include <unistd.h>
 
 #include <atomic>

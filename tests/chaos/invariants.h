@@ -108,10 +108,10 @@ struct ProgressFigures {
 constexpr double kMinGapClosed = 0.5;
 // How much worse than the best midway evaluation the end may be, in nats. The global model of
 // the chaos cluster (constant inner rate, a fault every 3 s) wanders: in ten 3-minute runs of
-// seed 1 (2026-12-03, benchmarks/RESULTS.md "Chaos") its evaluations within one run spread by up
-// to 0.27 nats (1.45-1.72), and the end lay from 0.05 below to 0.16 above the best midway one.
-// A wrecked fragment ended 6.6 nats above it, and a fleet-wide excursion of the same cause took
-// training losses ~3 nats up: 0.5 stays clear of the scatter and far below either.
+// seed 1 (2026-12-03, benchmarks/chaos/RESULTS.md "A late push") its evaluations within one run
+// spread by up to 0.27 nats (1.45-1.72), and the end lay from 0.05 below to 0.16 above the best
+// midway one. A wrecked fragment ended 6.6 nats above it, and a fleet-wide excursion of the same
+// cause took training losses ~3 nats up: 0.5 stays clear of the scatter and far below either.
 constexpr double kMaxLossRegression = 0.5;
 
 // Invariant 7: the end closes at least kMinGapClosed of the gap from `initial` to `floor`, and

@@ -30,7 +30,7 @@ inline constexpr double kShardBurstPeakBoundBytesPerParam = 15.5;
 //   integration_size_worker_test, the worker (its done event's peak_bytes_per_param: 16 of
 //   training state, 12 of sync buffers, encoded pushes and frames in flight): periodic 31.14,
 //   32.07 (7 resends), 42.46 (10 resends, load 25), 31.53; per-round 30.53, 32.61;
-//   benchmarks/RESULTS.md, "At size": 31.48-32.70. Bound 36: the 42.46 came from a run that
+//   benchmarks/server/RESULTS.md, History: 31.48-32.70. Bound 36: the 42.46 came from a run that
 //   failed on its resends anyway, and is not explained yet.
 inline constexpr double kWorkerPeakBoundBytesPerParam = 36.0;
 

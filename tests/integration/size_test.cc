@@ -1,7 +1,7 @@
 // A real diloco-server holding a GPT-2 124M shard (one shard, 8 fragments, ~124M parameters),
 // fed by a synthetic pusher (tests/integration/synthetic_pusher.h: int8 deltas, no model math),
-// in each durability mode. Checks what once failed at this size (benchmarks/RESULTS.md, "At
-// size"): every push is applied, the shard counts no bad message and refuses nothing, its
+// in each durability mode. Checks what once failed at this size (benchmarks/server/RESULTS.md,
+// "At size"): every push is applied, the shard counts no bad message and refuses nothing, its
 // resident memory stays within 12.5 bytes per parameter at steady state and its peak within its
 // bound (memory_bound.h), and after kill -9 the restarted shard serves exactly the state it last
 // published (every fragment's version and values).

@@ -1,15 +1,15 @@
 // A real diloco-worker training GPT-2 124M against one shard of 8 fragments, with every fragment
 // pushed at once (--stream=false), in each durability mode: the case the shard's failures at this
-// size were found with (2026-12-01; benchmarks/RESULTS.md, "A real worker at 124M, every fragment
-// pushed at once"). A shard whose loop pass ran for seconds at this size (fresh pages for every
-// round's buffers, every due round closed in one pass, checkpoints on the loop) left the worker's
-// heartbeats unanswered past its --shard_timeout: the worker reconnected, its pushes in flight on
-// the old connection were refused, re-sent and counted as duplicates, and some were never answered.
-// Checked: every push is answered Applied, with no resend, reconnect, refusal, duplicate or bad
-// message on either side, every fragment moved, once the pushes stopped the shard's resident memory
-// comes within its bound (tests/integration/memory_bound.h; every fragment's round open at once is
-// the pool's worst case, docs/architecture.md), and the shard's and the worker's peaks over the
-// whole run stay within theirs.
+// size were found with (2026-12-01; benchmarks/server/RESULTS.md, "A real worker at 124M, every
+// fragment pushed at once"). A shard whose loop pass ran for seconds at this size (fresh pages for
+// every round's buffers, every due round closed in one pass, checkpoints on the loop) left the
+// worker's heartbeats unanswered past its --shard_timeout: the worker reconnected, its pushes in
+// flight on the old connection were refused, re-sent and counted as duplicates, and some were never
+// answered. Checked: every push is answered Applied, with no resend, reconnect, refusal, duplicate
+// or bad message on either side, every fragment moved, once the pushes stopped the shard's resident
+// memory comes within its bound (tests/integration/memory_bound.h; every fragment's round open at
+// once is the pool's worst case, docs/architecture.md), and the shard's and the worker's peaks over
+// the whole run stay within theirs.
 //
 // Bounded: ~4.5 GB worker and ~1.7 GB shard, one pair at a time (RUN_SERIAL), 6 inner steps,
 // every wait bounded. Behaviour only. The margin: --shard_timeout=10s (default 3 s). Quiet, the

@@ -1,6 +1,6 @@
 // The CUDA trainer's attention choice (worker/model/cuda/gpt_cuda.h, ChooseAttention): plain
 // C++, so it runs here without a GPU. kAuto takes the materialized attention (the faster on an
-// H200: benchmarks/RESULTS.md, "Model (GPU)") only where its (layers + 1) x B x NH x T x T
+// H200: benchmarks/gpu/RESULTS.md, "Model") only where its (layers + 1) x B x NH x T x T
 // float scores fit in a quarter of the GPU's free memory.
 #include <gtest/gtest.h>
 

@@ -5,8 +5,8 @@
 // Why not OpenBLAS's own threads: they spin and yield while they wait for each other at the end
 // of every product. Beside any other runnable process one of them is descheduled while the
 // others spin, and a worker with --threads=2 on a 2-core machine fell 3 to 20 times below its
-// quiet rate (RESULTS.md, "The CPU trainer's threads"). Threads that block give the other
-// process its share and lose only that share.
+// quiet rate (benchmarks/model/RESULTS.md, "The CPU trainer's threads"). Threads that block give
+// the other process its share and lose only that share.
 #pragma once
 
 #include "absl/functional/function_ref.h"

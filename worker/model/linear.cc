@@ -12,7 +12,7 @@ namespace diloco::model {
 
 // A product below this many FLOPs is not split: waking the threads and waiting for them costs
 // tens of microseconds (on the tiny GPT, splitting its 4-17 MFLOP products made a 2-thread step
-// 10% slower than not splitting them; RESULTS.md, "The CPU trainer's threads").
+// 10% slower than not splitting them; benchmarks/model/RESULTS.md, "The CPU trainer's threads").
 constexpr double kSplitFlops = 2e7;
 
 // With CpuThreads() > 1 a large product is split into blocks of C's rows (or columns, when C

@@ -23,7 +23,7 @@ namespace diloco::model::cuda {
 // B x NH x T x T per layer through cuBLAS batched GEMMs, the reference it is tested against).
 // kAuto (the trainer's default) takes materialized where its scores fit (ChooseAttention): on
 // an H200 it trains GPT-2 124M and 350M about twice as fast as the streaming kernels, whose
-// one-thread-per-row fp32 loops use no tensor cores (benchmarks/RESULTS.md, "Model (GPU)").
+// one-thread-per-row fp32 loops use no tensor cores (benchmarks/gpu/RESULTS.md, "Model").
 enum class GpuAttention { kAuto, kStreaming, kMaterialized };
 
 struct GpuShape {
