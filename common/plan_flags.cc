@@ -121,7 +121,7 @@ std::vector<char*> ParseFlags(int argc, char** argv, std::string usage_on_error,
   UsageOnError() = std::move(usage_on_error);
   HelpFiles().assign({"common/plan_flags.cc"});
   for (absl::string_view f : help_files) HelpFiles().emplace_back(f);
-  absl::FlagsUsageConfig config;
+  absl::FlagsUsageConfig config = absl::flags_internal::GetUsageConfig();
   config.contains_helpshort_flags = config.contains_help_flags = [](absl::string_view f) {
     for (const std::string& suffix : HelpFiles())
       if (absl::EndsWith(f, suffix)) return true;

@@ -32,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "common/hf_layout.h"
 #include "common/plan_flags.h"
+#include "common/version.h"
 #include "ctl/commands.h"
 #include "ctl/export_any.h"
 #include "storage/model_export.h"
@@ -234,6 +235,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  diloco::SetVersionFlag("diloco-ctl");
   absl::SetProgramUsageMessage(
       "diloco-ctl SUBCOMMAND [flags] [STORE_DIR...]; diloco-ctl help for the subcommands");
   const std::vector<char*> positional =

@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/version.h"
 #include "schema/curve.h"
 
 ABSL_FLAG(std::string, out, "", "write PREFIX.secret and PREFIX.public");
@@ -13,6 +14,7 @@ ABSL_FLAG(int32_t, worker_id, -1,
           "if set, also print the authorized-keys line \"worker_id public-key\" for this key");
 
 int main(int argc, char** argv) {
+  diloco::SetVersionFlag("diloco-keygen");
   absl::SetProgramUsageMessage("diloco-keygen --out=PREFIX [--worker_id=N]");
   absl::ParseCommandLine(argc, argv);
   const std::string prefix = absl::GetFlag(FLAGS_out);

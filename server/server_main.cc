@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/event_log.h"
+#include "common/version.h"
 #include "schema/curve.h"
 #include "schema/transport.h"
 #include "server/audit_log.h"
@@ -166,6 +167,7 @@ void SendAll(zmq::socket_t& sock, Shard& shard, std::vector<Outgoing>& out) {
 int main(int argc, char** argv) {
   using namespace diloco;
   using namespace diloco::server;
+  SetVersionFlag("diloco-server");
   ParseServerFlags(argc, argv);
   auto options = ServerOptionsFromFlags();
   if (!options.ok()) return Fail(options.status());

@@ -23,6 +23,7 @@
 #include "common/model_refusal.h"
 #include "common/model_spec.h"
 #include "common/process_memory.h"
+#include "common/version.h"
 #include "schema/curve.h"
 #include "schema/transport.h"
 #include "worker/model/cpu_trainer.h"
@@ -34,7 +35,7 @@
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/synthetic_trainer.h"
-#include "worker/resume_state.h"
+#include "worker/state_keeper.h"
 #include "worker/sync_client.h"
 #include "worker/worker_flags.h"
 
@@ -246,6 +247,7 @@ absl::StatusOr<std::unique_ptr<diloco::worker::SyncClient>> JoinFleet(
 
 int main(int argc, char** argv) {
   using namespace diloco;
+  SetVersionFlag("diloco-worker");
   worker::ParseWorkerFlags(argc, argv);
   auto options = worker::WorkerOptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
@@ -317,12 +319,16 @@ int main(int argc, char** argv) {
       sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync",
       eval_str.c_str());
 
-  if (w.start_step > 0)
-    std::fprintf(stderr, "diloco-worker[%u]: resumes its schedule at step %ld of %ld%s\n", wid,
+  worker::StateKeeper keeper(w, spec->rank);
+  const auto resumed = keeper.Restore(tr);
+  if (!resumed.ok()) return Fail(resumed.status());
+  if (w.start_step > 0 || !resumed->empty())
+    std::fprintf(stderr, "diloco-worker[%u]: resumes its schedule at step %ld of %ld%s%s\n", wid,
                  static_cast<long>(w.start_step), static_cast<long>(w.steps),
                  w.resumed_elapsed > absl::ZeroDuration()
                      ? absl::StrCat(" after ", absl::FormatDuration(w.resumed_elapsed)).c_str()
-                     : "");
+                     : "",
+                 resumed->empty() ? "" : absl::StrCat(", with ", *resumed).c_str());
   const int64_t max_steps = w.steps;
   const int64_t eval_every = w.eval_every;
   const absl::Time start = absl::Now();
@@ -337,9 +343,8 @@ int main(int argc, char** argv) {
   uint64_t tokens = 0, tokens_at_last = 0;
   absl::Time last = start;
   double loss_ema = 0;
-  absl::Duration busy;            // inside Trainer::Step
-  int64_t step = w.start_step;    // of the schedule; this run trains step - start_step of them
-  uint64_t applied_recorded = 0;  // --state_dir: the applied pushes the recorded step counts
+  absl::Duration busy;          // inside Trainer::Step
+  int64_t step = w.start_step;  // of the schedule; this run trains step - start_step of them
   for (;; ++step) {
     const absl::Time t0 = absl::Now();
     bool stop = g_stop || (max_steps > 0 && step >= max_steps) || t0 >= end;
@@ -371,16 +376,10 @@ int main(int argc, char** argv) {
             return island ? island->Range(offset, n) : tr.ParamRange(offset, n);
           },
           tr.tokens_per_step() * spec->size, dt);
-      if (!w.state_dir.empty()) {
-        if (const uint64_t applied = sync->stats().applied; applied > applied_recorded) {
-          applied_recorded = applied;
-          if (auto st =
-                  worker::WriteResumePoint(w.state_dir, wid, {step + 1, absl::Now() - clock0});
-              !st.ok())
-            std::fprintf(stderr, "diloco-worker[%u]: --state_dir: %s\n", wid,
-                         std::string(st.message()).c_str());
-        }
-      }
+      if (auto st = keeper.AfterStep(tr, step + 1, sync->stats().applied, absl::Now() - clock0);
+          !st.ok())
+        std::fprintf(stderr, "diloco-worker[%u]: --state_dir: %s\n", wid,
+                     std::string(st.message()).c_str());
       WriteSyncEvents(*sync, wid, w.log_sync_events, *log);
       if (!joined_logged && sync->joined()) {  // joined in the background
         joined_logged = true;
@@ -451,6 +450,9 @@ int main(int argc, char** argv) {
     if (auto st = island->BroadcastAll(w.drain_timeout + spec->timeout); !st.ok()) return Fail(st);
     if (auto st = island->Check(step); !st.ok()) return Fail(st);
   }
+  if (auto st = keeper.Finish(tr, step); !st.ok())
+    std::fprintf(stderr, "diloco-worker[%u]: --state_dir: %s\n", wid,
+                 std::string(st.message()).c_str());
   const float eval_local = evaluates ? tr.EvalLoss() : std::nanf("");
   JsonObject done;
   done.Add("event", "done").Add("worker", uint64_t{wid}).Add("steps", step - w.start_step);
