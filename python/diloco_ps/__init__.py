@@ -26,14 +26,24 @@ do not answer the join in time (the learner keeps joining in the background; aft
 each fragment as it arrives), RuntimeError with the shard's reason when a shard refuses the plan
 or the model (naming the first differing tensor where it can), ValueError for bad arguments.
 """
-import torch
+from ._version import __version__
+
+try:
+    import torch
+except ImportError as e:
+    import sys as _sys
+    raise ImportError(
+        f"diloco_ps needs PyTorch: the module torch cannot be imported by {_sys.executable} "
+        f"({e}). On Debian: apt install python3-torch, and make a virtual environment with "
+        "`python3 -m venv --system-site-packages DIR` so that it sees it; elsewhere install "
+        "torch with pip into this interpreter's environment.") from e
 
 from ._diloco_ps import checksum as _checksum
 from ._learner import Learner
 from ._manifest import write_manifest
 from .island import Island
 
-__all__ = ["Island", "Learner", "checksum", "write_manifest"]
+__all__ = ["Island", "Learner", "__version__", "checksum", "write_manifest"]
 
 
 def checksum(tensor):
