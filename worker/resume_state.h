@@ -1,10 +1,13 @@
-// Where a learner's schedule resumes after a restart: the step of its last applied push and
-// the training time elapsed then, kept by the learner (rank 0 of an island) in a small file
-// under --state_dir. A restarted learner, or an island restarted by its launcher after losing a
-// rank, rejoins as a new generation and continues its learning-rate schedule, step count and
+// Where a learner's schedule resumes after a restart: the step of its last applied push, the
+// training time elapsed then and where its training data stood, kept by the learner (rank 0 of
+// an island) in a small file under --state_dir, rewritten at each applied push. A restarted
+// learner, or an island restarted by its launcher after losing a rank, rejoins as a new generation
+// and continues its learning-rate schedule, step count and
 // --duration clock from there instead of from zero (--start_step, given by hand, wins). The
 // time between the loss and the restart is not counted: a run bounded by --duration ends that
-// much later.
+// much later. The data stream continues from the recorded position: the batches trained after
+// the last applied push, whose work never reached the fleet, are drawn again; none whose work
+// the fleet holds is. (The optimizer's moments are kept apart, less often: optimizer_state.h.)
 #pragma once
 
 #include <cstdint>
@@ -21,11 +24,13 @@ std::string ResumeStatePath(const std::string& dir, uint32_t worker_id);
 
 struct ResumePoint {
   int64_t step = 0;
-  absl::Duration elapsed;  // training time at that step
+  absl::Duration elapsed;     // training time at that step
+  std::string data_position;  // Trainer::DataPosition() then; empty: not recorded
 };
 
 // The point recorded for `worker_id`, nothing when there is no file; an error for a file that
-// exists but does not hold "STEP ELAPSED_SECONDS" (a corrupt file is named, never ignored).
+// exists but does not hold "STEP ELAPSED_SECONDS", optionally followed by a line
+// "data POSITION" (a corrupt file is named, never ignored).
 absl::StatusOr<std::optional<ResumePoint>> ReadResumePoint(const std::string& dir,
                                                            uint32_t worker_id);
 

@@ -6,7 +6,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "common/manifest.h"
@@ -46,6 +49,27 @@ class Trainer {
   virtual absl::Status SetGradientReducer(GradientReducer reducer) {
     return absl::UnimplementedError(
         "this trainer cannot average its gradients over an island's ranks (CPU trainer only)");
+  }
+  // What a learner that stops and continues keeps besides the parameters, which it takes from
+  // the fleet when it rejoins (worker/resume_state.h, worker/optimizer_state.h). Where the
+  // training data stands: "" for a trainer that draws none of its own.
+  virtual std::string DataPosition() const { return ""; }
+  virtual absl::Status SetDataPosition(std::string_view position) {
+    return position.empty() ? absl::OkStatus()
+                            : absl::FailedPreconditionError("this trainer has no data position");
+  }
+  // The optimizer's state: AdamW's step count and moments, flat in manifest order. Views into
+  // the trainer, valid until the next Step(); nothing where the trainer does not keep them on
+  // the host (the CUDA trainer: its moments live on the devices).
+  struct OptimizerView {
+    int64_t step = 0;
+    std::span<const float> m, v;
+  };
+  virtual std::optional<OptimizerView> optimizer_state() const { return std::nullopt; }
+  // Takes such a state back (sizes checked; on error nothing changes).
+  virtual absl::Status RestoreOptimizer(int64_t step, std::span<const float> m,
+                                        std::span<const float> v) {
+    return absl::UnimplementedError("this trainer cannot restore an optimizer state");
   }
   // The first failure of Step(), EvalLoss() or params(), which return NaN or stale values from
   // then on (a device error on the CUDA backend; CUDA errors are sticky). OK while nothing

@@ -80,9 +80,14 @@ ABSL_FLAG(int64_t, start_step, 0,
           "schedule there and trains the rest; its batches are drawn afresh (the seed mixed with "
           "this step), not the ones it trained before");
 ABSL_FLAG(std::string, state_dir, "",
-          "a directory where the learner records the step of its last applied push "
-          "(worker-<id>.step); a restart resumes its schedule there (--start_step, when given, "
-          "wins). Empty: nothing recorded");
+          "a directory where the learner records the step of its last applied push and where "
+          "its data stream stood then (worker-<id>.step), and its optimizer's moments "
+          "(worker-<id>.adamw, every --state_every steps); a restart resumes its schedule, data "
+          "and optimizer there (--start_step, when given, wins and resumes the schedule only). "
+          "Empty: nothing recorded");
+ABSL_FLAG(int64_t, state_every, 100,
+          "with --state_dir: write the optimizer's moments (8 bytes per parameter) every N inner "
+          "steps and at a clean stop (0: only at a clean stop)");
 ABSL_FLAG(absl::Duration, duration, absl::InfiniteDuration(), "stop after this long");
 ABSL_FLAG(int, batch, 8, "sequences per inner step");
 ABSL_FLAG(int, seq_len, 0, "tokens per sequence (0: the model's context)");
@@ -329,6 +334,10 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
         "--start_step=", w.start_step, ": expected a step in [0, --steps) (--steps=", w.steps,
         "): a restarted learner resumes a schedule of --steps steps where it stopped"));
   w.state_dir = absl::GetFlag(FLAGS_state_dir);
+  w.state_every = absl::GetFlag(FLAGS_state_every);
+  if (w.state_every < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--state_every=", w.state_every, ": expected >= 0 (0: at a clean stop)"));
   if (!w.state_dir.empty() && w.start_step == 0) {
     auto resumed = ReadResumePoint(w.state_dir, w.worker_id);
     if (!resumed.ok()) return resumed.status();
@@ -339,6 +348,7 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
     if (*resumed) {
       w.start_step = (*resumed)->step;
       w.resumed_elapsed = (*resumed)->elapsed;
+      w.resumed_data_position = (*resumed)->data_position;
     }
   }
   w.duration = absl::GetFlag(FLAGS_duration);

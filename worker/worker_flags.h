@@ -41,6 +41,8 @@ struct WorkerOptions {
   int64_t steps = 0;                   // 0: until --duration or a signal
   int64_t start_step = 0;              // a restarted learner: where its schedule resumes
   std::string state_dir;               // where the step of the last applied push is kept
+  int64_t state_every = 100;           // optimizer moments written every N steps (0: at the end)
+  std::string resumed_data_position;   // --state_dir's: the data stream's position
   absl::Duration resumed_elapsed;      // --state_dir's: training time before this run
   absl::Duration duration;
   int64_t eval_every = 0;

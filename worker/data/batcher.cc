@@ -1,5 +1,9 @@
 #include "worker/data/batcher.h"
 
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
 namespace diloco::data {
 
 Batcher::Batcher(std::span<const uint16_t> tokens, int batch, int seq_len, uint64_t seed, int slice,
@@ -29,6 +33,23 @@ void Batcher::Next(std::span<int32_t> inputs, std::span<int32_t> targets) {
       const uint64_t start = rng_() % windows;  // drawn for every slice: the same stream
       if (s == slice_) Fill(static_cast<int64_t>(start), b, inputs, targets);
     }
+}
+
+std::string Batcher::Position() const {
+  std::ostringstream out;
+  out << rng_;
+  return out.str();
+}
+
+absl::Status Batcher::SetPosition(std::string_view position) {
+  std::istringstream in{std::string(position)};
+  std::mt19937_64 rng;
+  in >> rng;
+  if (in.fail() || !(in >> std::ws).eof())
+    return absl::InvalidArgumentError(
+        absl::StrCat("data position: not a generator state (", position.size(), " bytes)"));
+  rng_ = rng;
+  return absl::OkStatus();
 }
 
 int64_t Batcher::NumWindows() const {

@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
 
 namespace diloco::data {
 
@@ -25,6 +29,12 @@ class Batcher {
 
   // The next random batch. inputs and targets hold batch * seq_len values.
   void Next(std::span<int32_t> inputs, std::span<int32_t> targets);
+
+  // Where the training stream stands (the generator's state, as text): a learner that stops
+  // and continues (worker/resume_state.h) draws the batches it would have drawn next, none
+  // twice. SetPosition refuses text that is not such a state and then changes nothing.
+  std::string Position() const;
+  absl::Status SetPosition(std::string_view position);
 
   // Held-out batch i of `batches`: window b is window j = i * batch + b of J = batches * batch
   // windows spread evenly over the W whole windows of the stream (see FixedStart).

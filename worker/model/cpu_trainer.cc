@@ -1,5 +1,6 @@
 #include "worker/model/cpu_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -72,6 +73,25 @@ class CpuTrainer final : public Trainer {
                          std::span<float>(v_).subspan(off, n));
     }
     return loss;
+  }
+
+  std::string DataPosition() const override { return train_.Position(); }
+  absl::Status SetDataPosition(std::string_view position) override {
+    return train_.SetPosition(position);
+  }
+  std::optional<OptimizerView> optimizer_state() const override {
+    return OptimizerView{step_, m_, v_};
+  }
+  absl::Status RestoreOptimizer(int64_t step, std::span<const float> m,
+                                std::span<const float> v) override {
+    if (step < 0 || m.size() != m_.size() || v.size() != v_.size())
+      return absl::InvalidArgumentError(absl::StrCat("optimizer state: step ", step, ", ", m.size(),
+                                                     " and ", v.size(), " moments for a model of ",
+                                                     m_.size(), " parameters"));
+    std::copy(m.begin(), m.end(), m_.begin());
+    std::copy(v.begin(), v.end(), v_.begin());
+    step_ = step;
+    return absl::OkStatus();
   }
 
   float EvalLoss() override {
