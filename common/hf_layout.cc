@@ -41,12 +41,6 @@ std::vector<SafetensorsTensor> HfTensors(const Manifest& manifest, std::span<con
   return out;
 }
 
-bool IsHfLayout(const SafetensorsFile& file) {
-  for (const LoadedTensor& t : file.tensors)
-    if (absl::StartsWith(t.name, "transformer.")) return true;
-  return false;
-}
-
 absl::StatusOr<std::vector<float>> FlatFromHf(const SafetensorsFile& file, const Manifest& manifest,
                                               const std::string& path) {
   std::map<std::string, const LoadedTensor*> by_name;

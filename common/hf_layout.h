@@ -32,9 +32,6 @@ bool IsHfConv1D(const std::string& manifest_name);
 std::vector<SafetensorsTensor> HfTensors(const Manifest& manifest, std::span<const float> params,
                                          std::vector<std::vector<float>>* scratch);
 
-// Whether a state dict uses Hugging Face's names (a tensor named "transformer.*").
-bool IsHfLayout(const SafetensorsFile& file);
-
 // The inverse of HfTensors: a GPT2LMHeadModel state dict into flat parameters in `manifest`
 // order. Every manifest tensor must be there as "transformer." + its name with Hugging Face's
 // shape; lm_head.weight, if present, must equal the token embedding (this model ties them);

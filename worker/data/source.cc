@@ -31,7 +31,8 @@ absl::StatusOr<DataStreams> LoadData(const DataOptions& o, int vocab) {
     if (!m.ok()) return m.status();
     // One worker alone sees every component equally; several split them non-IID.
     const std::vector<double> w =
-        o.num_workers == 1 ? m->UniformWeights() : m->ShardWeights(o.worker_index, o.num_workers, o.own_fraction);
+        o.num_workers == 1 ? m->UniformWeights()
+                           : m->ShardWeights(o.worker_index, o.num_workers, o.own_fraction);
     const std::vector<double> u = m->UniformWeights();
     const uint64_t base = mo.seed * 1000003ull;
     d.train = m->Generate(w, o.train_tokens, base + 1 + o.worker_index).tokens;
@@ -65,12 +66,6 @@ absl::StatusOr<DataStreams> LoadData(const DataOptions& o, int vocab) {
       absl::StrCat(o.path, ": worker ", o.worker_index, "/", o.num_workers, " trains on ",
                    d.train.size(), " tokens, held-out ", d.heldout.size());
   return d;
-}
-
-absl::StatusOr<double> SyntheticHeldoutEntropy(const DataOptions& o) {
-  absl::StatusOr<MarkovMixture> m = MarkovMixture::Create(o.synthetic);
-  if (!m.ok()) return m.status();
-  return m->MixtureEntropyRate(m->UniformWeights());
 }
 
 }  // namespace diloco::data

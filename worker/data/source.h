@@ -52,7 +52,4 @@ struct DataStreams {
 
 absl::StatusOr<DataStreams> LoadData(const DataOptions& options, int vocab);
 
-// Held-out entropy rate of the synthetic data these options describe, without generating it.
-absl::StatusOr<double> SyntheticHeldoutEntropy(const DataOptions& options);
-
 }  // namespace diloco::data

@@ -252,13 +252,6 @@ absl::Status ReadModelForInitInto(const std::string& path, const Manifest& manif
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<float>> ReadModelForInit(const std::string& path,
-                                                    const Manifest& manifest) {
-  std::vector<float> flat(manifest.total_elements());
-  if (absl::Status s = ReadModelForInitInto(path, manifest, flat); !s.ok()) return s;
-  return flat;
-}
-
 absl::Status WriteSafetensors(const std::string& path, const Manifest& manifest,
                               std::span<const float> params,
                               const std::map<std::string, std::string>& metadata) {

@@ -1,6 +1,6 @@
 // The model's parameters as a safetensors file (format and reader/writer: common/safetensors.h):
 // one F32 tensor per manifest entry, named and shaped as in the manifest; and a model to start
-// from, in any floating-point dtype, from a file or a Hugging Face folder (ReadModelForInit).
+// from, in any floating-point dtype, from a file or a Hugging Face folder (ReadModelForInitInto).
 #pragma once
 
 #include <map>
@@ -19,8 +19,9 @@ namespace diloco::model {
 absl::StatusOr<std::vector<float>> ReadSafetensorsParams(const std::string& path,
                                                          const Manifest& manifest);
 
-// A model to start from (diloco-worker --init_from), checked against `manifest` (the --model the
-// fleet serves) tensor by tensor before anything is uploaded:
+// A model to start from (diloco-worker --init_from), read into `out` (manifest.total_elements()
+// values: no second copy of a large model), checked against `manifest` (the --model the fleet
+// serves) tensor by tensor before anything is uploaded:
 //   - a safetensors file, or a Hugging Face folder (config.json beside model.safetensors or a
 //     sharded index; common/hf_folder.h): every header is checked whole first
 //     (common/safetensors_header.h: offsets inside the file and exactly shape x dtype, no
@@ -32,12 +33,7 @@ absl::StatusOr<std::vector<float>> ReadSafetensorsParams(const std::string& path
 //     matrices [in, out]), when the manifest is the built-in GPT's and the file is not in its
 //     own names (diloco-ctl export --format=hf of the built-in GPT).
 // A name, shape or dtype mismatch, a missing config.json or index, or a header that lies is an
-// error naming the file and the tensor.
-absl::StatusOr<std::vector<float>> ReadModelForInit(const std::string& path,
-                                                    const Manifest& manifest);
-
-// The same, into `out` (manifest.total_elements() values): no second copy of a large model.
-// On an error `out` may have been partly written.
+// error naming the file and the tensor. On an error `out` may have been partly written.
 absl::Status ReadModelForInitInto(const std::string& path, const Manifest& manifest,
                                   std::span<float> out);
 
