@@ -7,7 +7,8 @@
 # tests/protocol/; matplotlib for the fleet benchmark's plots, benchmarks/fleet/), and gdb, whose
 # stacks of a process the convergence study finds hung go into the test log
 # (benchmarks/quality/procs.sh); Slurm and munge for the fleet check across namespace hosts
-# (deploy/hosts/check-fleet.sh). python3-dev and pybind11-dev build the diloco_ps module itself.
+# (deploy/hosts/check-fleet.sh). python3-dev and pybind11-dev build the diloco_ps module itself;
+# python3-pip and python3-setuptools install it (pip install --no-build-isolation ./python).
 set -euo pipefail
 
 pkgs=(
@@ -18,7 +19,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libcpp-httplib-dev libopenblas-dev nlohmann-json3-dev
   clang libclang-rt-dev iproute2 procps python3
-  python3-dev pybind11-dev
+  python3-dev pybind11-dev python3-pip python3-setuptools
 )
 if [[ "${1:-}" == "--with-python-tests" ]]; then
   pkgs+=(python3-torch python3-numpy python3-zmq python3-flatbuffers python3-xxhash

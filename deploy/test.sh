@@ -51,11 +51,20 @@ trap 'printf "deploy/test.sh: stages (%d s in all)\n" $SECONDS; printf "  %s\n" 
 stage "install-deps"
 
 build=${BUILD_DIR:-$root/build/test}
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR=ON
+# The Python tests run the interpreter install-deps gave python3-torch to, whatever python3 is
+# first on PATH (python/CMakeLists.txt takes the active Python otherwise).
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR=ON \
+  -DPython_EXECUTABLE=/usr/bin/python3
 ninja -C "$build" -j"$jobs"
 stage "release build"
 ctest --test-dir "$build" -j"$jobs" --output-on-failure --timeout 600 --no-tests=error
 stage "release ctest"
+
+# diloco_ps as users install it (tests/python/venv_install_test.sh): pip install ./python into a
+# fresh venv over Debian's packages, offline, then a learner from that venv against a shard. Its
+# CMake folder is kept in the build: about 2 minutes the first time, 10-20 s after.
+"$root/tests/python/venv_install_test.sh" "$build"
+stage "pip install into a venv"
 
 # The GPU run's rehearsal where nvcc is (about 15 s): the bundle for the GPU machine is packed
 # from this build and every part of the GPU run ends with its "no GPU" verdict here, with the
