@@ -5,9 +5,10 @@
 // and continues its learning-rate schedule, step count and
 // --duration clock from there instead of from zero (--start_step, given by hand, wins). The
 // time between the loss and the restart is not counted: a run bounded by --duration ends that
-// much later. The data stream continues from the recorded position: the batches trained after
-// the last applied push, whose work never reached the fleet, are drawn again; none whose work
-// the fleet holds is. (The optimizer's moments are kept apart, less often: optimizer_state.h.)
+// much later. The data stream continues from the recorded position, where it stood when the
+// last applied push was seen acknowledged (a step or a few after the push left): no batch is
+// drawn twice; the work of the steps after that point dies with the process. (The optimizer's
+// moments are kept apart, less often: optimizer_state.h.)
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,8 @@
 #include "worker/state_keeper.h"
 
+#include <filesystem>
+#include <system_error>
+
 #include "absl/strings/str_cat.h"
 #include "worker/optimizer_state.h"
 #include "worker/resume_state.h"
@@ -16,6 +19,10 @@ StateKeeper::StateKeeper(const WorkerOptions& o, int rank)
 
 absl::StatusOr<std::string> StateKeeper::Restore(Trainer& trainer) {
   if (dir_.empty()) return std::string();
+  std::error_code ec;
+  if (writes_ && (std::filesystem::create_directories(dir_, ec), ec))
+    return absl::FailedPreconditionError(
+        absl::StrCat("--state_dir: cannot create ", dir_, ": ", ec.message()));
   std::string line;
   if (!data_position_.empty()) {
     if (absl::Status st = trainer.SetDataPosition(data_position_); !st.ok())

@@ -21,9 +21,10 @@ class StateKeeper {
   // Nothing is kept or restored when options.state_dir is empty; rank > 0 only restores.
   StateKeeper(const WorkerOptions& options, int rank);
 
-  // At start, before the first step: the data position and the optimizer's moments the last
-  // run recorded, into the trainer. Returns a line for the log ("" when nothing was resumed).
-  // A recorded state that does not fit this learner is an error and changes nothing.
+  // At start, before the first step: makes the directory (rank 0), then the data position and the
+  // optimizer's moments the last run recorded, into the trainer. Returns a line for the log (""
+  // when nothing was resumed). A recorded state that does not fit this learner is an error and
+  // changes nothing.
   absl::StatusOr<std::string> Restore(Trainer& trainer);
 
   // After step `step` (the schedule's, counted from 1) with `applied` pushes applied so far
