@@ -44,6 +44,9 @@ class Learner:
         if generation == 0:
             generation = time.time_ns() // 1000
         self.names = names
+        self.worker_id = worker_id
+        self.steps = 0    # after_step calls, over every run this learner's state went through
+        self.tokens = 0   # and the tokens they reported
         self._copier = Copier(tensors, host)
         self._native = _Native(list(servers), worker_id, names, shapes, dtypes, host.numpy(),
                                self._copier.fetch, self._copier.store, codec, str(inner_steps),
@@ -66,6 +69,37 @@ class Learner:
         Copies down only the fragments due (a push, an adoption, a theta(0) request) and copies
         up only those written; a step with nothing due touches no parameter."""
         self._native.after_step(int(tokens))
+        self.steps += 1
+        self.tokens += int(tokens)
+
+    def state_dict(self):
+        """The learner's own state, to save beside the optimizer's and the data loader's when
+        the training loop checkpoints (docs/pytorch.md, "Stopping and continuing"): the steps and
+        tokens it has seen, for this worker id and model. The parameters are not in it: a
+        learner that starts again joins as a new generation and takes the fleet's model."""
+        return {"format": 1, "worker_id": int(self.worker_id),
+                "model_fingerprint": self.model_fingerprint, "steps": int(self.steps),
+                "tokens": int(self.tokens)}
+
+    def load_state_dict(self, state):
+        """Takes a state_dict() back, before join(). Raises ValueError naming the difference
+        for a state of another worker id or model, or one that is not such a dict; nothing
+        changes then."""
+        if not isinstance(state, dict) or state.get("format") != 1:
+            raise ValueError(f"load_state_dict: not a diloco_ps learner state (format 1): "
+                             f"{state!r:.200}")
+        for key in ("steps", "tokens"):
+            if not isinstance(state.get(key), int) or state[key] < 0:
+                raise ValueError(f"load_state_dict: '{key}' must be an int >= 0, got "
+                                 f"{state.get(key)!r}")
+        if state.get("worker_id") != self.worker_id:
+            raise ValueError(f"load_state_dict: the state is worker {state.get('worker_id')}'s, "
+                             f"this learner is worker {self.worker_id}")
+        if state.get("model_fingerprint") != self.model_fingerprint:
+            raise ValueError(f"load_state_dict: the state is of another model (fingerprint "
+                             f"{state.get('model_fingerprint')}, this one "
+                             f"{self.model_fingerprint})")
+        self.steps, self.tokens = state["steps"], state["tokens"]
 
     def drain(self, timeout=10.0):
         """A clean stop: no new pushes; waits until every push is answered and adopts what

@@ -133,6 +133,33 @@ def bad_inputs(ps, check, endpoint, tmp, device, served):
             join=True, exc=RuntimeError)
 
 
+def learner_state(ps, check, endpoint, device):
+    """state_dict()/load_state_dict(): steps and tokens carried over; another worker id, another
+    model or a mangled state refused naming the difference, changing nothing."""
+    params = make_params(5, device)
+    a = ps.Learner(servers=endpoint, worker_id=7, params=params, fragments=FRAGMENTS)
+    a.steps, a.tokens = 12, 3072
+    state = a.state_dict()
+    b = ps.Learner(servers=endpoint, worker_id=7, params=params, fragments=FRAGMENTS)
+    b.load_state_dict(state)
+    check((b.steps, b.tokens) == (12, 3072), f"load_state_dict: {b.steps}, {b.tokens}")
+    other_worker = ps.Learner(servers=endpoint, worker_id=8, params=params, fragments=FRAGMENTS)
+    other_model = ps.Learner(servers=endpoint, worker_id=7, params=params[:3],
+                             fragments=FRAGMENTS)
+    for learner, bad, words in ((other_worker, state, ["worker 7", "worker 8"]),
+                                (other_model, state, ["another model", state["model_fingerprint"]]),
+                                (b, {**state, "steps": -1}, ["steps"]),
+                                (b, {"format": 2}, ["not a diloco_ps learner state"]),
+                                (b, [1, 2], ["not a diloco_ps learner state"])):
+        before = (learner.steps, learner.tokens)
+        try:
+            learner.load_state_dict(bad)
+            check(False, f"load_state_dict accepted {bad!r:.80}")
+        except ValueError as e:
+            check(all(w in str(e) for w in words), f"load_state_dict's error {e} names {words}")
+        check((learner.steps, learner.tokens) == before, "a refused state changed the learner")
+
+
 def scenario(ps, check, build, tmp, device):
     print(f"-- parameters on {device}", flush=True)
     named = make_params(1, device)
@@ -151,6 +178,7 @@ def scenario(ps, check, build, tmp, device):
     with Shard(build, tmp, [f"--model=manifest:{path}", f"--fragments={FRAGMENTS}",
                             "--grace_cap=500ms"], name=f"shard-{device}") as shard:
         bad_inputs(ps, check, shard.endpoint, tmp, device, f"manifest:{path}")
+        learner_state(ps, check, shard.endpoint, device)
 
         learner = ps.Learner(servers=shard.endpoint, worker_id=1, params=named,
                              fragments=FRAGMENTS, inner_steps=H, lockstep=True, stream=True)
