@@ -37,6 +37,20 @@ check_filter() {  # build include-regex exclude-regex [label arguments...]
   done
 }
 
+# The build targets (executables) the tests a ctest selection picks in BUILD start: gtest
+# executables and programs named by path inside BUILD (scripts and interpreters are not targets).
+ctest_executables() {  # build [ctest selection arguments...]
+  local build=$1
+  shift
+  ctest --test-dir "$build" --show-only=json-v1 "$@" | python3 -c '
+import json, os, sys
+build = os.path.realpath(sys.argv[1])
+for t in json.load(sys.stdin)["tests"]:
+    cmd = t.get("command") or []
+    if cmd and os.path.realpath(cmd[0]).startswith(build + "/"):
+        print(os.path.basename(cmd[0]))' "$build"
+}
+
 # Each stage's wall time, printed as it ends and together at the end (also when a stage fails),
 # so that a CI log shows where the minutes go.
 stage_start=$SECONDS stage_log=()
@@ -112,25 +126,35 @@ if ((sanitize)); then
   cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDILOCO_SANITIZE=ON \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DDILOCO_CUDA=OFF -DDILOCO_BUILD_BENCHMARKS=OFF
-  ninja -C "$asan" -j"$jobs"
-  stage "ASan build"
-  # The 124M shard tests (label "size") stay out too: the release run checks their memory
-  # bound and at-size recovery, and the same shard code runs here in server_shard_test's
-  # cases; instrumented, they took three minutes, alone (serial) on the 2 cores.
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir "$asan" -j"$jobs" --output-on-failure --timeout 600 --no-tests=error \
-    -LE "integration|slow|gpu|size"
-  stage "ASan unit tests"
-  # The multi-process tests of the sync client, the shard and the security paths under ASan +
-  # UBSan too (the processes they start are the sanitized builds); cadence and long training
-  # tests stay out (timing-bound).
+  # The multi-process tests of the sync client, the shard and the security paths run here too
+  # (the processes they start are the sanitized builds); cadence and long training tests stay
+  # out (timing-bound). The 124M shard tests (label "size") stay out as well: the release run
+  # checks their memory bound and at-size recovery, and the same shard code runs here in
+  # server_shard_test's cases; instrumented, they took three minutes, alone on the 2 cores.
+  asan_units=(-LE "integration|slow|gpu|size")
   asan_include="SyncClientTest|DamagedPush|WorkerSyncTest|CurveServerTest|protocol_client"
   asan_include+="|FaultProxy"
   asan_exclude="Dynamic|WithoutDylu|Int8AndInt4|TrainsAtFullSpeed"
+  asan_multi=(-L integration -R "$asan_include" -E "$asan_exclude")
+  # Only what those tests run is built: the executables the same selections start in the
+  # release build (where every test is discovered), and the programs the multi-process and
+  # script tests start. An executable left out leaves a placeholder test "<target>_NOT_BUILT"
+  # here, which the runs below skip; one that a selection needs cannot be left out.
+  mapfile -t asan_targets < <(
+    { ctest_executables "$build" "${asan_units[@]}"; ctest_executables "$build" "${asan_multi[@]}"
+      printf '%s\n' diloco-server diloco-worker diloco-ctl diloco-keygen; } |
+      sort -u | grep -xFf <(ninja -C "$asan" -t targets all | sed -n 's/: .*//p'))
+  echo "deploy/test.sh: the ASan build: ${#asan_targets[@]} targets"
+  ninja -C "$asan" -j"$jobs" "${asan_targets[@]}"
+  stage "ASan build"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir "$asan" -j"$jobs" --output-on-failure --timeout 600 --no-tests=error \
+    "${asan_units[@]}" -E "_NOT_BUILT$"
+  stage "ASan unit tests"
   check_filter "$asan" "$asan_include" "$asan_exclude" -L integration
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$asan" -j"$jobs" --output-on-failure --timeout 600 --no-tests=error \
-    -L integration -R "$asan_include" -E "$asan_exclude"
+    "${asan_multi[@]}"
   stage "ASan multi-process tests"
 
   # ThreadSanitizer over the threaded code (tests/sanitizers/run_tsan.sh).
