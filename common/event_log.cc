@@ -8,6 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace diloco {
 
@@ -63,7 +66,14 @@ EventLog::~EventLog() {
 
 void EventLog::Write(const JsonObject& o) {
   if (!f_) return;
-  const std::string line = o.str() + "\n";
+  // Every event says when it was written, on the wall clock (seconds since the Unix epoch, to
+  // the millisecond), so that several hosts' logs interleave by time (docs/operations.md).
+  std::string line = o.str();
+  const std::string stamp = absl::StrFormat(
+      "\"wall_time\":%.3f}\n", absl::ToDoubleMilliseconds(absl::Now() - absl::UnixEpoch()) / 1e3);
+  line.pop_back();  // the closing brace
+  if (line.size() > 1) line += ',';
+  line += stamp;
   std::fwrite(line.data(), 1, line.size(), f_);
   std::fflush(f_);
 }

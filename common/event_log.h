@@ -61,6 +61,7 @@ class EventLog {
   EventLog(EventLog&& o) noexcept : f_(o.f_) { o.f_ = nullptr; }
   EventLog& operator=(EventLog&& o) noexcept;
   ~EventLog();
+  // One line: `o` with a last member "wall_time" (seconds since the Unix epoch, ms precision).
   void Write(const JsonObject& o);
 
  private:

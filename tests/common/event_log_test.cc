@@ -5,10 +5,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace diloco {
 namespace {
@@ -50,6 +55,40 @@ TEST(JsonStringTest, QuotesAndEscapes) {
   EXPECT_EQ(JsonString("plain"), "\"plain\"");
   EXPECT_EQ(JsonString("q\"b\\c\x01"), R"("q\"b\\c\u0001")");
   EXPECT_EQ(JsonString("\xff"), "\"\xEF\xBF\xBD\"");  // not UTF-8: U+FFFD, no exception
+}
+
+// Every line of the event log says when it was written (wall clock, Unix seconds to the ms),
+// as its last member, so that the logs of several hosts interleave by time.
+TEST(EventLogTest, EveryLineCarriesItsWallTimeLast) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("event_log_test." + std::to_string(getpid())))
+          .string();
+  const double before = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  {
+    auto log = EventLog::Open(path);
+    ASSERT_TRUE(log.ok()) << log.status();
+    JsonObject a;
+    a.Add("event", "progress").Add("step", 3);
+    log->Write(a);
+    log->Write(JsonObject());
+  }
+  const double after = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  std::ifstream in(path);
+  std::string line;
+  std::vector<nlohmann::ordered_json> lines;
+  while (std::getline(in, line)) lines.push_back(nlohmann::ordered_json::parse(line));
+  std::remove(path.c_str());
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["event"], "progress");
+  EXPECT_EQ(lines[0].size(), 3u);
+  EXPECT_EQ(lines[0].items().begin().key(), "event");
+  EXPECT_EQ(lines[1].size(), 1u);
+  for (const auto& j : lines) {
+    ASSERT_TRUE(j.contains("wall_time")) << j.dump();
+    const double t = j["wall_time"];
+    EXPECT_GE(t, before - 0.001);
+    EXPECT_LE(t, after + 0.001);
+  }
 }
 
 }  // namespace
