@@ -10,6 +10,7 @@
 #include "common/plan_flags.h"
 #include "schema/curve.h"
 #include "worker/cadence.h"
+#include "worker/flags/flags.h"
 #include "worker/model/safetensors.h"
 #include "worker/resume_state.h"
 
@@ -32,140 +33,6 @@ bool AbslParseFlag(absl::string_view text, SyncOptions::Adopt* v, std::string* e
 }
 std::string AbslUnparseFlag(SyncOptions::Adopt v) { return UnparseChoice(v, kAdopts); }
 
-}  // namespace diloco::worker
-
-using diloco::worker::Device;
-using diloco::worker::SyncOptions;
-
-ABSL_FLAG(std::string, servers, "",
-          "comma-separated shard endpoints, shard i at position i (empty: train without sync)");
-ABSL_FLAG(uint32_t, worker_id, 0, "this worker's id (unique in the fleet)");
-ABSL_FLAG(uint64_t, generation, 0, "worker generation (0: from the clock, new on each start)");
-ABSL_FLAG(std::string, codec, "int8:256",
-          "push codec: fp32, bf16, fp8, int8, int4 [:block], topk:<fraction>[:block] (sparse, "
-          "kernels/topk.h), or auto: one of --auto_codecs, chosen from the measured link "
-          "(worker/link_plan.h)");
-ABSL_FLAG(std::string, auto_codecs, "int8:256,int4:256",
-          "--codec=auto: the codecs to choose from, finest first");
-ABSL_FLAG(std::string, inner_steps, "50",
-          "H: inner steps between pushes of a fragment, or auto: from --inner_steps_min to "
-          "--inner_steps_max, chosen from the measured link and step time");
-ABSL_FLAG(uint32_t, inner_steps_min, 50, "--inner_steps=auto: the smallest H");
-ABSL_FLAG(uint32_t, inner_steps_max, 2000, "--inner_steps=auto: the largest H");
-ABSL_FLAG(double, link_margin, 1.5,
-          "--codec=auto, --inner_steps=auto: a round's pushes and updates must cross the link "
-          "in at most 1 / margin of the round's step time");
-ABSL_FLAG(bool, dylu, false, "Dynamic Local Updates: scale H by this worker's relative speed");
-ABSL_FLAG(bool, stream, true, "stagger fragments' pushes across the H steps");
-ABSL_FLAG(SyncOptions::Adopt, adopt, SyncOptions::Adopt::kKeep,
-          "adoption of new global values: keep (local = global + the steps taken since the "
-          "push) or lerp (local = global + adopt_alpha*(local - global); alpha 0 replaces)");
-ABSL_FLAG(double, adopt_alpha, 0.0, "--adopt=lerp: local = global + alpha*(local - global)");
-ABSL_FLAG(uint32_t, carry_max, 8,
-          "the most local steps a fragment carries into a push, in units of --inner_steps: a "
-          "fragment whose push was answered so late that more steps piled up re-anchors on the "
-          "last global values (its local work since is dropped)");
-ABSL_FLAG(bool, lockstep, false,
-          "deterministic mode: after a push, wait for its answer and adopt it before the next "
-          "step (a fixed sequence of steps and rounds; with the shards' --quorum = workers, "
-          "synchronous DiLoCo)");
-ABSL_FLAG(bool, error_feedback, true,
-          "keep each push's quantisation error and add it to the next push (false: study only)");
-ABSL_FLAG(int64_t, eval_every, 0,
-          "every N inner steps, write an \"eval\" event with the held-out loss of the local model "
-          "and of the last adopted global one (0: only at the end)");
-ABSL_FLAG(int64_t, steps, 0, "inner steps to run (0: until --duration or a signal)");
-ABSL_FLAG(int64_t, start_step, 0,
-          "the step this run starts at, of --steps: a restarted learner resumes its learning-rate "
-          "schedule there and trains the rest; its batches are drawn afresh (the seed mixed with "
-          "this step), not the ones it trained before");
-ABSL_FLAG(std::string, state_dir, "",
-          "a directory where the learner records the step of its last applied push and where "
-          "its data stream stood then (worker-<id>.step), and its optimizer's moments "
-          "(worker-<id>.adamw, every --state_every steps); a restart resumes its schedule, data "
-          "and optimizer there (--start_step, when given, wins and resumes the schedule only). "
-          "Empty: nothing recorded");
-ABSL_FLAG(int64_t, state_every, 100,
-          "with --state_dir: write the optimizer's moments (8 bytes per parameter) every N inner "
-          "steps and at a clean stop (0: only at a clean stop)");
-ABSL_FLAG(absl::Duration, duration, absl::InfiniteDuration(), "stop after this long");
-ABSL_FLAG(int, batch, 8, "sequences per inner step");
-ABSL_FLAG(int, seq_len, 0, "tokens per sequence (0: the model's context)");
-ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate (the peak of --lr_schedule)");
-ABSL_FLAG(std::string, lr_schedule, "auto",
-          "auto (cosine when --steps or --duration bounds the run, constant otherwise), "
-          "constant, cosine (decay to --min_lr_fraction of --lr over the run, following the "
-          "larger of steps/--steps and elapsed/--duration) or wsd (the peak, then a linear "
-          "decay over the last --lr_cooldown of the run)");
-ABSL_FLAG(int, warmup_steps, 0, "linear learning-rate warm-up over this many inner steps");
-ABSL_FLAG(double, min_lr_fraction, 0.1, "the decay's floor, as a fraction of --lr");
-ABSL_FLAG(double, lr_cooldown, 0.2, "--lr_schedule=wsd: the last fraction of the run decays");
-ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay");
-ABSL_FLAG(double, adam_beta1, 0.9, "AdamW beta1 (first-moment decay)");
-ABSL_FLAG(double, adam_beta2, 0.95, "AdamW beta2 (second-moment decay)");
-ABSL_FLAG(double, adam_eps, 1e-8, "AdamW epsilon");
-ABSL_FLAG(double, grad_clip, 1.0, "clip the global gradient norm to this (0: off)");
-ABSL_FLAG(uint64_t, seed, 1234, "seed of the batch order (and of theta(0) unless --init_seed)");
-ABSL_FLAG(uint64_t, init_seed, 0,
-          "seed of theta(0) (0: --seed). Workers of one fleet that train with different --seed "
-          "and one --init_seed start from the same theta(0), whichever Init reaches a shard first");
-ABSL_FLAG(std::string, init_from, "",
-          "start from this model: a .safetensors file or a Hugging Face folder (config.json "
-          "beside model.safetensors or a sharded index) holding --model's tensors under their "
-          "own names (the built-in GPT also in Hugging Face's GPT-2 layout); any float dtype, "
-          "widened to fp32. Uploaded as theta(0) where the fleet has none; a fleet that already "
-          "has theta(0) keeps it, and a warning says so");
-ABSL_FLAG(std::string, data, "synthetic",
-          "synthetic, bin:PATH (llm.c token file) or text:PATH (bytes)");
-ABSL_FLAG(int, num_workers, 0, "workers sharing the data (0: the number of --worker_id + 1)");
-ABSL_FLAG(int, threads, 1, "CPU threads for the model's matrix products and attention");
-ABSL_FLAG(Device, device, Device::kCpu,
-          "cpu; cuda: train on this node's GPUs (cuBLAS; --gpus data-parallel with NCCL); or "
-          "synthetic: no model math, each step waits --synthetic_step_time and moves 1/H of the "
-          "parameters by a seeded perturbation (benchmarks; no held-out evaluation)");
-ABSL_FLAG(absl::Duration, synthetic_step_time, absl::Milliseconds(100),
-          "--device=synthetic: the time one inner step waits (a GPU island computing)");
-ABSL_FLAG(int, gpus, 1, "--device=cuda: GPUs of this worker (--batch sequences on each)");
-ABSL_FLAG(absl::Duration, step_delay, absl::ZeroDuration(),
-          "test flag: extra time per inner step (a slower machine)");
-ABSL_FLAG(double, step_slowdown, 1.0,
-          "test flag: each inner step takes this many times its compute time (sleeps the rest): "
-          "a device this many times slower, whatever the speed of this machine (>= 1)");
-ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5), "progress line period");
-ABSL_FLAG(int, eval_batches, 4, "held-out batches per evaluation");
-ABSL_FLAG(std::string, metrics_jsonl, "", "append JSON-lines events here");
-ABSL_FLAG(std::string, save_model, "",
-          "at the end (after the drain), write this worker's local model to this .safetensors "
-          "file, with the tensor names and layout of diloco-ctl export (so an unsynced baseline "
-          "is evaluated like the fleet's export: diloco-ctl eval --params=FILE)");
-ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(60),
-          "wait this long for the join before training starts");
-ABSL_FLAG(bool, train_unjoined, true,
-          "if the join is not done by --join_timeout: train unsynced and keep joining in the "
-          "background (false: exit with an error)");
-ABSL_FLAG(bool, log_sync_events, false,
-          "also write one JSON line per sync event (joined, push, applied, duplicate, stale, "
-          "refused, shard_restart) to --metrics_jsonl");
-ABSL_FLAG(absl::Duration, heartbeat, absl::Milliseconds(500), "heartbeat period per shard");
-ABSL_FLAG(absl::Duration, shard_timeout, absl::Seconds(3),
-          "a shard silent this long is reconnected (with exponential backoff)");
-ABSL_FLAG(bool, control_channel, true,
-          "heartbeats on a second connection per shard, never behind a payload (off only to "
-          "diagnose: on a slow link a long transfer then reads as a dead shard)");
-ABSL_FLAG(double, link_floor_mbit, 1.0,
-          "the data link's rate assumed until one is measured, in Mbit/s: a join or push is asked "
-          "for again only after the bytes ahead of its answer could have crossed at the link's "
-          "rate (set it to your slowest link's rate if it is below this)");
-ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
-          "on a clean stop, wait for in-flight pushes to be answered until this long passes with "
-          "no answer");
-ABSL_FLAG(std::string, curve_server_key, "",
-          "CURVE: the shards' public key (Z85 text or a file holding it); empty: no encryption");
-ABSL_FLAG(std::string, curve_secret_key_file, "",
-          "CURVE: this worker's secret key file (diloco-keygen); its public key must be listed "
-          "for --worker_id in the shards' --curve_authorized_keys");
-
-namespace diloco::worker {
 namespace {
 
 absl::StatusOr<data::DataOptions> ParseData(const std::string& spec, int index, int n) {
@@ -295,8 +162,24 @@ absl::Status TrainerOptionsFromFlags(WorkerOptions& w) {
 }  // namespace
 
 void ParseWorkerFlags(int argc, char** argv) {
-  absl::SetProgramUsageMessage("diloco-worker --servers=tcp://h:p,... --worker_id=N [flags]");
-  ParseFlags(argc, argv, "", {"worker/worker_flags.cc"});
+  absl::SetProgramUsageMessage(
+      "diloco-worker --servers=tcp://h:p,... --worker_id=N [flags]\n\n"
+      "One learner of a DiLoCo fleet. Its flags, by group (the file that defines them):\n"
+      "  common/plan_flags.cc          the plan: --model, --fragments, --shards\n"
+      "  worker/flags/data.cc          training data, its order, held-out evaluation\n"
+      "  worker/flags/link.cc          connections to the shards: heartbeats, link rate\n"
+      "  worker/flags/model.cc         device, theta(0), AdamW, learning-rate schedule, length\n"
+      "  worker/flags/observability.cc progress lines and JSON-lines events\n"
+      "  worker/flags/security.cc      CURVE keys\n"
+      "  worker/flags/state.cc         --state_dir: continuing after a stop\n"
+      "  worker/flags/sync.cc          the fleet, its id, codec, H, adoption, join and drain\n"
+      "  worker/flags/test_only.cc     [test only] a slower machine; never in production\n"
+      "  worker/island/island_flags.cc the ranks of a multi-process learner (an island)");
+  ParseFlags(argc, argv, "",
+             {"worker/flags/sync.cc", "worker/flags/link.cc", "worker/flags/model.cc",
+              "worker/flags/data.cc", "worker/flags/state.cc", "worker/flags/security.cc",
+              "worker/flags/observability.cc", "worker/island/island_flags.cc",
+              "worker/flags/test_only.cc"});
 }
 
 absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
