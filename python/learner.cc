@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -176,10 +177,11 @@ class Learner {
   }
 
   // Once per inner step, after optimizer.step(): the step time is the time since the last call.
-  void AfterStep(uint64_t tokens) {
+  void AfterStep(uint64_t tokens, std::optional<double> loss) {
     const absl::Time now = absl::Now();
     const absl::Duration step =
         last_step_ == absl::InfinitePast() ? absl::ZeroDuration() : now - last_step_;
+    Progress(now, tokens, loss);
     {
       py::gil_scoped_release release;
       client_->AfterStep([this](uint64_t offset, uint64_t n) { return Claim(offset, n); }, tokens,
@@ -191,6 +193,22 @@ class Learner {
       Finish(true);
     }
     last_step_ = absl::Now();
+  }
+
+  // The figures its heartbeats carry (worker/sync_client.h): steps, the loss's moving average
+  // when given, tokens/s since the first step.
+  void Progress(absl::Time now, uint64_t tokens, std::optional<double> loss) {
+    if (first_step_ == absl::InfinitePast()) first_step_ = now;
+    ++progress_steps_;
+    progress_tokens_ += tokens;
+    if (loss) loss_ema_ = loss_ema_ ? 0.9 * *loss_ema_ + 0.1 * *loss : *loss;
+    worker::SyncClient::Progress p;
+    p.step = progress_steps_;
+    if (loss_ema_) p.loss = static_cast<float>(*loss_ema_);
+    const double s = absl::ToDoubleSeconds(now - first_step_);
+    if (s > 0) p.tokens_per_s = static_cast<float>(progress_tokens_ / s);
+    p.device = "pytorch";
+    client_->SetProgress(p);
   }
 
   void Drain(double timeout_s) {
@@ -413,6 +431,9 @@ class Learner {
   uint64_t fetched_ = 0, stored_ = 0;
   double fetch_us_ = 0, store_us_ = 0;
   absl::Time last_step_ = absl::InfinitePast();
+  absl::Time first_step_ = absl::InfinitePast();
+  uint64_t progress_steps_ = 0, progress_tokens_ = 0;
+  std::optional<double> loss_ema_;
 };
 
 // The manifest file `diloco-server --model=manifest:PATH` reads (common/manifest_json.h), written
@@ -456,7 +477,7 @@ PYBIND11_MODULE(_diloco_ps, m) {
            py::arg("inner_steps_max"), py::arg("link_margin"), py::arg("curve_server_key"),
            py::arg("curve_secret_key_file"))
       .def("join", &Learner::Join, py::arg("timeout_s"))
-      .def("after_step", &Learner::AfterStep, py::arg("tokens"))
+      .def("after_step", &Learner::AfterStep, py::arg("tokens"), py::arg("loss") = py::none())
       .def("drain", &Learner::Drain, py::arg("timeout_s"))
       .def("stats", &Learner::Stats)
       .def("take_events", &Learner::TakeEvents)

@@ -145,6 +145,7 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   auto mv = h.message.empty() ? 0 : fbb.CreateString(h.message);
   auto vv = h.versions.empty() ? 0 : fbb.CreateVectorOfStructs(h.versions);
   auto hv = h.held_trains.empty() ? 0 : fbb.CreateVectorOfStructs(h.held_trains);
+  auto fv = h.figures ? BuildLearnerFigures(fbb, *h.figures) : 0;
   HeaderBuilder b(fbb);
   b.add_protocol_version(kProtocolVersion);
   b.add_type(h.type);
@@ -185,6 +186,7 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   b.add_values_checksum(h.values_checksum);
   b.add_train_checksum(h.train_checksum);
   if (!h.held_trains.empty()) b.add_held_trains(hv);
+  if (h.figures) b.add_figures(fv);
   fbb.Finish(b.Finish());
   return SealHeader(fbb.GetBufferPointer(), fbb.GetSize());
 }

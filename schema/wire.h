@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "schema/learner_figures.h"
 #include "schema/protocol_generated.h"
 
 namespace diloco::wire {
@@ -110,6 +112,7 @@ struct HeaderFields {
   uint64_t train_checksum = 0;
   std::vector<HeldTrain> held_trains;  // Welcome: pushes whose leading chunks the shard holds
   uint32_t connection = 0;  // data Hello: which of the worker's data connections (0: unsaid)
+  std::optional<LearnerFiguresFields> figures;  // worker Heartbeat: the learner's figures
 };
 
 // What names a message in a refusal of it (an Error's worker_id, fragment_id, seq and

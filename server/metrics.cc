@@ -1,6 +1,8 @@
 #include "server/metrics.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,6 +22,70 @@ std::string Value(const CounterRow& r, uint64_t v) {
   return r.unit == CounterRow::kBytes ? Bytes(v) : absl::StrCat(v);
 }
 
+// A sample value as Prometheus writes it (NaN, +Inf, -Inf spelled its way).
+std::string Sample(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return absl::StrCat(v);
+}
+
+std::string LabelValue(absl::string_view v) {
+  return absl::StrReplaceAll(v, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+}
+
+template <typename T>
+std::optional<double> Opt(const std::optional<T>& v) {
+  return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
+}
+
+// Each learner's figures as gauges labelled by worker (one series per live worker; a figure it
+// did not send has no sample), and its strings as labels of diloco_learner_info.
+void AppendLearners(const std::vector<LearnerRow>& rows, const std::string& l, std::string* t) {
+  struct Gauge {
+    const char* name;
+    const char* help;
+    std::optional<double> (*value)(const LearnerRow&);
+  };
+  static const Gauge kGauges[] = {
+      {"diloco_learner_step", "Inner steps the learner took, as it last said.",
+       [](const LearnerRow& r) { return Opt(r.figures.step); }},
+      {"diloco_learner_loss", "The learner's moving-average training loss, as it last said.",
+       [](const LearnerRow& r) { return Opt(r.figures.loss); }},
+      {"diloco_learner_tokens_per_second", "The learner's training tokens per second.",
+       [](const LearnerRow& r) { return Opt(r.figures.tokens_per_s); }},
+      {"diloco_learner_utilization", "Share of the learner's wall time inside training steps.",
+       [](const LearnerRow& r) { return Opt(r.figures.utilization); }},
+      {"diloco_learner_inner_steps", "The learner's H (inner steps per push) now.",
+       [](const LearnerRow& r) { return Opt(r.figures.inner_steps); }},
+      {"diloco_learner_sent_bytes", "Bytes the learner's sync client sent to every shard.",
+       [](const LearnerRow& r) { return Opt(r.figures.bytes_sent); }},
+      {"diloco_learner_received_bytes", "Bytes the learner's sync client received.",
+       [](const LearnerRow& r) { return Opt(r.figures.bytes_received); }},
+      {"diloco_learner_mean_staleness", "Moving average of the learner's pushes' staleness.",
+       [](const LearnerRow& r) { return Opt(r.figures.mean_staleness); }},
+      {"diloco_learner_step_time_seconds", "The learner's moving-average inner step time.",
+       [](const LearnerRow& r) { return std::optional<double>(r.step_time_us / 1e6); }},
+      {"diloco_learner_seen_age_seconds", "Seconds since this shard last heard the learner.",
+       [](const LearnerRow& r) { return std::optional<double>(r.seen_age_s); }},
+      {"diloco_learner_push_age_seconds", "Seconds since the learner's last push to this shard.",
+       [](const LearnerRow& r) { return r.push_age_s; }},
+  };
+  for (const Gauge& g : kGauges) {
+    absl::StrAppend(t, "# HELP ", g.name, " ", g.help, "\n# TYPE ", g.name, " gauge\n");
+    for (const LearnerRow& r : rows)
+      if (const auto v = g.value(r))
+        absl::StrAppend(t, g.name, "{", l, ",worker=\"", r.id, "\"} ", Sample(*v), "\n");
+  }
+  absl::StrAppend(t,
+                  "# HELP diloco_learner_info 1 per live learner; its generation, host, device "
+                  "and codec as labels.\n# TYPE diloco_learner_info gauge\n");
+  for (const LearnerRow& r : rows)
+    absl::StrAppend(t, "diloco_learner_info{", l, ",worker=\"", r.id, "\",generation=\"",
+                    r.generation, "\",host=\"", LabelValue(r.figures.host), "\",device=\"",
+                    LabelValue(r.figures.device), "\",codec=\"", LabelValue(r.figures.codec),
+                    "\"} 1\n");
+}
+
 }  // namespace
 
 ShardFacts FactsOf(const Shard& shard) {
@@ -27,6 +93,7 @@ ShardFacts FactsOf(const Shard& shard) {
   f.shard = shard.shard_index();
   for (uint32_t id : shard.owned()) f.versions.emplace_back(id, shard.published_version(id));
   f.live_workers = shard.live_workers();
+  f.learners = shard.learners();
   return f;
 }
 
@@ -113,6 +180,7 @@ std::string PrometheusText(const ShardCounters& c, const ShardFacts& facts) {
                   "# TYPE diloco_fragment_version gauge\n");
   for (const auto& [id, version] : facts.versions)
     absl::StrAppend(&t, "diloco_fragment_version{", l, ",fragment=\"", id, "\"} ", version, "\n");
+  AppendLearners(facts.learners, l, &t);
   return t;
 }
 

@@ -21,6 +21,7 @@ struct ShardFacts {
   uint32_t shard = 0;
   std::vector<std::pair<uint32_t, uint64_t>> versions;  // owned fragment, published version
   uint32_t live_workers = 0;
+  std::vector<LearnerRow> learners;  // the live workers' last figures (server/worker_table.h)
 };
 ShardFacts FactsOf(const Shard& shard);
 

@@ -242,6 +242,8 @@ class Shard {
   void SetCurveRefused(uint64_t total) { counters_.curve_refused = total; }
   uint32_t shard_index() const { return opt_.shard; }
   uint32_t live_workers() const;
+  // The live workers and their last figures (server/worker_table.h), for /metrics and Stats.
+  std::vector<LearnerRow> learners() const;
   std::string StatsJson() const;
 
   // An Error reply to a message refused before it reached the shard (the server loop's CURVE

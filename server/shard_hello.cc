@@ -63,6 +63,7 @@ void Shard::OnHello(const std::string& rid, const wire::Message& m, std::vector<
       w->generation = h.generation();
       w->left = false;  // a worker that left and started again rejoins
       w->applied_seq.clear();
+      w->figures.reset();  // the old process's
       dirty_ = true;
       Unbind(w->control_rid);  // the old process's
       w->connection = 0;
@@ -109,6 +110,7 @@ void Shard::OnHeartbeat(const std::string& rid, const wire::Message& m,
   if (auto s = CheckCommon(rid, h, Via::kDataOrControl); !s.ok()) return Refuse(rid, s, &h, out);
   WorkerInfo& w = workers_.Get(h.worker_id());
   if (h.step_time_us() > 0) w.step_time_us = h.step_time_us();
+  if (h.figures()) w.figures = wire::ReadLearnerFigures(*h.figures());
   Outgoing o{rid, Reply(MsgType::Heartbeat), {}};
   o.header.worker_id = w.id;
   for (uint32_t id : owned_) o.header.versions.emplace_back(id, fragments_.at(id)->published);

@@ -1,5 +1,6 @@
 // Shard, introspection (server/shard_internal.h): published versions and values, and the Stats
 // JSON (its counters from server/counter_table.h, beside the shard's own state).
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -27,6 +28,51 @@ std::vector<float> Shard::params(uint32_t fragment) const {
   const auto t = it->second->theta();
   return {t.begin(), t.end()};
 }
+
+std::vector<LearnerRow> Shard::learners() const { return workers_.Learners(clock_->Now()); }
+
+namespace {
+
+template <typename T>
+nlohmann::ordered_json Figure(const std::optional<T>& v) {
+  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json();
+}
+
+// A float as sent; JSON has no NaN or infinity, so those are named as strings.
+nlohmann::ordered_json Figure(const std::optional<float>& v) {
+  if (!v) return nullptr;
+  if (std::isnan(*v)) return "NaN";
+  if (std::isinf(*v)) return *v > 0 ? "+Inf" : "-Inf";
+  return *v;
+}
+
+nlohmann::ordered_json LearnersJson(const std::vector<LearnerRow>& rows) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const LearnerRow& r : rows) {
+    const wire::LearnerFiguresFields& f = r.figures;
+    nlohmann::ordered_json j;
+    j["worker"] = r.id;
+    j["generation"] = r.generation;
+    j["host"] = f.host;
+    j["device"] = f.device;
+    j["codec"] = f.codec;
+    j["step"] = Figure(f.step);
+    j["loss"] = Figure(f.loss);
+    j["tokens_per_s"] = Figure(f.tokens_per_s);
+    j["utilization"] = Figure(f.utilization);
+    j["inner_steps"] = Figure(f.inner_steps);
+    j["bytes_sent"] = Figure(f.bytes_sent);
+    j["bytes_received"] = Figure(f.bytes_received);
+    j["mean_staleness"] = Figure(f.mean_staleness);
+    j["step_time_us"] = r.step_time_us;
+    j["seen_age_s"] = r.seen_age_s;
+    j["push_age_s"] = Figure(r.push_age_s);
+    a.push_back(std::move(j));
+  }
+  return a;
+}
+
+}  // namespace
 
 std::string RefusalsText(const ShardCounters& c, absl::string_view before,
                          absl::string_view between, absl::string_view separator) {
@@ -84,6 +130,7 @@ std::string Shard::StatsJson() const {
   j["download_bytes"] = DownloadBytes();  // quantized downloads' residuals and updates
   j["download_codec"] = kernels::CodecName(opt_.download);
   j["workers"] = workers_.size();
+  j["learners"] = LearnersJson(learners());  // the live ones, with their last figures
   j["insecure"] = opt_.insecure;
   j["refused_by_reason"] = std::move(refused);
   return JsonDump(j);

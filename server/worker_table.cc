@@ -91,4 +91,24 @@ uint64_t WorkerTable::OldestHeld(absl::Time now, uint32_t fragment, uint64_t pub
   return oldest;
 }
 
+std::vector<LearnerRow> WorkerTable::Learners(absl::Time now) const {
+  std::vector<LearnerRow> rows;
+  for (const auto& [id, w] : workers_) {
+    if (!Live(*w, now)) continue;
+    LearnerRow r;
+    r.id = id;
+    r.generation = w->generation;
+    r.step_time_us = w->step_time_us;
+    r.seen_age_s = absl::ToDoubleSeconds(now - w->last_seen);
+    absl::Time pushed = absl::InfinitePast();
+    for (const auto& [_, rate] : w->push_rate) pushed = std::max(pushed, rate.last);
+    if (pushed != absl::InfinitePast()) r.push_age_s = absl::ToDoubleSeconds(now - pushed);
+    if (w->figures) r.figures = *w->figures;
+    rows.push_back(std::move(r));
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const LearnerRow& a, const LearnerRow& b) { return a.id < b.id; });
+  return rows;
+}
+
 }  // namespace diloco::server

@@ -10,10 +10,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
+#include "schema/learner_figures.h"
 
 namespace diloco::server {
 
@@ -49,6 +51,20 @@ struct WorkerInfo {
   absl::flat_hash_map<uint32_t, uint64_t> applied_seq;  // fragment -> last applied seq
   absl::flat_hash_map<uint32_t, PushRate> push_rate;    // fragment -> what it brings a round
   absl::flat_hash_map<uint32_t, uint64_t> holds;        // fragment -> newest version sent it
+  // The learner's figures from its last heartbeat that carried them (none from older workers);
+  // shown on /metrics, in Stats and by diloco-ctl top, never used by the rounds.
+  std::optional<wire::LearnerFiguresFields> figures;
+};
+
+// One live learner as a shard's views show it: its last figures and how long ago it was heard
+// from and last pushed (any fragment; nullopt: never).
+struct LearnerRow {
+  uint32_t id = 0;
+  uint64_t generation = 0;
+  double step_time_us = 0;
+  double seen_age_s = 0;
+  std::optional<double> push_age_s;
+  wire::LearnerFiguresFields figures;  // empty when its heartbeats carried none
 };
 
 class WorkerTable {
@@ -94,6 +110,8 @@ class WorkerTable {
   double ExpectedMissingWeight(absl::Time now, uint32_t fragment, InRound in_round) const;
   // The oldest version of `fragment` a live worker that took it holds; `published` when none.
   uint64_t OldestHeld(absl::Time now, uint32_t fragment, uint64_t published) const;
+  // The live workers, by id: one row each, so a departed worker drops out with its liveness.
+  std::vector<LearnerRow> Learners(absl::Time now) const;
 
  private:
   absl::Duration timeout_;

@@ -97,7 +97,9 @@ void ShardSession::SendControlHello() {
 }
 
 void ShardSession::SendHeartbeat() {
-  (void)transport_.SendHeader(control_welcomed_, Header(MsgType::Heartbeat));
+  auto h = Header(MsgType::Heartbeat);
+  h.figures = shared_.Figures();
+  (void)transport_.SendHeader(control_welcomed_, h);
   last_heartbeat_ = clock_.Now();
 }
 

@@ -155,6 +155,15 @@ bool SyncClient::joined() const { return impl_->all_joined.load(); }
 uint32_t SyncClient::shards_left() const { return impl_->leaves_acked.load(); }
 
 SyncStats SyncClient::stats() const { return impl_->shared.stats(); }
+void SyncClient::SetProgress(const Progress& p) {
+  wire::LearnerFiguresFields f;
+  f.step = p.step;
+  f.loss = p.loss;
+  f.tokens_per_s = p.tokens_per_s;
+  f.utilization = p.utilization;
+  f.device = p.device;
+  impl_->shared.SetProgress(f);
+}
 std::vector<SyncEvent> SyncClient::TakeEvents() { return impl_->shared.TakeEvents(); }
 
 absl::Status SyncClient::Join(std::span<float> params, absl::Duration deadline) {

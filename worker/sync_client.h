@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +70,16 @@ class SyncClient {
   static constexpr absl::Duration kLeaveWait = absl::Seconds(2);
   // Shards that answered this worker's Leave (0 before Drain).
   uint32_t shards_left() const;
+
+  // The training loop's progress, for the heartbeats (schema/learner_figures.h): step, loss
+  // (moving average), tokens/s, utilization and device; leave what is not known unset. Either
+  // thread; the last call's figures are sent.
+  struct Progress {
+    std::optional<uint64_t> step;
+    std::optional<float> loss, tokens_per_s, utilization;
+    std::string device;
+  };
+  void SetProgress(const Progress& p);
 
   SyncStats stats() const;
   std::vector<SyncEvent> TakeEvents();

@@ -1,14 +1,26 @@
 #include "worker/sync_shared.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <iterator>
 
 #include "common/ema.h"
+#include "kernels/codec.h"
 
 namespace diloco::worker {
+namespace {
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+}  // namespace
 
 SyncShared::SyncShared(uint32_t num_fragments, uint32_t num_shards, size_t max_events)
-    : max_events_(max_events) {
+    : max_events_(max_events), host_(HostName()) {
   MutexLock g(&mu_);  // no other thread yet; the lock satisfies the analysis
   stats_.versions.assign(num_fragments, 0);
   shard_fleet_us_.assign(num_shards, 0);
@@ -152,6 +164,27 @@ void SyncShared::SetFleetStepTime(uint32_t shard, uint64_t us) {
   for (uint64_t v : shard_fleet_us_)
     if (v > 0 && (fleet == 0 || v < fleet)) fleet = v;
   fleet_step_time_us_ = fleet;
+}
+
+}  // namespace diloco::worker
+
+namespace diloco::worker {
+
+void SyncShared::SetProgress(const wire::LearnerFiguresFields& progress) {
+  MutexLock g(&mu_);
+  progress_ = progress;
+}
+
+wire::LearnerFiguresFields SyncShared::Figures() const {
+  MutexLock g(&mu_);
+  wire::LearnerFiguresFields f = progress_;
+  f.codec = kernels::CodecName(stats_.codec_now);
+  if (stats_.inner_steps_now > 0) f.inner_steps = stats_.inner_steps_now;
+  f.bytes_sent = stats_.bytes_sent;
+  f.bytes_received = stats_.bytes_received;
+  if (stats_.applied > 0) f.mean_staleness = static_cast<float>(stats_.mean_staleness);
+  f.host = host_;
+  return f;
 }
 
 }  // namespace diloco::worker

@@ -142,6 +142,11 @@ class SyncShared {
   void SetFleetStepTime(uint32_t shard, uint64_t us);
   uint64_t fleet_step_time_us() const { return fleet_step_time_us_.load(); }
 
+  // The training loop's progress (step, loss, tokens/s, utilization, device), as it last said;
+  // heartbeats carry it with the sync figures of stats() and this host's name (Figures()).
+  void SetProgress(const wire::LearnerFiguresFields& progress);
+  wire::LearnerFiguresFields Figures() const;
+
  private:
   mutable Mutex mu_;
   CondVar cv_;  // signalled with arrivals, ended pushes and a fatal refusal
@@ -158,6 +163,8 @@ class SyncShared {
   std::vector<uint64_t> shard_fleet_us_ ABSL_GUARDED_BY(mu_);
   LinkMeter up_ ABSL_GUARDED_BY(mu_), down_ ABSL_GUARDED_BY(mu_);
   double down_bytes_per_param_ ABSL_GUARDED_BY(mu_) = 0;  // moving average over updates
+  wire::LearnerFiguresFields progress_ ABSL_GUARDED_BY(mu_);
+  const std::string host_;
   std::atomic<uint64_t> step_time_us_{0};
   std::atomic<uint64_t> fleet_step_time_us_{0};
 };

@@ -64,11 +64,13 @@ class Learner:
         RuntimeError when a shard refuses the model (nothing written)."""
         self._native.join(float(timeout))
 
-    def after_step(self, tokens):
-        """After each optimizer step: `tokens` is the number of tokens the step trained on.
-        Copies down only the fragments due (a push, an adoption, a theta(0) request) and copies
-        up only those written; a step with nothing due touches no parameter."""
-        self._native.after_step(int(tokens))
+    def after_step(self, tokens, loss=None):
+        """After each optimizer step: `tokens` is the number of tokens the step trained on, and
+        `loss` (optional) the step's training loss, whose moving average the shards show
+        (diloco-ctl top, /metrics). Copies down only the fragments due (a push, an adoption, a
+        theta(0) request) and copies up only those written; a step with nothing due touches no
+        parameter."""
+        self._native.after_step(int(tokens), None if loss is None else float(loss))
         self.steps += 1
         self.tokens += int(tokens)
 
