@@ -31,6 +31,7 @@ int Export(const Args& args);           // ctl/main.cc
 int Eval(const Args& args);             // ctl/eval.cc
 int GenData(const Args& args);          // ctl/gen_data.cc
 int Stats(const Args& args);            // ctl/stats.cc
+int Top(const Args& args);              // ctl/top.cc
 int ManifestCommand(const Args& args);  // ctl/manifest.cc
 int Keys(const Args& args);             // ctl/keys.cc
 

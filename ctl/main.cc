@@ -87,6 +87,11 @@ constexpr char kUsage[] =
     "  diloco-ctl stats --server=tcp://HOST:PORT [--timeout_ms=N]\n"
     "      [--curve_server_key=KEY|FILE --curve_secret_key_file=FILE]   a CURVE shard: a key it\n"
     "      lists (any worker's)\n"
+    "  diloco-ctl top --servers=tcp://HOST:PORT,... [--interval=1s] [--once | --json]\n"
+    "      [--timeout_ms=N] [CURVE flags as stats]   a live view of the fleet: one line per\n"
+    "      learner (its heartbeats' figures), the totals and each shard's round rate,\n"
+    "      refreshed in place; --once one table, --json one JSON document; a shard that does\n"
+    "      not answer within --timeout_ms shows as \"no answer\".\n"
     "  diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=FILE.bin [--tokens=N]\n"
     "  diloco-ctl eval --model=SPEC --fragments=P --shards=S --data=FILE.bin STORE_DIR...\n"
     "  diloco-ctl eval --model=SPEC --params=FILE.safetensors --data=synthetic "
@@ -132,6 +137,10 @@ const std::vector<Command>& Commands() {
       {"show", Show, {"store"}},
       {"export", Export, {"model", "fragments", "shards", "out", "format"}},
       {"stats", Stats, {"server", "timeout_ms", "curve_server_key", "curve_secret_key_file"}},
+      {"top",
+       Top,
+       {"servers", "interval", "once", "json", "timeout_ms", "curve_server_key",
+        "curve_secret_key_file"}},
       {"eval",
        Eval,
        {"model", "params", "data", "tokens", "batch", "seq_len", "eval_batches", "fragments",
@@ -241,7 +250,7 @@ int main(int argc, char** argv) {
   const std::vector<char*> positional =
       diloco::ParseFlags(argc, argv, kUsage,
                          {"ctl/main.cc", "ctl/eval.cc", "ctl/gen_data.cc", "ctl/stats.cc",
-                          "ctl/manifest.cc", "ctl/keys.cc"});
+                          "ctl/top.cc", "ctl/manifest.cc", "ctl/keys.cc"});
   if (positional.size() < 2) return Usage("missing subcommand");
   const std::string name = positional[1];
   for (const Command& c : Commands()) {
