@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/faults.h"
 #include "server/round_policy.h"
 #include "server/shard.h"
 
@@ -31,8 +33,8 @@ struct ServerOptions {
   bool insecure = false;
   std::vector<std::string> exposed;
   absl::Duration progress_interval;
-  uint64_t test_kill_after_applied = 0;  // 0: never
-  absl::Duration test_read_delay;        // bound, recovered, not read yet: a slow recovery
+  // Test only (server/flags/test_only.cc): null unless a test flag asked for a fault.
+  std::shared_ptr<const TestFaults> faults;
 };
 
 // Whether a listening host stays on this machine: 127.0.0.0/8, ::1 (bracketed or not) or
