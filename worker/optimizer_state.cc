@@ -17,16 +17,17 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'A', 'D', 'A', 'M', 'W', '1'};
 
-#pragma pack(push, 1)
+// Naturally aligned, no padding: its fields can be read in place.
 struct Header {
   char magic[8];
   uint32_t worker_id;
+  uint32_t reserved;  // 0
   uint64_t manifest_fingerprint;
   uint64_t n;
   int64_t schedule_step;
   int64_t adam_step;
 };
-#pragma pack(pop)
+static_assert(sizeof(Header) == 48);
 
 std::span<const char> Bytes(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
 
@@ -40,7 +41,7 @@ absl::Status WriteOptimizerState(const std::string& dir, uint32_t worker_id, int
                                  const Trainer& trainer) {
   const std::optional<Trainer::OptimizerView> s = trainer.optimizer_state();
   if (!s) return absl::FailedPreconditionError("this trainer keeps no optimizer state on the host");
-  Header h;
+  Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.worker_id = worker_id;
   h.manifest_fingerprint = trainer.manifest().fingerprint();

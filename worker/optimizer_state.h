@@ -6,7 +6,7 @@
 // restart may take moments some steps older than its schedule's step, which AdamW's moving
 // averages absorb, where zeroed moments would restart its bias correction and its step sizes.
 //
-// File: "DLADAMW1", worker id (u32), manifest fingerprint (u64), parameters n (u64), the
+// File: "DLADAMW1", worker id (u32), 0 (u32), manifest fingerprint (u64), parameters n (u64), the
 // schedule's step at the write (i64), AdamW's step (i64), m[n], v[n] (f32), then the XXH3-64 of
 // everything before it. Little-endian, as the machines it runs on.
 #pragma once
