@@ -14,6 +14,19 @@ using wire::AckStatus;
 using wire::ErrorCode;
 using wire::MsgType;
 
+namespace {
+
+// The push faults a test asked of `opt`; null when none (a production run).
+std::unique_ptr<TestFaults> PushFaults(const SyncOptions& opt) {
+  if (opt.test_lose_push_sends == 0 && opt.test_corrupt_push_sends == 0) return nullptr;
+  auto f = std::make_unique<TestFaults>();
+  f->lose_push_sends = FaultCount(opt.test_lose_push_sends);
+  f->corrupt_push_sends = FaultCount(opt.test_corrupt_push_sends);
+  return f;
+}
+
+}  // namespace
+
 ShardSession::ShardSession(uint32_t index, std::string endpoint, const SyncOptions& opt,
                            const Plan& plan, WorkerIdentity who, const Clock& clock,
                            SessionTransport& transport, SyncShared& shared)
@@ -28,8 +41,7 @@ ShardSession::ShardSession(uint32_t index, std::string endpoint, const SyncOptio
       down_(opt.link_rate_floor),
       up_(opt.link_rate_floor),
       fragments_(plan.FragmentsOfShard(index)),
-      corrupt_sends_left_(opt.test_corrupt_push_sends),
-      lose_sends_left_(opt.test_lose_push_sends) {
+      faults_(PushFaults(opt)) {
   for (uint32_t id : fragments_) {
     FragmentIo& f = frags_[id];
     f.interval = opt.join_retry;

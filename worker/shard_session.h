@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/faults.h"
 #include "common/plan.h"
 #include "schema/transport.h"
 #include "worker/link_pace.h"
@@ -231,8 +232,9 @@ class ShardSession {
   std::vector<uint32_t> fragments_;        // the shard's, in id order
   std::map<uint32_t, FragmentIo> frags_;   // by fragment id, this shard's only
   std::map<uint32_t, uint64_t> versions_;  // last published version the shard told us
-  uint32_t corrupt_sends_left_ = 0;        // SyncOptions::test_corrupt_push_sends
-  uint32_t lose_sends_left_ = 0;           // SyncOptions::test_lose_push_sends
+  // Test only: the push faults of SyncOptions::test_lose_push_sends and test_corrupt_push_sends
+  // (common/faults.h); null unless a test asked for one.
+  std::unique_ptr<TestFaults> faults_;
   LeaveState leave_ = LeaveState::kStaying;
   absl::Time leave_sent_ = absl::InfinitePast();
 };

@@ -81,13 +81,14 @@ void ShardSession::SendPush(PushJob& job) {
   Copies& copies = copies_[{job.fragment, job.seq}];
   // The shard holds the push's leading chunks from a lost connection: only the rest go.
   if (auto held = resume_.extract({job.fragment, job.seq})) h.chunk_index = held.mapped();
-  if (job.fragment == 0 && job.seq == 1 && lose_sends_left_ > 0) {
-    --lose_sends_left_;  // test only (SyncOptions::test_lose_push_sends): lost on the way
+  if (faults_ && job.fragment == 0 && job.seq == 1 && faults_->lose_push_sends.Take()) {
+    // test only (SyncOptions::test_lose_push_sends): lost on the way
     ++copies.unanswered;
     return;
   }
-  if (job.fragment == 0 && job.seq == 1 && corrupt_sends_left_ > 0 && !bytes->empty()) {
-    --corrupt_sends_left_;  // test only (SyncOptions::test_corrupt_push_sends): a damaged copy
+  if (faults_ && job.fragment == 0 && job.seq == 1 && !bytes->empty() &&
+      faults_->corrupt_push_sends.Take()) {
+    // test only (SyncOptions::test_corrupt_push_sends): a damaged copy
     auto damaged = std::make_shared<wire::Bytes>(*bytes);
     damaged->back() ^= 0x01;
     bytes = std::move(damaged);
