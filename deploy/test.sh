@@ -137,12 +137,13 @@ if ((sanitize)); then
   asan_exclude="Dynamic|WithoutDylu|Int8AndInt4|TrainsAtFullSpeed"
   asan_multi=(-L integration -R "$asan_include" -E "$asan_exclude")
   # Only what those tests run is built: the executables the same selections start in the
-  # release build (where every test is discovered), and the programs the multi-process and
-  # script tests start. An executable left out leaves a placeholder test "<target>_NOT_BUILT"
-  # here, which the runs below skip; one that a selection needs cannot be left out.
+  # release build (where every test is discovered), and what the multi-process and script
+  # tests start or read (the programs; the second protocol client's generated Python). An
+  # executable left out leaves a placeholder test "<target>_NOT_BUILT" here, which the runs
+  # below skip; one that a selection needs cannot be left out.
   mapfile -t asan_targets < <(
     { ctest_executables "$build" "${asan_units[@]}"; ctest_executables "$build" "${asan_multi[@]}"
-      printf '%s\n' diloco-server diloco-worker diloco-ctl diloco-keygen; } |
+      printf '%s\n' diloco-server diloco-worker diloco-ctl diloco-keygen protocol_client_py; } |
       sort -u | grep -xFf <(ninja -C "$asan" -t targets all | sed -n 's/: .*//p'))
   echo "deploy/test.sh: the ASan build: ${#asan_targets[@]} targets"
   ninja -C "$asan" -j"$jobs" "${asan_targets[@]}"
