@@ -163,13 +163,13 @@ std::string Fixed(double v, int decimals) {
 }
 
 std::string Table(const Json& d) {
-  std::string t = absl::StrFormat("%-6s %-14s %4s %8s %8s %10s %5s %6s %7s %-10s %9s %9s\n",
+  std::string t = absl::StrFormat("%-6s %-14s %16s %8s %8s %10s %5s %6s %7s %-13s %9s %9s\n",
                                   "worker", "host", "gen", "step", "loss", "tok/s", "util", "stale",
                                   "push_s", "codec/H", "up", "down");
   for (const Json& l : d["learners"]) {
     const double h = Num(l, "inner_steps");
     absl::StrAppend(
-        &t, absl::StrFormat("%-6s %-14.14s %4s %8s %8s %10s %5s %6s %7s %-10s %9s %9s\n",
+        &t, absl::StrFormat("%-6s %-14.14s %16s %8s %8s %10s %5s %6s %7s %-13s %9s %9s\n",
                             l["worker"].dump(), Str(l, "host"), l["generation"].dump(),
                             Fixed(Num(l, "step"), 0), Fixed(Num(l, "loss"), 4),
                             Fixed(Num(l, "tokens_per_s"), 0), Fixed(Num(l, "utilization"), 2),

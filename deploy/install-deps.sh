@@ -7,8 +7,9 @@
 # tests/protocol/; matplotlib for the fleet benchmark's plots, benchmarks/fleet/), and gdb, whose
 # stacks of a process the convergence study finds hung go into the test log
 # (benchmarks/quality/procs.sh); Slurm and munge for the fleet check across namespace hosts
-# (deploy/hosts/check-fleet.sh), and tmux, in which tests/integration/top_test.cc runs diloco-ctl top live. python3-dev and pybind11-dev build the diloco_ps module itself;
-# python3-pip and python3-setuptools install it (pip install --no-build-isolation ./python).
+# (deploy/hosts/check-fleet.sh); tmux, in which tests/integration/top_test.cc runs diloco-ctl top
+# live. python3-dev and pybind11-dev build the diloco_ps module itself; python3-pip and
+# python3-setuptools install it (pip install --no-build-isolation ./python).
 set -euo pipefail
 
 pkgs=(
