@@ -35,6 +35,7 @@
 #include "common/version.h"
 #include "ctl/commands.h"
 #include "ctl/export_any.h"
+#include "schema/wire.h"
 #include "storage/model_export.h"
 
 namespace diloco::ctl {
@@ -244,7 +245,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  diloco::SetVersionFlag("diloco-ctl");
+  diloco::SetVersionFlag("diloco-ctl", diloco::wire::kProtocolVersion);
   absl::SetProgramUsageMessage(
       "diloco-ctl SUBCOMMAND [flags] [STORE_DIR...]; diloco-ctl help for the subcommands");
   const std::vector<char*> positional =

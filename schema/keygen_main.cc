@@ -8,13 +8,14 @@
 #include "absl/flags/usage.h"
 #include "common/version.h"
 #include "schema/curve.h"
+#include "schema/wire.h"
 
 ABSL_FLAG(std::string, out, "", "write PREFIX.secret and PREFIX.public");
 ABSL_FLAG(int32_t, worker_id, -1,
           "if set, also print the authorized-keys line \"worker_id public-key\" for this key");
 
 int main(int argc, char** argv) {
-  diloco::SetVersionFlag("diloco-keygen");
+  diloco::SetVersionFlag("diloco-keygen", diloco::wire::kProtocolVersion);
   absl::SetProgramUsageMessage("diloco-keygen --out=PREFIX [--worker_id=N]");
   absl::ParseCommandLine(argc, argv);
   const std::string prefix = absl::GetFlag(FLAGS_out);

@@ -10,6 +10,7 @@
 #include "common/event_log.h"
 #include "common/version.h"
 #include "schema/transport.h"
+#include "schema/wire.h"
 #include "server/audit_log.h"
 #include "server/metrics.h"
 #include "server/serve_loop.h"
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   using namespace diloco;
   using namespace diloco::server;
   using diloco::server::Fail;
-  SetVersionFlag("diloco-server");
+  SetVersionFlag("diloco-server", wire::kProtocolVersion);
   ParseServerFlags(argc, argv);
   auto options = ServerOptionsFromFlags();
   if (!options.ok()) return Fail(options.status());

@@ -15,6 +15,7 @@
 #include "common/model_spec.h"
 #include "common/version.h"
 #include "schema/transport.h"
+#include "schema/wire.h"
 #include "worker/island_run.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
@@ -28,7 +29,7 @@
 int main(int argc, char** argv) {
   using namespace diloco;
   using worker::Fail;
-  SetVersionFlag("diloco-worker");
+  SetVersionFlag("diloco-worker", wire::kProtocolVersion);
   worker::ParseWorkerFlags(argc, argv);
   auto options = worker::WorkerOptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
