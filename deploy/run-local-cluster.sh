@@ -5,7 +5,7 @@
 # pushes and adopted versions, and each shard's rounds and fragment versions. Stops cleanly
 # (SIGTERM -> final checkpoints), exports the global model to safetensors and prints its
 # held-out loss (the workers' held-out set, every chain of the mixture equally) with the entropy
-# floor. Settings: deploy/flags/local-{worker,server}.flags, the ones the convergence study
+# floor, and draws the run's report (deploy/run_report.py: PNGs in the run directory). Settings: deploy/flags/local-{worker,server}.flags, the ones the convergence study
 # measures (benchmarks/quality/run.sh, group g). Every worker draws its own batches from the
 # whole mixture (--split=iid, the default: the fleet's export held 0.915x the lone worker's loss
 # against 0.974x with owned shares, benchmarks/quality/RESULTS.md); --split=owned gives each
@@ -90,4 +90,6 @@ echo "== the global model's held-out loss (what a user gets; diloco-ctl eval --d
 # shellcheck disable=SC2086
 "$build/ctl/diloco-ctl" eval --model="$model" --params="$run/global.safetensors" \
   --data=synthetic --eval_batches=64
+echo "== the run's report: loss, bytes, pushes per round and goodput per learner (PNGs)"
+"$root/deploy/run_report.py" "$run" || status=$?
 exit $status
