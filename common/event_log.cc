@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/log.h"
 
 namespace diloco {
 
@@ -32,9 +33,8 @@ double JsonObject::FloatAsDouble(float v) {
 JsonObject& JsonObject::AddRaw(std::string_view key, std::string_view json) {
   auto value = nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
-    std::fprintf(stderr, "JsonObject::AddRaw(\"%.*s\"): not JSON: %.*s\n",
-                 static_cast<int>(key.size()), key.data(), static_cast<int>(json.size()),
-                 json.data());
+    Logf(LogLevel::kError, "JsonObject::AddRaw(\"%.*s\"): not JSON: %.*s",
+         static_cast<int>(key.size()), key.data(), static_cast<int>(json.size()), json.data());
     std::abort();
   }
   j_[std::string(key)] = std::move(value);

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/time/clock.h"
+#include "common/log.h"
 
 namespace diloco::server {
 
@@ -17,7 +18,7 @@ CheckpointWriter::CheckpointWriter(storage::CheckpointStore* store, bool threade
   if (!threaded) return;
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) {
-    std::fprintf(stderr, "checkpoint writer: eventfd failed: %s\n", std::strerror(errno));
+    Logf(LogLevel::kError, "checkpoint writer: eventfd failed: %s", std::strerror(errno));
     std::abort();
   }
   thread_ = std::thread([this] { Loop(); });

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "server/heap_trim.h"
 #include "server/serve_report.h"
 
@@ -23,7 +24,7 @@ void OnSignal(int) { g_stop = 1; }
 bool StopRequested() { return g_stop != 0; }
 
 int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "diloco-server: %s\n", std::string(s.message()).c_str());
+  Logf(LogLevel::kError, "diloco-server: %s", std::string(s.message()).c_str());
   return 2;
 }
 
@@ -105,20 +106,20 @@ int Serve(const ServeParts& parts) {
     }
     if (zap && absl::Now() >= next_zap_note) {
       if (auto note = zap->TakeRefusalNote()) {  // at most one line per interval
-        std::fprintf(stderr, "diloco-server[%u]: %s\n", index, note->c_str());
+        Logf(LogLevel::kWarning, "diloco-server[%u]: %s", index, note->c_str());
         next_zap_note = absl::Now() + Shard::kRefusalLogInterval;
       }
     }
     for (const auto& line : shard.TakeLogLines())
-      std::fprintf(stderr, "diloco-server[%u]: %s\n", index, line.c_str());
+      Logf(LogLevel::kInfo, "diloco-server[%u]: %s", index, line.c_str());
     NoteCheckpointError(shard.counters(), log, &noted_checkpoint_error);
     applied_answers += audit.Answers(shard, out);
     if (so.faults && so.faults->kill_after_applied > 0 &&
         applied_answers >= so.faults->kill_after_applied) {
-      std::fprintf(stderr,
-                   "diloco-server[%u]: --test_kill_after_applied: killed with %zu "
-                   "answers unsent\n",
-                   index, out.size());
+      Logf(LogLevel::kInfo,
+           "diloco-server[%u]: --test_kill_after_applied: killed with %zu "
+           "answers unsent",
+           index, out.size());
       std::raise(SIGKILL);
     }
     SendAll(sock, shard, out);
@@ -136,8 +137,8 @@ int Serve(const ServeParts& parts) {
   ev.Add("event", "shutdown").Add("final_checkpoint", s.ok() ? "written" : "failed");
   ev.AddRaw("stats", shard.StatsJson());
   log.Write(ev);
-  std::fprintf(stderr, "diloco-server[%u]: stopping, final checkpoint %s; %s\n", index,
-               s.ok() ? "written" : std::string(s.message()).c_str(), shard.StatsJson().c_str());
+  Logf(LogLevel::kInfo, "diloco-server[%u]: stopping, final checkpoint %s; %s", index,
+       s.ok() ? "written" : std::string(s.message()).c_str(), shard.StatsJson().c_str());
   return s.ok() ? 0 : 1;
 }
 

@@ -6,17 +6,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "server/metrics.h"
 
 namespace diloco::server {
 
 void WarnInsecure(const ServerOptions& so) {
   if (!so.insecure) return;
-  std::fprintf(stderr,
-               "diloco-server: WARNING: --insecure: %s served WITHOUT CURVE on a non-loopback "
-               "address: plaintext, and anyone who reaches it can read the model and push as any "
-               "worker (docs/security.md)\n",
-               absl::StrJoin(so.exposed, " and ").c_str());
+  Logf(LogLevel::kInfo,
+       "diloco-server: WARNING: --insecure: %s served WITHOUT CURVE on a non-loopback "
+       "address: plaintext, and anyone who reaches it can read the model and push as any "
+       "worker (docs/security.md)",
+       absl::StrJoin(so.exposed, " and ").c_str());
 }
 
 std::string InsecureGauge(const ServerOptions& so, uint32_t shard) {
@@ -34,7 +35,7 @@ void WritePortFile(const std::string& path, const std::string& endpoint) {
 }
 
 void ReportProgress(const Shard& shard, EventLog& log) {
-  std::fprintf(stderr, "%s\n", ProgressLine(shard).c_str());
+  Logf(LogLevel::kInfo, "%s", ProgressLine(shard).c_str());
   JsonObject ev;
   ev.Add("event", "progress").AddRaw("stats", shard.StatsJson());
   log.Write(ev);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/event_log.h"
+#include "common/log.h"
 #include "common/version.h"
 #include "schema/transport.h"
 #include "schema/wire.h"
@@ -23,7 +24,7 @@ namespace diloco::server {
 namespace {
 
 int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "diloco-server: %s\n", std::string(s.message()).c_str());
+  Logf(LogLevel::kError, "diloco-server: %s", std::string(s.message()).c_str());
   return 2;
 }
 
@@ -60,11 +61,11 @@ int main(int argc, char** argv) {
     auto h = MetricsHttpServer::Start(so.metrics_address);
     if (!h.ok()) return Fail(h.status());
     http = std::move(*h);
-    std::fprintf(stderr, "diloco-server: Prometheus metrics on %s, port %d%s\n",
-                 so.metrics_address.c_str(), http->port(),
-                 IsLoopbackHost(so.metrics_address.substr(0, so.metrics_address.rfind(':')))
-                     ? ""
-                     : " (plaintext and unauthenticated: CURVE does not cover it)");
+    Logf(LogLevel::kInfo, "diloco-server: Prometheus metrics on %s, port %d%s",
+         so.metrics_address.c_str(), http->port(),
+         IsLoopbackHost(so.metrics_address.substr(0, so.metrics_address.rfind(':')))
+             ? ""
+             : " (plaintext and unauthenticated: CURVE does not cover it)");
   }
   // The store is opened (or created) last, once every other input has been accepted: a start
   // refused for a bad flag, key file or address leaves no store behind.
@@ -80,11 +81,11 @@ int main(int argc, char** argv) {
   if (so.faults && so.faults->read_delay > absl::ZeroDuration())
     absl::SleepFor(so.faults->read_delay);
   WritePortFile(so.port_file, endpoint);
-  std::fprintf(stderr, "diloco-server: shard %u/%u on %s, %zu fragments, plan %016lx%s\n", index,
-               so.shard.num_shards, endpoint.c_str(), shard.owned().size(),
-               static_cast<unsigned long>(shard.plan_fingerprint()),
-               auth ? absl::StrCat(", CURVE with ", auth->size(), " authorized keys").c_str()
-                    : (so.insecure ? ", NO CURVE (--insecure)" : ", no CURVE (loopback only)"));
+  Logf(LogLevel::kInfo, "diloco-server: shard %u/%u on %s, %zu fragments, plan %016lx%s", index,
+       so.shard.num_shards, endpoint.c_str(), shard.owned().size(),
+       static_cast<unsigned long>(shard.plan_fingerprint()),
+       auth ? absl::StrCat(", CURVE with ", auth->size(), " authorized keys").c_str()
+            : (so.insecure ? ", NO CURVE (--insecure)" : ", no CURVE (loopback only)"));
 
   audit->Started(shard);
   return Serve({.options = so,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/model_spec.h"
 #include "worker/island/island_flags.h"
 #include "worker/model/lr_schedule.h"
@@ -63,9 +64,9 @@ absl::StatusOr<IslandRun> JoinIsland(const island::IslandSpec& spec, const Worke
   });
   if (!set.ok()) return set;
   run.steps = std::make_unique<island::IslandSteps>(*run.island, trainer);
-  std::fprintf(stderr, "diloco-worker[%u]: island rank %d of %d (%s), rendezvous %s:%d\n",
-               w.worker_id, spec.rank, spec.size, spec.source.c_str(), spec.master_host.c_str(),
-               spec.master_port);
+  Logf(LogLevel::kInfo, "diloco-worker[%u]: island rank %d of %d (%s), rendezvous %s:%d",
+       w.worker_id, spec.rank, spec.size, spec.source.c_str(), spec.master_host.c_str(),
+       spec.master_port);
   return run;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/ema.h"
+#include "common/log.h"
 #include "common/model_spec.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
@@ -83,8 +84,8 @@ int RunTraining(const RunParts& parts) {
           tr.tokens_per_step() * spec.size, dt);
       if (auto st = keeper.AfterStep(tr, step + 1, sync->stats().applied, absl::Now() - clock0);
           !st.ok())
-        std::fprintf(stderr, "diloco-worker[%u]: --state_dir: %s\n", wid,
-                     std::string(st.message()).c_str());
+        Logf(LogLevel::kWarning, "diloco-worker[%u]: --state_dir: %s", wid,
+             std::string(st.message()).c_str());
       WriteSyncEvents(*sync, wid, w.log_sync_events, log);
       if (!joined_logged && sync->joined()) {  // joined in the background
         joined_logged = true;
@@ -116,10 +117,9 @@ int RunTraining(const RunParts& parts) {
       ev.Add("lr", static_cast<double>(lr));
       AddUtilization(ev, busy, now - start);
       if (sync)
-        sync->SetProgress({static_cast<uint64_t>(step + 1), static_cast<float>(loss_ema),
-                           static_cast<float>(tps),
-                           static_cast<float>(Utilization(busy, now - start)),
-                           AbslUnparseFlag(w.device)});
+        sync->SetProgress(
+            {static_cast<uint64_t>(step + 1), static_cast<float>(loss_ema), static_cast<float>(tps),
+             static_cast<float>(Utilization(busy, now - start)), AbslUnparseFlag(w.device)});
       std::string extra;
       if (sync) {
         const auto st = sync->stats();
@@ -145,15 +145,15 @@ int RunTraining(const RunParts& parts) {
         ev.Add("after_step_us", st.after_step_us).Add("after_step_max_us", st.after_step_max_us);
         ev.Add("versions", st.versions);
       }
-      std::fprintf(stderr, "worker %u step %6ld loss %.4f tok/s %8.0f%s\n", wid,
-                   static_cast<long>(step + 1), loss_ema, tps, extra.c_str());
+      Logf(LogLevel::kInfo, "worker %u step %6ld loss %.4f tok/s %8.0f%s", wid,
+           static_cast<long>(step + 1), loss_ema, tps, extra.c_str());
       log.Write(ev);
     }
   }
   const absl::Duration wall = absl::Now() - start;  // of the training loop, without the drain
   if (sync) {
     if (auto st = sync->Drain(tr.params(), w.drain_timeout); !st.ok())
-      std::fprintf(stderr, "diloco-worker[%u]: %s\n", wid, std::string(st.message()).c_str());
+      Logf(LogLevel::kWarning, "diloco-worker[%u]: %s", wid, std::string(st.message()).c_str());
     WriteSyncEvents(*sync, wid, w.log_sync_events, log);
   }
   if (island) {  // what the drain adopted, on every rank; then the ranks must be identical
@@ -161,8 +161,8 @@ int RunTraining(const RunParts& parts) {
     if (auto st = island->Check(step); !st.ok()) return Fail(st);
   }
   if (auto st = keeper.Finish(tr, step); !st.ok())
-    std::fprintf(stderr, "diloco-worker[%u]: --state_dir: %s\n", wid,
-                 std::string(st.message()).c_str());
+    Logf(LogLevel::kWarning, "diloco-worker[%u]: --state_dir: %s", wid,
+         std::string(st.message()).c_str());
   const float eval_local = evaluates ? tr.EvalLoss() : std::nanf("");
   JsonObject done;
   done.Add("event", "done").Add("worker", uint64_t{wid}).Add("steps", step - w.start_step);
@@ -220,14 +220,14 @@ int RunTraining(const RunParts& parts) {
       absl::StrFormat("utilization %.3f (%.1f s in steps of %.1f s)", Utilization(busy, wall),
                       absl::ToDoubleSeconds(busy), absl::ToDoubleSeconds(wall));
   if (evaluates)
-    std::fprintf(stderr,
-                 "diloco-worker[%u]: done after %ld steps, %s; held-out loss %.4f -> %.4f on "
-                 "%lld tokens%s%s\n",
-                 wid, static_cast<long>(step - w.start_step), util_str.c_str(), eval0, eval_local,
-                 static_cast<long long>(heldout_tokens), global_str.c_str(), floor_str.c_str());
+    Logf(LogLevel::kInfo,
+         "diloco-worker[%u]: done after %ld steps, %s; held-out loss %.4f -> %.4f on "
+         "%lld tokens%s%s",
+         wid, static_cast<long>(step - w.start_step), util_str.c_str(), eval0, eval_local,
+         static_cast<long long>(heldout_tokens), global_str.c_str(), floor_str.c_str());
   else
-    std::fprintf(stderr, "diloco-worker[%u]: done after %ld steps, %s\n", wid,
-                 static_cast<long>(step - w.start_step), util_str.c_str());
+    Logf(LogLevel::kInfo, "diloco-worker[%u]: done after %ld steps, %s", wid,
+         static_cast<long>(step - w.start_step), util_str.c_str());
   return rc;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checksum.h"
+#include "common/log.h"
 #include "common/process_memory.h"
 
 namespace diloco::worker {
@@ -24,7 +25,7 @@ double Quantile(std::vector<double> v, double q) {
 }  // namespace
 
 int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "diloco-worker: %s\n", std::string(s.message()).c_str());
+  Logf(LogLevel::kError, "diloco-worker: %s", std::string(s.message()).c_str());
   return 2;
 }
 
@@ -36,7 +37,7 @@ void WriteSyncEvents(SyncClient& sync, uint32_t wid, bool write, EventLog& log) 
   const auto events = sync.TakeEvents();
   for (const auto& e : events)
     if (e.kind == SyncEvent::kLinkChoice)
-      std::fprintf(stderr, "worker %u link choice: %s\n", wid, e.detail.c_str());
+      Logf(LogLevel::kInfo, "worker %u link choice: %s", wid, e.detail.c_str());
   if (!write) return;
   for (const auto& e : events) {
     JsonObject ev;

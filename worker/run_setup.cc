@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "common/model_refusal.h"
 #include "schema/transport.h"
 #include "worker/model/cpu_trainer.h"
@@ -44,10 +45,10 @@ absl::StatusOr<std::unique_ptr<SyncClient>> JoinOrRefuse(const WorkerOptions& w,
   // kept mapped by TuneAllocatorForFrames): handed back, as pushes never need that much.
   wire::TrimFrameHeap();
   if (st.ok() && init_checksum && ParamsChecksum(tr.params()) != *init_checksum)
-    std::fprintf(stderr,
-                 "diloco-worker[%u]: warning: the fleet already had theta(0) and its model "
-                 "differs from --init_from=%s: training from the fleet's model, not the file\n",
-                 wid, w.init_from.c_str());
+    Logf(LogLevel::kWarning,
+         "diloco-worker[%u]: warning: the fleet already had theta(0) and its model "
+         "differs from --init_from=%s: training from the fleet's model, not the file",
+         wid, w.init_from.c_str());
   if (st.ok() && w.log_sync_events) {
     JsonObject ev;
     ev.Add("event", "joined").Add("worker", uint64_t{wid});
@@ -57,8 +58,8 @@ absl::StatusOr<std::unique_ptr<SyncClient>> JoinOrRefuse(const WorkerOptions& w,
     ev.Add("join_ms", absl::ToDoubleMilliseconds(absl::Now() - t0));
     log.Write(ev);
   } else if (absl::IsDeadlineExceeded(st) && w.train_unjoined) {
-    std::fprintf(stderr, "diloco-worker[%u]: %s; training unsynced meanwhile\n", wid,
-                 std::string(st.message()).c_str());
+    Logf(LogLevel::kWarning, "diloco-worker[%u]: %s; training unsynced meanwhile", wid,
+         std::string(st.message()).c_str());
     JsonObject ev;
     ev.Add("event", "join_pending").Add("worker", uint64_t{wid});
     ev.Add("joined", uint64_t{sync->stats().joined});
@@ -103,8 +104,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const WorkerOptions& w) {
         why.empty() ? "" : " (CUDA: ", why, why.empty() ? "" : ")"));
   auto t = model::MakeCudaTrainer(to);
   if (!t.ok()) return t.status();
-  std::fprintf(stderr, "diloco-worker: CUDA trainer on %d GPU(s), %s attention\n", (*t)->gpus(),
-               model::cuda::AttentionName((*t)->attention()));
+  Logf(LogLevel::kInfo, "diloco-worker: CUDA trainer on %d GPU(s), %s attention", (*t)->gpus(),
+       model::cuda::AttentionName((*t)->attention()));
   return std::unique_ptr<Trainer>(*std::move(t));
 #else
   return absl::FailedPreconditionError(

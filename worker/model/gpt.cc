@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "worker/model/cpu_threads.h"
 #include "worker/model/layers.h"
 
@@ -127,7 +128,7 @@ void Gpt<F>::Backward() {
   const GptConfig& c = layout_.config;
   const int B = B_, T = T_, C = c.width, V = c.vocab, NH = c.heads, N = B * T;
   if (grads_.empty()) {
-    std::fprintf(stderr, "Gpt::Backward on a forward-only model\n");
+    Logf(LogLevel::kError, "Gpt::Backward on a forward-only model");
     std::abort();
   }
   auto zero = [](std::vector<F>& v) { std::fill(v.begin(), v.end(), F(0)); };
