@@ -92,14 +92,13 @@ std::map<uint64_t, Json> Learners(const Sample& s) {
       const uint64_t id = l["worker"].get<uint64_t>();
       auto [it, fresh] = by_id.emplace(id, l);
       if (fresh) continue;
-      const double push = Num(l, "push_age_s"), kept = Num(it->second, "push_age_s");
-      if (Num(l, "seen_age_s") < Num(it->second, "seen_age_s")) {
-        it->second = l;
-        it->second["push_age_s"] = std::isnan(kept)   ? push
-                                   : std::isnan(push) ? kept
-                                                      : std::min(push, kept);
-      } else if (!std::isnan(push) && (std::isnan(kept) || push < kept)) {
-        it->second["push_age_s"] = push;
+      // The freshest shard's figures; the youngest ages over every shard.
+      const Json before = it->second;
+      if (Num(l, "seen_age_s") < Num(before, "seen_age_s")) it->second = l;
+      for (const char* key : {"push_age_s", "applied_age_s"}) {
+        const double a = Num(l, key), b = Num(before, key);
+        const double youngest = std::isnan(a) ? b : std::isnan(b) ? a : std::min(a, b);
+        if (!std::isnan(youngest)) it->second[key] = youngest;
       }
     }
   }
@@ -163,17 +162,17 @@ std::string Fixed(double v, int decimals) {
 }
 
 std::string Table(const Json& d) {
-  std::string t = absl::StrFormat("%-6s %-14s %16s %8s %8s %10s %5s %6s %7s %-13s %9s %9s\n",
+  std::string t = absl::StrFormat("%-6s %-14s %16s %8s %8s %10s %5s %6s %9s %-13s %9s %9s\n",
                                   "worker", "host", "gen", "step", "loss", "tok/s", "util", "stale",
-                                  "push_s", "codec/H", "up", "down");
+                                  "applied_s", "codec/H", "up", "down");
   for (const Json& l : d["learners"]) {
     const double h = Num(l, "inner_steps");
     absl::StrAppend(
-        &t, absl::StrFormat("%-6s %-14.14s %16s %8s %8s %10s %5s %6s %7s %-13s %9s %9s\n",
+        &t, absl::StrFormat("%-6s %-14.14s %16s %8s %8s %10s %5s %6s %9s %-13s %9s %9s\n",
                             l["worker"].dump(), Str(l, "host"), l["generation"].dump(),
                             Fixed(Num(l, "step"), 0), Fixed(Num(l, "loss"), 4),
                             Fixed(Num(l, "tokens_per_s"), 0), Fixed(Num(l, "utilization"), 2),
-                            Fixed(Num(l, "mean_staleness"), 2), Fixed(Num(l, "push_age_s"), 1),
+                            Fixed(Num(l, "mean_staleness"), 2), Fixed(Num(l, "applied_age_s"), 1),
                             absl::StrCat(Str(l, "codec"), "/", Fixed(h, 0)),
                             Bytes(Num(l, "bytes_sent")), Bytes(Num(l, "bytes_received"))));
   }

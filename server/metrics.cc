@@ -69,6 +69,9 @@ void AppendLearners(const std::vector<LearnerRow>& rows, const std::string& l, s
        [](const LearnerRow& r) { return std::optional<double>(r.seen_age_s); }},
       {"diloco_learner_push_age_seconds", "Seconds since the learner's last push to this shard.",
        [](const LearnerRow& r) { return r.push_age_s; }},
+      {"diloco_learner_applied_age_seconds",
+       "Seconds since a round of this shard last applied one of the learner's pushes.",
+       [](const LearnerRow& r) { return r.applied_age_s; }},
   };
   for (const Gauge& g : kGauges) {
     absl::StrAppend(t, "# HELP ", g.name, " ", g.help, "\n# TYPE ", g.name, " gauge\n");

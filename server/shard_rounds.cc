@@ -152,7 +152,10 @@ void Shard::CloseRound(FragmentState& f) {
   ++counters_.rounds;
   for (const auto& c : f.contributors) {
     auto& w = workers_.Get(c.worker);
-    if (w.generation == c.generation) w.applied_seq[f.spec->id] = c.seq;
+    if (w.generation == c.generation) {
+      w.applied_seq[f.spec->id] = c.seq;
+      w.last_applied = clock_->Now();
+    }
     f.unacked.push_back(c);
   }
   f.contributors.clear();

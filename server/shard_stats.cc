@@ -67,6 +67,7 @@ nlohmann::ordered_json LearnersJson(const std::vector<LearnerRow>& rows) {
     j["step_time_us"] = r.step_time_us;
     j["seen_age_s"] = r.seen_age_s;
     j["push_age_s"] = Figure(r.push_age_s);
+    j["applied_age_s"] = Figure(r.applied_age_s);
     a.push_back(std::move(j));
   }
   return a;

@@ -103,6 +103,8 @@ std::vector<LearnerRow> WorkerTable::Learners(absl::Time now) const {
     absl::Time pushed = absl::InfinitePast();
     for (const auto& [_, rate] : w->push_rate) pushed = std::max(pushed, rate.last);
     if (pushed != absl::InfinitePast()) r.push_age_s = absl::ToDoubleSeconds(now - pushed);
+    if (w->last_applied != absl::InfinitePast())
+      r.applied_age_s = absl::ToDoubleSeconds(now - w->last_applied);
     if (w->figures) r.figures = *w->figures;
     rows.push_back(std::move(r));
   }

@@ -44,6 +44,7 @@ struct WorkerInfo {
   // so): there it does not wait behind the fragment updates streaming on the data connection.
   bool answers_on_control = false;
   absl::Time last_seen = absl::InfinitePast();
+  absl::Time last_applied = absl::InfinitePast();  // the newest round that applied its push
   // This generation said Leave (docs/protocol.md, "Leaving"): it is no longer live whatever it
   // sends, and it lowers the quorum; a Hello of a newer generation clears it.
   bool left = false;
@@ -57,13 +58,14 @@ struct WorkerInfo {
 };
 
 // One live learner as a shard's views show it: its last figures and how long ago it was heard
-// from and last pushed (any fragment; nullopt: never).
+// from, last pushed and last had a push applied (any fragment; nullopt: never).
 struct LearnerRow {
   uint32_t id = 0;
   uint64_t generation = 0;
   double step_time_us = 0;
   double seen_age_s = 0;
   std::optional<double> push_age_s;
+  std::optional<double> applied_age_s;
   wire::LearnerFiguresFields figures;  // empty when its heartbeats carried none
 };
 

@@ -108,6 +108,30 @@ TEST_F(ShardHeartbeatFiguresTest, AbsurdFiguresAreShownAsSentAndHarmNothing) {
   EXPECT_EQ(h_->shard().live_workers(), 1u);
 }
 
+// The views say how long ago a learner's push arrived and how long ago a round applied one:
+// an arrived push that no round applied yet has the first and not the second.
+TEST_F(ShardHeartbeatFiguresTest, TheAgeOfTheLastAppliedPushCountsFromTheRoundThatAppliedIt) {
+  const uint64_t n = h_->fragment(0).numel;
+  ASSERT_NE(Only(h_->Init("a", 1, 0, std::vector<float>(n, 1.0f)), MsgType::PushAck), nullptr);
+  EXPECT_FALSE(h_->shard().learners()[0].applied_age_s.has_value());
+  h_->Push("a", 1, 0, 1, 1, std::vector<float>(n, 0.2f));
+  h_->clock().Advance(absl::Seconds(1));
+  auto rows = h_->shard().learners();
+  ASSERT_TRUE(rows[0].push_age_s.has_value());
+  EXPECT_DOUBLE_EQ(*rows[0].push_age_s, 1.0);
+  EXPECT_FALSE(rows[0].applied_age_s.has_value()) << "no round has applied it yet";
+  ASSERT_EQ(h_->Tick().size(), 1u);  // the lone worker's push closes the round
+  h_->clock().Advance(absl::Seconds(3));
+  rows = h_->shard().learners();
+  ASSERT_TRUE(rows[0].applied_age_s.has_value());
+  EXPECT_DOUBLE_EQ(*rows[0].applied_age_s, 3.0);
+  EXPECT_DOUBLE_EQ(Learners()[0]["applied_age_s"].get<double>(), 3.0);
+  EXPECT_NE(PrometheusText(h_->shard())
+                .find("diloco_learner_applied_age_seconds{shard=\"0\",worker=\"1\"} 3"),
+            std::string::npos)
+      << PrometheusText(h_->shard());
+}
+
 TEST_F(ShardHeartbeatFiguresTest, SilentWorkerDropsOutAndNewGenerationStartsClean) {
   wire::LearnerFiguresFields f;
   f.step = 7;
