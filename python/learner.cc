@@ -193,10 +193,12 @@ class Learner {
       Finish(true);
     }
     last_step_ = absl::Now();
+    in_sync_ += last_step_ - now;
   }
 
   // The figures its heartbeats carry (worker/sync_client.h): steps, the loss's moving average
-  // when given, tokens/s since the first step.
+  // when given, tokens/s since the first step, and the utilization: the share of the time
+  // since then spent outside after_step (training, as far as the learner can tell).
   void Progress(absl::Time now, uint64_t tokens, std::optional<double> loss) {
     if (first_step_ == absl::InfinitePast()) first_step_ = now;
     ++progress_steps_;
@@ -206,7 +208,11 @@ class Learner {
     p.step = progress_steps_;
     if (loss_ema_) p.loss = static_cast<float>(*loss_ema_);
     const double s = absl::ToDoubleSeconds(now - first_step_);
-    if (s > 0) p.tokens_per_s = static_cast<float>(progress_tokens_ / s);
+    if (s > 0) {
+      p.tokens_per_s = static_cast<float>(progress_tokens_ / s);
+      p.utilization =
+          static_cast<float>(std::clamp(1 - absl::ToDoubleSeconds(in_sync_) / s, 0.0, 1.0));
+    }
     p.device = "pytorch";
     client_->SetProgress(p);
   }
@@ -433,6 +439,7 @@ class Learner {
   absl::Time last_step_ = absl::InfinitePast();
   absl::Time first_step_ = absl::InfinitePast();
   uint64_t progress_steps_ = 0, progress_tokens_ = 0;
+  absl::Duration in_sync_;  // inside after_step since the first step
   std::optional<double> loss_ema_;
 };
 

@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,6 +159,33 @@ def learner_state(ps, check, endpoint, device):
         except ValueError as e:
             check(all(w in str(e) for w in words), f"load_state_dict's error {e} names {words}")
         check((learner.steps, learner.tokens) == before, "a refused state changed the learner")
+
+
+def learner_figures(ps, check, build, endpoint, device):
+    """The figures a learner's heartbeats carry reach the shard's Stats: its steps, the loss
+    after_step was given (moving average), tokens/s, a utilization in [0, 1], device "pytorch"."""
+    learner = ps.Learner(servers=endpoint, worker_id=5, params=make_params(6, device),
+                         fragments=FRAGMENTS, inner_steps=1000)
+    learner.join(timeout=30)
+    for _ in range(20):
+        time.sleep(0.005)  # "training"
+        learner.after_step(tokens=64, loss=1.5)
+    row, deadline = None, time.monotonic() + 15
+    while time.monotonic() < deadline:
+        out = subprocess.run([f"{build}/ctl/diloco-ctl", "stats", f"--server={endpoint}"],
+                             capture_output=True, text=True, timeout=30)
+        rows = [r for r in json.loads(out.stdout or "{}").get("learners", [])
+                if r.get("worker") == 5 and r.get("step")]
+        if rows:
+            row = rows[0]
+            break
+        time.sleep(0.2)
+    if not check(row is not None, "the learner's figures never reached the shard's Stats"):
+        return
+    check(row["device"] == "pytorch" and 1 <= row["step"] <= 20 and
+          abs(row["loss"] - 1.5) < 1e-6 and row["tokens_per_s"] > 0 and
+          0 <= row["utilization"] <= 1, f"the learner's figures in Stats: {row}")
+    learner.drain(timeout=10)
 
 
 def scenario(ps, check, build, tmp, device):
@@ -314,6 +342,7 @@ def scenario(ps, check, build, tmp, device):
         print(f"   after_step with nothing due, {len(idle_us)} steps: median {idle[0]:.1f} us, "
               f"max {idle[1]:.1f} us; fetch {idle[2]:.0f} us, store {idle[3]:.0f} us per "
               "fragment", flush=True)
+        learner_figures(ps, check, build, shard.endpoint, device)
 
 
 def main():
