@@ -4,13 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "kernels/codec_format.h"
+#include "kernels/codec_table.h"
 #include "kernels/fast_ops.h"
 #include "kernels/quant_math.h"
 #include "kernels/thread_pool.h"
-#include "kernels/topk.h"
 
 namespace diloco::kernels {
 namespace {
@@ -43,32 +42,14 @@ bool SumAllFinite(const float* a, const float* b, size_t n) {
   return m.load() < qm::kInfBits;
 }
 
-// Every block scale is finite and >= +0: as raw bits, below the bits of +Inf (a sign bit set
-// makes the pattern larger).
-absl::Status CheckScales(Codec c, std::span<const uint8_t> in, size_t n) {
-  const size_t nb = internal::NumBlocks(c, n);
-  uint32_t m = 0;
-  for (size_t b = 0; b < nb; ++b) {
-    uint32_t bits;
-    std::memcpy(&bits, in.data() + b * sizeof(float), sizeof(bits));
-    m = std::max(m, bits);
-  }
-  if (m >= qm::kInfBits) {
-    return absl::InvalidArgumentError("encoded delta has a negative or non-finite block scale");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status DecodeImpl(Codec c, std::span<const uint8_t> in, float weight, bool accumulate,
                         std::span<float> out) {
   const size_t n = out.size();
   if (absl::Status st = internal::CheckSizes(c, n, in.size()); !st.ok()) return st;
-  if (absl::Status st =
-          IsTopK(c.kind) ? internal::CheckTopK(c, in, n) : CheckScales(c, in, n);
-      !st.ok())
-    return st;
+  const CodecEntry& e = EntryOf(c);
+  if (absl::Status st = e.decode_check(c, in, n); !st.ok()) return st;
   ParallelFor(Units(c, n), MinUnits(c), [&](size_t b0, size_t b1) {
-    internal::Ops().decode(c, in.data(), n, b0, b1, weight, accumulate, out.data());
+    e.decode(c, in.data(), n, b0, b1, weight, accumulate, out.data());
   });
   return absl::OkStatus();
 }
@@ -79,9 +60,9 @@ absl::Status Encode(Codec c, std::span<const float> x, std::span<uint8_t> out) {
   const size_t n = x.size();
   if (absl::Status st = internal::CheckSizes(c, n, out.size()); !st.ok()) return st;
   if (!AllFinite(x.data(), n)) return internal::NonFiniteError("input");
-  ParallelFor(Units(c, n), MinUnits(c), [&](size_t b0, size_t b1) {
-    internal::Ops().encode(c, x.data(), n, b0, b1, out.data());
-  });
+  const CodecEntry& e = EntryOf(c);
+  ParallelFor(Units(c, n), MinUnits(c),
+              [&](size_t b0, size_t b1) { e.encode(c, x.data(), n, b0, b1, out.data()); });
   return absl::OkStatus();
 }
 
@@ -100,13 +81,28 @@ absl::Status ErrorFeedbackEncode(Codec c, std::span<const float> delta, std::spa
   if (err.size() != n) return absl::InvalidArgumentError("err and delta differ in size");
   if (absl::Status st = internal::CheckSizes(c, n, out.size()); !st.ok()) return st;
   if (!SumAllFinite(err.data(), delta.data(), n)) return internal::NonFiniteError("err + delta");
+  const CodecEntry& e = EntryOf(c);
   ParallelFor(Units(c, n), MinUnits(c), [&](size_t b0, size_t b1) {
-    internal::Ops().error_feedback(c, delta.data(), err.data(), n, b0, b1, out.data());
+    e.error_feedback(c, delta.data(), err.data(), n, b0, b1, out.data());
   });
   return absl::OkStatus();
 }
 
 namespace internal {
+
+void DenseEncodeBlocks(Codec c, const float* x, size_t n, size_t b0, size_t b1, uint8_t* enc) {
+  Ops().encode(c, x, n, b0, b1, enc);
+}
+
+void DenseDecodeBlocks(Codec c, const uint8_t* enc, size_t n, size_t b0, size_t b1, float w,
+                       bool acc, float* out) {
+  Ops().decode(c, enc, n, b0, b1, w, acc, out);
+}
+
+void DenseErrorFeedbackBlocks(Codec c, const float* delta, float* err, size_t n, size_t b0,
+                              size_t b1, uint8_t* enc) {
+  Ops().error_feedback(c, delta, err, n, b0, b1, enc);
+}
 
 const FastOps& Ops() {
   static const FastOps& ops = [&]() -> const FastOps& {

@@ -4,27 +4,15 @@
 #include <charconv>
 #include <cmath>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/codec.h"
+#include "kernels/codec_table.h"
 
 namespace diloco::kernels {
 namespace {
-
-struct KindName {
-  CodecKind kind;
-  const char* name;
-};
-constexpr KindName kKindNames[] = {{CodecKind::kFp32, "fp32"},
-                                   {CodecKind::kBf16, "bf16"},
-                                   {CodecKind::kFp8E4M3, "fp8"},
-                                   {CodecKind::kInt8, "int8"},
-                                   {CodecKind::kInt4, "int4"},
-                                   {CodecKind::kTopK, "topk"},
-                                   {CodecKind::kTopKPacked, "topk-packed"}};
-
-// Top-k's default block: the largest, so the scales cost least and the choice is the most global.
-constexpr uint32_t kTopKDefaultBlock = kMaxBlock;
 
 // Parses all of [first, last) as a T; false on anything else.
 template <typename T>
@@ -34,13 +22,14 @@ bool ParseAll(const char* first, const char* last, T* v) {
 }
 
 // "<name>:<fraction>[:<block>]" (k = ceil(fraction * block), at least 1) or the exact form
-// CodecName prints, "<name>:<k>/<block>", for a top-k kind named `name` (topk, topk-packed).
-absl::StatusOr<Codec> ParseTopK(CodecKind kind, const std::string& name, const std::string& s) {
+// CodecName prints, "<name>:<k>/<block>", for a codec that keeps k entries per block.
+absl::StatusOr<Codec> ParseKeep(const CodecEntry& e, const std::string& s) {
+  const std::string name = e.name;
   const std::string args = s.size() > name.size() + 1 ? s.substr(name.size() + 1) : "";
   const std::string usage = absl::StrCat("codec '", s, "': want ", name,
                                          ":<fraction>[:<block>] (fraction in (0, 1], e.g. ", name,
                                          ":0.02) or ", name, ":<k>/<block>");
-  Codec c{kind, kTopKDefaultBlock, 0};
+  Codec c{e.kind, e.default_block, 0};
   const char* p = args.data();
   const char* end = p + args.size();
   if (const size_t slash = args.find('/'); slash != std::string::npos) {
@@ -62,20 +51,45 @@ absl::StatusOr<Codec> ParseTopK(CodecKind kind, const std::string& name, const s
   return c;
 }
 
+// "<name>[:<block>]".
+absl::StatusOr<Codec> ParseBlock(const CodecEntry& e, const std::string& s) {
+  Codec c{e.kind, e.default_block, 0};
+  if (const size_t colon = s.find(':'); colon != std::string::npos) {
+    if (!ParseAll(s.data() + colon + 1, s.data() + s.size(), &c.block))
+      return absl::InvalidArgumentError(absl::StrCat("bad block size in codec '", s, "'"));
+  }
+  if (absl::Status st = ValidateCodec(c); !st.ok()) return st;
+  return c;
+}
+
+// "fp32, bf16, fp8, int8 or int4[:block], or topk:<fraction>[:block] or topk-packed:...".
+std::string KnownNames() {
+  std::vector<std::string> block, keep;
+  for (const CodecEntry& e : AllCodecs())
+    (e.args == CodecArgs::kBlock ? block : keep).push_back(e.name);
+  std::string out;
+  for (size_t i = 0; i < block.size(); ++i)
+    absl::StrAppend(&out, i == 0 ? "" : (i + 1 == block.size() ? " or " : ", "), block[i]);
+  absl::StrAppend(&out, "[:block]");
+  for (size_t i = 0; i < keep.size(); ++i)
+    absl::StrAppend(&out, i == 0 ? ", or " : " or ", keep[i], ":<fraction>[:block]");
+  return out;
+}
+
 }  // namespace
 
 absl::Status ValidateCodec(Codec c) {
-  bool known = false;
-  for (const KindName& k : kKindNames) known |= k.kind == c.kind;
-  if (!known) {
+  const CodecEntry* e = FindCodec(c.kind);
+  if (e == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown codec kind ", static_cast<int>(c.kind)));
   }
-  if (IsTopK(c.kind) && (c.k < 1 || c.k > c.block)) {
-    return absl::InvalidArgumentError(absl::StrCat("topk keeps k entries per block of ", c.block,
-                                                   ": k must be in [1, ", c.block, "], got ", c.k));
+  if (e->sparse && (c.k < 1 || c.k > c.block)) {
+    return absl::InvalidArgumentError(absl::StrCat(e->name, " keeps k entries per block of ",
+                                                   c.block, ": k must be in [1, ", c.block,
+                                                   "], got ", c.k));
   }
-  if (!IsTopK(c.kind) && c.k != 0) {
+  if (!e->sparse && c.k != 0) {
     return absl::InvalidArgumentError(absl::StrCat("codec kind ", static_cast<int>(c.kind),
                                                    " takes no k (got ", c.k,
                                                    "): k is for topk only"));
@@ -89,48 +103,25 @@ absl::Status ValidateCodec(Codec c) {
 }
 
 absl::StatusOr<Codec> ParseCodec(const std::string& s) {
-  const size_t colon = s.find(':');
-  const std::string kind = s.substr(0, colon);
-  if (kind == "topk") return ParseTopK(CodecKind::kTopK, kind, s);
-  if (kind == "topk-packed") return ParseTopK(CodecKind::kTopKPacked, kind, s);
-  Codec c;
-  bool found = false;
-  for (const KindName& k : kKindNames) {
-    if (kind == k.name) {
-      c.kind = k.kind;
-      found = true;
-    }
-  }
-  if (!found) {
+  const CodecEntry* e = FindCodecByName(std::string_view(s).substr(0, s.find(':')));
+  if (e == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown codec '", s,
-                     "' (want fp32, bf16, fp8, int8 or int4[:block], or topk:<fraction>[:block])"));
+        absl::StrCat("unknown codec '", s, "' (want ", KnownNames(), ")"));
   }
-  if (colon != std::string::npos) {
-    const char* first = s.data() + colon + 1;
-    const char* last = s.data() + s.size();
-    uint32_t block = 0;
-    const auto [ptr, ec] = std::from_chars(first, last, block);
-    if (ec != std::errc() || ptr != last || first == last) {
-      return absl::InvalidArgumentError(absl::StrCat("bad block size in codec '", s, "'"));
-    }
-    c.block = block;
-  }
-  if (absl::Status st = ValidateCodec(c); !st.ok()) return st;
-  return c;
+  return e->args == CodecArgs::kKeep ? ParseKeep(*e, s) : ParseBlock(*e, s);
 }
 
 std::string CodecName(Codec c) {
-  for (const KindName& k : kKindNames) {
-    if (k.kind == c.kind) {
-      if (IsTopK(c.kind)) return absl::StrCat(k.name, ":", c.k, "/", c.block);
-      return HasScales(c.kind) ? absl::StrCat(k.name, ":", c.block) : std::string(k.name);
-    }
-  }
-  return absl::StrCat("unknown(", static_cast<int>(c.kind), ")");
+  const CodecEntry* e = FindCodec(c.kind);
+  if (e == nullptr) return absl::StrCat("unknown(", static_cast<int>(c.kind), ")");
+  if (e->args == CodecArgs::kKeep) return absl::StrCat(e->name, ":", c.k, "/", c.block);
+  return e->has_scales ? absl::StrCat(e->name, ":", c.block) : std::string(e->name);
 }
 
-size_t EncodedSize(Codec c, size_t n) { return EncodedBytes(c, n); }
+size_t EncodedSize(Codec c, size_t n) {
+  const CodecEntry* e = FindCodec(c.kind);
+  return e == nullptr ? 0 : e->bytes(c, n);
+}
 
 namespace internal {
 

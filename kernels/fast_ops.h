@@ -1,8 +1,9 @@
 // The fast CPU kernels as a table of plain functions over a range of blocks (or elements), one
-// table per instruction set. fast_impl.inc holds the loops once; fast_generic.cc, fast_avx2.cc
-// and fast_avx512.cc compile it with different -m flags, and Ops() picks the best table the
-// running CPU supports (runtime dispatch). The public functions in codec.h / optim.h validate
-// arguments, split work over the thread pool, and call these.
+// table per instruction set. Its codec functions serve the dense codecs only (the codec table,
+// codec_table.h, sends top-k to topk.h). fast_impl.inc holds the loops once; fast_generic.cc,
+// fast_avx2.cc and fast_avx512.cc compile it with different -m flags, and Ops() picks the best
+// table the running CPU supports (runtime dispatch). The public functions in codec.h / optim.h
+// validate arguments, split work over the thread pool, and call these.
 //
 // All loops use only the per-value math of quant_math.h and IEEE-exact operations with FMA
 // contraction off, so every table produces the same bytes as the scalar reference.
@@ -41,5 +42,13 @@ const FastOps& Avx2Ops();
 const FastOps& Avx512Ops();
 // The best table for this CPU (chosen once).
 const FastOps& Ops();
+
+// The dense codecs' (fp32, bf16, fp8, int8, int4) fast kernels through Ops(), as the codec table
+// (codec_table.h) points at them.
+void DenseEncodeBlocks(Codec c, const float* x, size_t n, size_t b0, size_t b1, uint8_t* enc);
+void DenseDecodeBlocks(Codec c, const uint8_t* enc, size_t n, size_t b0, size_t b1, float w,
+                       bool acc, float* out);
+void DenseErrorFeedbackBlocks(Codec c, const float* delta, float* err, size_t n, size_t b0,
+                              size_t b1, uint8_t* enc);
 
 }  // namespace diloco::kernels::internal
