@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include <cmath>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -16,6 +15,7 @@
 #include "common/plan_flags.h"
 #include "kernels/codec.h"
 #include "server/flags/flags.h"
+#include "server/shard_validate.h"
 
 namespace diloco::server {
 namespace {
@@ -158,9 +158,6 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (plan->gpt) o.model = *plan->gpt;
   o.manifest = plan->manifest;
   o.model_spec = plan->model_spec;
-  if (o.shard >= o.num_shards)
-    return absl::InvalidArgumentError(
-        absl::StrCat("--shard=", o.shard, ": out of range for --shards=", o.num_shards));
   o.store_path = absl::GetFlag(FLAGS_store);
   o.accept_store_rollback = absl::GetFlag(FLAGS_accept_store_rollback);
   o.durability = absl::GetFlag(FLAGS_durability);
@@ -179,21 +176,12 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.merge_order = absl::GetFlag(FLAGS_merge_order);
   o.norm = absl::GetFlag(FLAGS_round_norm);
   o.step = absl::GetFlag(FLAGS_round_step);
-  o.test_drop_pushes = absl::GetFlag(FLAGS_test_drop_pushes);
-  o.test_drop_seed = absl::GetFlag(FLAGS_test_drop_seed);
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.push_steps_cap = absl::GetFlag(FLAGS_push_steps_cap);
   o.push_norm_cap = absl::GetFlag(FLAGS_push_norm_cap);
-  for (const auto& [name, cap] :
-       {std::pair{"push_steps_cap", o.push_steps_cap}, std::pair{"push_norm_cap", o.push_norm_cap}})
-    if (!(cap == 0 || (cap >= 1 && std::isfinite(cap))))
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, "=", cap, ": must be 0 (off) or at least 1 (x the median)"));
   o.worker_credit_bytes = absl::GetFlag(FLAGS_worker_credit_mib) << 20;
   o.keep_trains.time = absl::GetFlag(FLAGS_keep_cut_trains_for);
   o.keep_trains.bytes = absl::GetFlag(FLAGS_keep_cut_trains_mib) << 20;
-  if (o.keep_trains.time < absl::ZeroDuration())
-    return absl::InvalidArgumentError("--keep_cut_trains_for must not be negative");
   o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
   o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
@@ -204,6 +192,11 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
         absl::StrCat("--download_codec=", codec, ": ", download.status().message()));
   o.download = *download;
   o.download_chain = absl::GetFlag(FLAGS_download_chain);
+  auto faults = TestFaultsFromFlags();
+  if (!faults.ok()) return faults.status();
+  s.faults = *std::move(faults);
+  o.faults = s.faults;
+  if (auto st = Validate(o); !st.ok()) return st;
 
   s.bind = absl::GetFlag(FLAGS_bind);
   s.port_file = absl::GetFlag(FLAGS_port_file);
@@ -222,9 +215,6 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (auto st = CheckExposure(s, metrics_host); !st.ok()) return st;
   o.insecure = s.insecure;
   s.progress_interval = absl::GetFlag(FLAGS_progress_interval);
-  auto faults = TestFaultsFromFlags();
-  if (!faults.ok()) return faults.status();
-  s.faults = *std::move(faults);
   return s;
 }
 

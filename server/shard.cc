@@ -12,6 +12,7 @@
 #include "common/model_refusal.h"
 #include "kernels/codec.h"
 #include "server/shard_internal.h"
+#include "server/shard_validate.h"
 
 namespace diloco::server {
 
@@ -24,29 +25,12 @@ Shard::Shard(const ShardOptions& o, const Clock* clock, Plan plan)
 Shard::~Shard() = default;
 
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, const Clock* clock) {
-  if (o.shard >= o.num_shards)
-    return absl::InvalidArgumentError(
-        absl::StrCat("shard ", o.shard, " out of range for ", o.num_shards, " shards"));
-  if (o.round.quorum == 0) return absl::InvalidArgumentError("quorum must be at least 1");
-  if (o.outer_mode == OuterMode::kDelayedNesterov && o.merge == MergeRule::kRda)
-    return absl::InvalidArgumentError("RDA merges a round; Delayed Nesterov has no rounds");
-  if (o.dn_period < 1) return absl::InvalidArgumentError("Delayed Nesterov period must be >= 1");
-  if (auto st = kernels::ValidateCodec(o.download); !st.ok())
-    return absl::InvalidArgumentError(absl::StrCat("download codec: ", st.message()));
-  if (o.download.kind != kernels::CodecKind::kFp32 && o.download_chain == 0)
-    return absl::InvalidArgumentError("a quantized download needs a chain of at least 1 update");
+  if (auto st = Validate(o); !st.ok()) return st;
   auto manifest =
       o.manifest.tensors().empty() ? GptManifest(o.model) : absl::StatusOr<Manifest>(o.manifest);
   if (!manifest.ok()) return manifest.status();
   auto plan = Plan::Create(*manifest, o.num_fragments, o.num_shards);
   if (!plan.ok()) return plan.status();
-  if (o.apply_threads < 0) return absl::InvalidArgumentError("apply threads must be >= 0");
-  if (!(o.test_drop_pushes >= 0 && o.test_drop_pushes < 1))
-    return absl::InvalidArgumentError("the fraction of pushes to drop must be in [0, 1)");
-  for (const double cap : {o.push_steps_cap, o.push_norm_cap})
-    if (!(cap == 0 || (cap >= 1 && std::isfinite(cap))))
-      return absl::InvalidArgumentError(
-          absl::StrCat("a push cap of ", cap, ": must be 0 (off) or at least 1 (x the median)"));
   std::unique_ptr<Shard> s(new Shard(o, clock, std::move(*plan)));
   s->apply_ = std::make_unique<ApplyPool>(o.apply_threads);
   s->model_fingerprint_ = manifest->fingerprint();

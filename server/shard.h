@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/faults.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
 #include "kernels/codec.h"
@@ -71,14 +72,8 @@ struct ShardOptions {
   MergeOrder merge_order = MergeOrder::kArrival;
   RoundNorm norm = RoundNorm::kExpected;
   RoundStep step = RoundStep::kPartial;
-  // Test flag (the convergence study): this fraction of pushes is acked Applied but never
-  // merged, as if lost on the way: its round is the mean of the others (a round of dropped
-  // pushes only leaves theta as it was). Which pushes is a hash of test_drop_seed, the shard
-  // index, the worker's id, the fragment and the push's sequence number, not of arrival order
-  // or of the worker's generation (a start time), so a lockstep fleet drops the same pushes in
-  // every run, and another seed draws other pushes.
-  double test_drop_pushes = 0;
-  uint64_t test_drop_seed = 0;
+  // Test only (common/faults.h; --test_drop_pushes): null unless a test asked for a fault.
+  std::shared_ptr<const TestFaults> faults;
   int apply_threads = 0;  // decode/merge threads pinned by fragment; 0 = on the caller's thread
   uint64_t max_staleness = 16;
   // The push guard (server/push_guard.h), per fragment, against the median of its last 32
@@ -155,7 +150,7 @@ struct ShardCounters {
   uint64_t rounds = 0;
   uint64_t pushes_queued = 0, pushes_duplicate = 0, pushes_stale = 0, pushes_refused = 0;
   uint64_t pushes_no_credit = 0;  // refused as over the worker's credit (NoCredit)
-  uint64_t pushes_dropped = 0;    // ShardOptions::test_drop_pushes only
+  uint64_t pushes_dropped = 0;    // TestFaults::drop_pushes only
   uint64_t max_held_bytes = 0;    // the most push bytes one worker ever had held at once
   uint64_t messages_bad = 0;
   // Chunks of a train that an earlier refused chunk ended, dropped unanswered (also in

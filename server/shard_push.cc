@@ -23,8 +23,8 @@ int StalenessBucket(uint64_t s) {
   return 7;
 }
 
-// ShardOptions::test_drop_pushes: the hash's seed is this, plus the shard, plus test_drop_seed
-// in the high half.
+// TestFaults::drop_pushes: the hash's seed is this, plus the shard, plus drop_seed in the high
+// half.
 constexpr uint64_t kDropSeed = 0x5EED0000;
 
 }  // namespace
@@ -150,9 +150,10 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
       rate.interval_s = Ema(rate.interval_s, absl::ToDoubleSeconds(now - rate.last), kEmaWeight);
     rate.last = now;
   }
-  const bool drop =
-      opt_.test_drop_pushes > 0 && HashUniform(kDropSeed + opt_.shard + (opt_.test_drop_seed << 32),
-                                               w.id, f.spec->id, h.seq()) < opt_.test_drop_pushes;
+  const TestFaults* faults = opt_.faults.get();
+  const bool drop = faults && faults->drop_pushes > 0 &&
+                    HashUniform(kDropSeed + opt_.shard + (faults->drop_seed << 32), w.id,
+                                f.spec->id, h.seq()) < faults->drop_pushes;
   auto msg = std::make_shared<wire::Message>(std::move(m));
   if (drop) {
     ++counters_.pushes_dropped;

@@ -16,13 +16,10 @@ using wire::MsgType;
 
 namespace {
 
-// The push faults a test asked of `opt`; null when none (a production run).
+// This session's own copy of the faults a test asked of `opt`; null when none (a production
+// run).
 std::unique_ptr<TestFaults> PushFaults(const SyncOptions& opt) {
-  if (opt.test_lose_push_sends == 0 && opt.test_corrupt_push_sends == 0) return nullptr;
-  auto f = std::make_unique<TestFaults>();
-  f->lose_push_sends = FaultCount(opt.test_lose_push_sends);
-  f->corrupt_push_sends = FaultCount(opt.test_corrupt_push_sends);
-  return f;
+  return opt.faults ? std::make_unique<TestFaults>(*opt.faults) : nullptr;
 }
 
 }  // namespace

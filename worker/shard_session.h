@@ -232,8 +232,8 @@ class ShardSession {
   std::vector<uint32_t> fragments_;        // the shard's, in id order
   std::map<uint32_t, FragmentIo> frags_;   // by fragment id, this shard's only
   std::map<uint32_t, uint64_t> versions_;  // last published version the shard told us
-  // Test only: the push faults of SyncOptions::test_lose_push_sends and test_corrupt_push_sends
-  // (common/faults.h); null unless a test asked for one.
+  // Test only: this session's copy of SyncOptions::faults (common/faults.h); null unless a test
+  // asked for one.
   std::unique_ptr<TestFaults> faults_;
   LeaveState leave_ = LeaveState::kStaying;
   absl::Time leave_sent_ = absl::InfinitePast();

@@ -82,13 +82,13 @@ void ShardSession::SendPush(PushJob& job) {
   // The shard holds the push's leading chunks from a lost connection: only the rest go.
   if (auto held = resume_.extract({job.fragment, job.seq})) h.chunk_index = held.mapped();
   if (faults_ && job.fragment == 0 && job.seq == 1 && faults_->lose_push_sends.Take()) {
-    // test only (SyncOptions::test_lose_push_sends): lost on the way
+    // test only (TestFaults::lose_push_sends): lost on the way
     ++copies.unanswered;
     return;
   }
   if (faults_ && job.fragment == 0 && job.seq == 1 && !bytes->empty() &&
       faults_->corrupt_push_sends.Take()) {
-    // test only (SyncOptions::test_corrupt_push_sends): a damaged copy
+    // test only (TestFaults::corrupt_push_sends): a damaged copy
     auto damaged = std::make_shared<wire::Bytes>(*bytes);
     damaged->back() ^= 0x01;
     bytes = std::move(damaged);

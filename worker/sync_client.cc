@@ -103,27 +103,7 @@ SyncClient::~SyncClient() {
 absl::StatusOr<std::unique_ptr<SyncClient>> SyncClient::Create(const SyncOptions& o,
                                                                const Manifest& manifest) {
   if (o.servers.empty()) return absl::InvalidArgumentError("sync: no servers given");
-  if (o.inner_steps == 0) return absl::InvalidArgumentError("sync: inner steps must be positive");
-  if (o.carry_max == 0)
-    return absl::InvalidArgumentError(
-        "sync: carry_max (local steps a push may carry, in H) must be positive");
-  if (!(o.adopt_alpha >= 0.0f && o.adopt_alpha <= 1.0f))
-    return absl::InvalidArgumentError("sync: adopt_alpha must be in [0, 1]");
-  if (auto s = kernels::ValidateCodec(o.codec); !s.ok()) return s;
-  if (o.auto_codec && o.auto_codecs.empty())
-    return absl::InvalidArgumentError("sync: codec auto needs at least one codec to choose from");
-  for (const kernels::Codec& c : o.auto_codecs)
-    if (auto s = kernels::ValidateCodec(c); !s.ok()) return s;
-  if (o.auto_inner_steps && o.inner_steps_max < o.inner_steps)
-    return absl::InvalidArgumentError(absl::StrCat("sync: inner steps auto: the largest H (",
-                                                   o.inner_steps_max, ") is below the smallest (",
-                                                   o.inner_steps, ")"));
-  if (o.lockstep && (o.auto_codec || o.auto_inner_steps))
-    return absl::InvalidArgumentError(
-        "sync: lockstep runs are deterministic and take a fixed codec and H, not auto (a choice "
-        "made from measured rates would differ from run to run)");
-  if (!(o.link_margin >= 1))
-    return absl::InvalidArgumentError("sync: link margin must be at least 1");
+  if (auto s = Validate(o); !s.ok()) return s;
   auto plan = Plan::Create(manifest, o.num_fragments, static_cast<uint32_t>(o.servers.size()));
   if (!plan.ok()) return plan.status();
   auto impl = std::make_unique<Impl>(o, std::move(*plan), manifest.fingerprint());

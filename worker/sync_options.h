@@ -1,16 +1,19 @@
-// What the sync client is told (SyncOptions), what it counts (SyncStats) and the events it
-// reports one by one (SyncEvent): the vocabulary shared by the client (worker/sync_client.h), its
-// per-shard sessions (worker/shard_session.h) and the state their threads share
-// (worker/sync_shared.h).
+// What the sync client is told (SyncOptions) and its one check (Validate), what it counts
+// (SyncStats) and the events it reports one by one (SyncEvent): the vocabulary shared by the
+// client (worker/sync_client.h), its per-shard sessions (worker/shard_session.h) and the state
+// their threads share (worker/sync_shared.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/faults.h"
 #include "kernels/codec_kind.h"
 
 namespace diloco::worker {
@@ -83,17 +86,9 @@ struct SyncOptions {
   // Heartbeat replies); with dylu on, a Hello is repeated this often to refresh it.
   absl::Duration fleet_refresh = absl::Seconds(1);
   size_t max_events = 4096;  // TakeEvents() backlog; older events are dropped beyond it
-  // Test only: the first N sends of fragment 0's first push (seq 1) carry one flipped payload
-  // byte under the true checksums, as if damaged on the way (the shard answers BadChecksum).
-  uint32_t test_corrupt_push_sends = 0;
-  // Test only: the first N sends of fragment 0's first push (seq 1) are dropped unsent, as if
-  // lost on the way (no answer comes; the resend timer must notice).
-  uint32_t test_lose_push_sends = 0;
-  // Test only: the first N sends of fragment 0's first push (seq 1), on each shard link, go
-  // whole with one bit of the header's seq field flipped under its sealed checksum, as if
-  // damaged on the way (the shard answers BadChecksum naming no message; the lost-push resend
-  // recovers it).
-  uint32_t test_corrupt_push_header_sends = 0;
+  // Test only (common/faults.h): null unless a test asks for a fault. Each shard session and
+  // each shard link spends its own copy of the counts.
+  std::shared_ptr<const TestFaults> faults;
 };
 
 struct SyncStats {
@@ -159,5 +154,15 @@ struct SyncEvent {
   kernels::Codec codec;  // kPush, kLinkChoice: the push codec
 };
 const char* SyncEventName(SyncEvent::Kind k);
+
+// How a refusal names an option: as diloco-worker's flag ("--carry_max") or as the Python
+// learner's keyword ("carry_max").
+enum class OptionNames { kFlags, kKeywords };
+
+// The one check of a SyncOptions, made by diloco-worker's flags (worker/worker_flags.cc), the
+// Python learner (python/learner.cc) and SyncClient::Create: OK, or InvalidArgument naming the
+// first bad option and its value. `servers` is SyncClient::Create's to check; the faults are a
+// test's own.
+absl::Status Validate(const SyncOptions& o, OptionNames names = OptionNames::kFlags);
 
 }  // namespace diloco::worker

@@ -87,28 +87,17 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
   so.auto_inner_steps = w.cadence.auto_inner_steps;
   so.inner_steps_max = w.cadence.inner_steps_max;
   so.link_margin = absl::GetFlag(FLAGS_link_margin);
-  if (!(so.link_margin >= 1))
-    return absl::InvalidArgumentError(
-        absl::StrCat("--link_margin=", so.link_margin, ": expected a factor >= 1"));
   so.dylu = absl::GetFlag(FLAGS_dylu);
   so.stream = absl::GetFlag(FLAGS_stream);
   so.adopt = absl::GetFlag(FLAGS_adopt);
   so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
-  if (so.adopt == SyncOptions::Adopt::kKeep && so.adopt_alpha != 0.0f)
-    return absl::InvalidArgumentError("--adopt_alpha applies to --adopt=lerp only");
   so.carry_max = absl::GetFlag(FLAGS_carry_max);
-  if (so.carry_max == 0) return absl::InvalidArgumentError("--carry_max must be at least 1");
   so.lockstep = absl::GetFlag(FLAGS_lockstep);
   so.error_feedback = absl::GetFlag(FLAGS_error_feedback);
   so.heartbeat = absl::GetFlag(FLAGS_heartbeat);
   so.shard_timeout = absl::GetFlag(FLAGS_shard_timeout);
   so.control_channel = absl::GetFlag(FLAGS_control_channel);
   so.link_rate_floor = absl::GetFlag(FLAGS_link_floor_mbit) * 1e6 / 8;
-  if (!(so.link_rate_floor > 0))
-    return absl::InvalidArgumentError("--link_floor_mbit must be a positive rate");
-  if (so.heartbeat <= absl::ZeroDuration() || so.shard_timeout <= so.heartbeat)
-    return absl::InvalidArgumentError(
-        "--heartbeat must be positive and shorter than --shard_timeout");
   // CURVE: both keys or neither.
   auto keys = wire::CurveClientKeysFrom(absl::GetFlag(FLAGS_curve_server_key),
                                         absl::GetFlag(FLAGS_curve_secret_key_file));
@@ -118,6 +107,7 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
     so.curve_public_key = (*keys)->public_key;
     so.curve_secret_key = (*keys)->secret_key;
   }
+  if (auto st = Validate(so); !st.ok()) return st;
   return so;
 }
 

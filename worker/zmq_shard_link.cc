@@ -5,7 +5,7 @@
 namespace diloco::worker {
 namespace {
 
-// Test only (SyncOptions::test_corrupt_push_header_sends): `h` and `frames` sent whole, with
+// Test only (TestFaults::corrupt_push_header_sends): `h` and `frames` sent whole, with
 // one bit of the sealed header's seq field flipped, as a network might flip it.
 bool SendWithDamagedHeader(zmq::socket_t& s, const wire::HeaderFields& h,
                            std::vector<zmq::message_t> frames,
@@ -35,7 +35,7 @@ ZmqShardLink::ZmqShardLink(zmq::context_t& ctx, std::string endpoint, const Sync
     : ctx_(ctx),
       endpoint_(std::move(endpoint)),
       opt_(opt),
-      header_damages_left_(opt.test_corrupt_push_header_sends) {}
+      header_damages_(opt.faults ? opt.faults->corrupt_push_header_sends : FaultCount()) {}
 
 // A fresh socket for one of the connections, monitored for a refused CURVE key before it
 // connects, so the first handshake's verdict is seen too.
@@ -70,9 +70,7 @@ bool ZmqShardLink::Send(bool control, const wire::HeaderFields& h,
   zmq::socket_t& s = control && control_ ? *control_ : *data_;
   std::vector<zmq::message_t> frames;
   if (payload) frames = wire::PayloadFrames(std::move(payload), codec, numel);
-  if (h.type == wire::MsgType::Push && h.fragment_id == 0 && h.seq == 1 &&
-      header_damages_left_ > 0) {
-    --header_damages_left_;
+  if (h.type == wire::MsgType::Push && h.fragment_id == 0 && h.seq == 1 && header_damages_.Take()) {
     return SendWithDamagedHeader(s, h, std::move(frames), checksums);
   }
   const absl::Status sent = checksums.empty()

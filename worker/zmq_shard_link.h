@@ -64,7 +64,7 @@ class ZmqShardLink final : public SessionTransport {
   std::unique_ptr<wire::HandshakeMonitor> data_monitor_, control_monitor_;
   wire::TrainAssembler data_trains_;     // FragmentUpdates of several chunks
   wire::TrainAssembler control_trains_;  // none expected; kept apart all the same
-  uint32_t header_damages_left_;         // SyncOptions::test_corrupt_push_header_sends
+  FaultCount header_damages_;            // test only: TestFaults::corrupt_push_header_sends
 };
 
 }  // namespace diloco::worker

@@ -62,13 +62,9 @@ ABSL_DECLARE_FLAG(std::string, metrics_jsonl);
 ABSL_DECLARE_FLAG(std::string, audit_jsonl);
 ABSL_DECLARE_FLAG(std::string, metrics_address);
 
-// server/flags/test_only.cc
-ABSL_DECLARE_FLAG(double, test_drop_pushes);
-ABSL_DECLARE_FLAG(uint64_t, test_drop_seed);
-
 namespace diloco::server {
 
-// The faults of --test_kill_after_applied and --test_read_delay; null when neither is set (a
+// The faults of the test-only group (server/flags/test_only.cc); null when none is set (a
 // production run). An error names a bad value.
 absl::StatusOr<std::shared_ptr<const TestFaults>> TestFaultsFromFlags();
 

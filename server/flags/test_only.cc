@@ -1,7 +1,7 @@
 // diloco-server --help, group "test_only": [test only] Faults a test injects into a shard
-// (common/faults.h); never set in production. The --test_drop_* flags go to ShardOptions
-// (read by server_flags.cc, declared in server/flags/flags.h); the others make the TestFaults
-// of TestFaultsFromFlags.
+// (common/faults.h); never set in production. They make the TestFaults of TestFaultsFromFlags
+// (declared in server/flags/flags.h), which server_flags.cc hands to the serve loop
+// (ServerOptions::faults) and to the shard (ShardOptions::faults).
 #include <cstdint>
 #include <memory>
 
@@ -28,10 +28,13 @@ absl::StatusOr<std::shared_ptr<const TestFaults>> TestFaultsFromFlags() {
   TestFaults f;
   f.kill_after_applied = absl::GetFlag(FLAGS_test_kill_after_applied);
   f.read_delay = absl::GetFlag(FLAGS_test_read_delay);
+  f.drop_pushes = absl::GetFlag(FLAGS_test_drop_pushes);
+  f.drop_seed = absl::GetFlag(FLAGS_test_drop_seed);
   if (f.read_delay < absl::ZeroDuration())
     return absl::InvalidArgumentError(
         absl::StrCat("--test_read_delay=", absl::FormatDuration(f.read_delay), ": must be >= 0"));
-  if (f.kill_after_applied == 0 && f.read_delay == absl::ZeroDuration()) return nullptr;
+  if (f.kill_after_applied == 0 && f.read_delay == absl::ZeroDuration() && f.drop_pushes == 0)
+    return nullptr;
   return std::make_shared<const TestFaults>(f);
 }
 

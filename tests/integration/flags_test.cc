@@ -78,15 +78,18 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
        "--shards=2: does not match the 1 shards of --servers"},
       {"--no_such_flag=1", "Unknown command line flag 'no_such_flag'"},
       {"--grad_clip=-1", "--grad_clip must be >= 0"},
+      {"--carry_max=0 --servers=tcp://127.0.0.1:9", "--carry_max=0: must be at least 1"},
+      {"--link_floor_mbit=0 --servers=tcp://127.0.0.1:9",
+       "--link_floor_mbit=0: expected a positive rate"},
       {"--heartbeat=5s --shard_timeout=1s --servers=tcp://127.0.0.1:9",
-       "--heartbeat must be positive and shorter than --shard_timeout"},
+       "--heartbeat=5s: must be positive and shorter than --shard_timeout=1s"},
       {"--data=bin:/nonexistent/tokens.bin", "/nonexistent/tokens.bin"},
       {"--adopt=copy --servers=tcp://127.0.0.1:9",
        "Illegal value 'copy' specified for flag 'adopt'; must be keep or lerp"},
       {"--adopt=keep --adopt_alpha=0.5 --servers=tcp://127.0.0.1:9",
-       "--adopt_alpha applies to --adopt=lerp only"},
+       "--adopt_alpha=0.5: applies to --adopt=lerp only"},
       {"--adopt=lerp --adopt_alpha=1.5 --servers=tcp://127.0.0.1:9",
-       "adopt_alpha must be in [0, 1]"},
+       "--adopt_alpha=1.5: must be in [0, 1]"},
       // Refused at start, not after the run.
       {"--save_model=/nonexistent/dir/m.safetensors",
        "/nonexistent/dir/m.safetensors: directory /nonexistent/dir does not exist"},
@@ -127,6 +130,9 @@ TEST(FlagsTest, ServerRefusesBadInputAndCreatesNoStore) {
       {"--curve_secret_key_file=/nonexistent/key", "/nonexistent/key"},
       {"--curve_authorized_keys=/nonexistent/keys", "needs --curve_secret_key_file"},
       {"--test_read_delay=-1s", "--test_read_delay=-1s: must be >= 0"},
+      {"--test_drop_pushes=1", "--test_drop_pushes=1: the fraction of pushes to drop must be in"},
+      {"--quorum=0", "--quorum=0: must be at least 1"},
+      {"--push_norm_cap=0.5", "--push_norm_cap=0.5: must be 0 (off) or at least 1"},
   };
   int i = 0;
   for (const Case& c : cases) {

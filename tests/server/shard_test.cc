@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 
+#include "common/faults.h"
 #include "tests/server/shard_harness.h"
 #include "tests/util/temp_dir.h"
 
@@ -299,11 +301,19 @@ TEST(ShardGraceTest, TheWindowIsTheFleetsCadenceWhenWorkersPushUnequalSteps) {
   EXPECT_EQ(h.shard().published_version(0), v + 1);
 }
 
+// The faults of --test_drop_pushes and --test_drop_seed.
+std::shared_ptr<const TestFaults> DropFaults(double fraction, uint64_t seed) {
+  auto f = std::make_shared<TestFaults>();
+  f->drop_pushes = fraction;
+  f->drop_seed = seed;
+  return f;
+}
+
 // The study's test flag: a dropped push is answered Applied like any other, but its round
 // leaves theta as it was; about the asked fraction is dropped.
 TEST(ShardDropTest, DroppedPushesAreAnsweredButNeverMerged) {
   auto o = TinyOptions();
-  o.test_drop_pushes = 0.5;
+  o.faults = DropFaults(0.5, 0);
   ShardHarness h(o);
   const uint64_t n = h.fragment(0).numel;
   h.Hello("a", 1);
@@ -331,11 +341,11 @@ TEST(ShardDropTest, DroppedPushesAreAnsweredButNeverMerged) {
 // fails this.
 TEST(ShardDropTest, TheSamePushesAreDroppedWhateverTheirArrivalOrder) {
   auto o = TinyOptions();
-  o.test_drop_pushes = 0.5;
+  o.faults = DropFaults(0.5, 0);
   o.round.quorum = 2;
   o.merge_order = MergeOrder::kWorker;
   ShardHarness ab(o), ba(o);
-  o.test_drop_seed = 1;
+  o.faults = DropFaults(0.5, 1);
   ShardHarness other_seed(o);
   const uint64_t n = ab.fragment(0).numel;
   for (ShardHarness* h : {&ab, &ba, &other_seed}) {

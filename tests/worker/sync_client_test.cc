@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/faults.h"
 #include "common/model_spec.h"
 #include "common/plan.h"
 #include "kernels/codec.h"
@@ -146,7 +148,9 @@ TEST_P(DamagedPushTest, IsSentAgainOnceThenGivenUp) {
   const uint32_t damaged_sends = GetParam();
   LocalShards shards;
   worker::SyncOptions o = OneShardOptions(shards, 10);
-  o.test_corrupt_push_sends = damaged_sends;
+  auto faults = std::make_shared<TestFaults>();
+  faults->corrupt_push_sends = FaultCount(damaged_sends);
+  o.faults = faults;
   worker::SyncStats st;
   std::vector<worker::SyncEvent> events, refused;
   ASSERT_NO_FATAL_FAILURE(PushTwoRounds(o, &st, &events));
@@ -177,7 +181,9 @@ INSTANTIATE_TEST_SUITE_P(Sends, DamagedPushTest, ::testing::Values(1u, 2u));
 TEST(DamagedPushHeaderTest, IsRecoveredByTheLostPushResend) {
   LocalShards shards;
   worker::SyncOptions o = OneShardOptions(shards, 10);
-  o.test_corrupt_push_header_sends = 1;
+  auto faults = std::make_shared<TestFaults>();
+  faults->corrupt_push_header_sends = FaultCount(1);
+  o.faults = faults;
   o.resend_after = absl::Milliseconds(500);  // the lost-push wait, short for the test
   worker::SyncStats st;
   std::vector<worker::SyncEvent> events;
@@ -206,6 +212,7 @@ TEST(SyncClientTest, APushWhoseAppliedAnswerWasLostIsAdoptedOnce) {
   o.codec = *kernels::ParseCodec("fp32");
   o.lockstep = true;
   o.shard_timeout = absl::Milliseconds(500);
+  o.heartbeat = absl::Milliseconds(200);  // shorter than the timeout, as Validate asks
   auto manifest = GptManifest(*ParseGptConfig("tiny"));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   // The shard kills itself; it comes back on the same address and store.
@@ -297,12 +304,14 @@ TEST(SyncClientTest, ALostPushAnsweredStaleLateCarriesAtMostTheBound) {
       shards, 5, {"--outer_lr=1", "--outer_momentum=0", "--max_staleness=2", "--grace_cap=100ms"});
   a.codec = *kernels::ParseCodec("fp32");
   a.carry_max = 4;
-  a.test_lose_push_sends = 1;
+  auto faults = std::make_shared<TestFaults>();
+  faults->lose_push_sends = FaultCount(1);
+  a.faults = faults;
   a.resend_after = absl::Seconds(2);
   worker::SyncOptions b = a;
   b.worker_id = 1;
   b.inner_steps = 1;
-  b.test_lose_push_sends = 0;
+  b.faults = nullptr;
   auto manifest = GptManifest(*ParseGptConfig("tiny"));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   auto plan = Plan::Create(*manifest, a.num_fragments, 1);
@@ -365,6 +374,7 @@ TEST(SyncClientTest, APushAnsweredDuplicateAfterALateRestartCarriesAtMostTheBoun
   o.codec = *kernels::ParseCodec("fp32");
   o.carry_max = 4;
   o.shard_timeout = absl::Milliseconds(500);
+  o.heartbeat = absl::Milliseconds(200);  // shorter than the timeout, as Validate asks
   auto manifest = GptManifest(*ParseGptConfig("tiny"));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   auto plan = Plan::Create(*manifest, o.num_fragments, 1);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/faults.h"
 #include "common/model_spec.h"
 #include "kernels/codec.h"
 #include "tests/worker/recording_transport.h"
@@ -52,7 +53,9 @@ class TrainingSyncTest : public ::testing::Test {
     opt_.carry_max = 4;
     opt_.stream = false;
     opt_.shard_timeout = absl::Hours(1);
-    opt_.test_lose_push_sends = 1;  // fragment 0's first push never reaches the shard
+    auto faults = std::make_shared<TestFaults>();
+    faults->lose_push_sends = FaultCount(1);  // fragment 0's first push never reaches the shard
+    opt_.faults = faults;
     params_.assign(manifest_.total_elements(), 0.0f);
     for (uint32_t f = 0; f < 2; ++f) theta_[f].assign(plan_.fragment(f).numel, 0.5f);
   }
@@ -215,7 +218,7 @@ TEST_F(TrainingSyncTest,
 // Unapplied pushes give their steps back: a push answered Stale at once leaves its delta in the
 // local model, and the next push carries (and claims) its steps as well as the new ones.
 TEST_F(TrainingSyncTest, APushEndedUnappliedWithinTheBoundGivesItsStepsToTheNext) {
-  opt_.test_lose_push_sends = 0;
+  opt_.faults = nullptr;
   Start();
   // Fragment 0 moves on three versions before its first push (step 5) reaches the shard.
   for (int i = 1; i <= 4; ++i) Step(i);
@@ -237,7 +240,7 @@ TEST_F(TrainingSyncTest, APushEndedUnappliedWithinTheBoundGivesItsStepsToTheNext
 
 TEST_F(TrainingSyncTest, ANewHSpreadsTheNextPushesOverItsRound) {
   opt_.stream = true;
-  opt_.test_lose_push_sends = 0;
+  opt_.faults = nullptr;
   Start();
   auto step = [&](uint32_t h) {
     for (float& p : params_) p -= kStepMove;
@@ -271,7 +274,7 @@ TEST_F(TrainingSyncTest, DeltaBuffersAreHeldOnlyWhilePushesAreOutstanding) {
   for (const bool stream : {true, false}) {
     SCOPED_TRACE(stream ? "streamed" : "every fragment at once");
     opt_.stream = stream;
-    opt_.test_lose_push_sends = 0;
+    opt_.faults = nullptr;
     pushes_.clear();
     Start();
     EXPECT_EQ(train_->delta_pool().buffers(), 0u) << "nothing pushed yet: no delta held";
