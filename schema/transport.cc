@@ -191,27 +191,37 @@ absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Dura
     zmq::context_t ctx(1);
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
-    std::optional<HandshakeMonitor> monitor;
-    if (curve) {
+    if (curve)
       if (auto st =
               MakeCurveClient(s, curve->server_public_key, curve->public_key, curve->secret_key);
           !st.ok())
         return st;
-      monitor.emplace(ctx, s);
-    }
+    // Watched whatever the mechanism: a refused handshake (another mechanism, an unlisted key)
+    // is named, not left to the deadline.
+    HandshakeMonitor monitor(ctx, s);
     s.connect(endpoint);
     HeaderFields h;
     h.type = MsgType::Stats;
-    if (auto st = Send(s, h, {}, nullptr, false); !st.ok()) return st;
+    // Sent without blocking and retried: after a refused handshake libzmq ends the connection's
+    // pipe and does not reconnect, and a blocking send on a DEALER with no pipe waits forever,
+    // past any deadline (seen as a diloco-ctl that never exited when the refusal came before
+    // the send).
+    bool sent = false;
     const absl::Time end = absl::Now() + timeout;
     while (absl::Now() < end) {
+      if (!sent) {
+        const absl::Status st = Send(s, h, {}, nullptr, /*dontwait=*/true);
+        if (!st.ok() && !absl::IsUnavailable(st)) return st;
+        sent = st.ok();
+      }
       zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
       zmq::poll(&item, 1, std::chrono::milliseconds(20));
-      if (monitor)
-        if (auto refusal = monitor->TakeRefusal())
-          return absl::PermissionDeniedError(
-              absl::StrCat("stats: ", *refusal, "; the key of --curve_secret_key_file (",
-                           curve->public_key, ") must be in the shard's --curve_authorized_keys"));
+      if (auto refusal = monitor.TakeRefusal())
+        return absl::PermissionDeniedError(
+            curve ? absl::StrCat("stats: ", *refusal, "; the key of --curve_secret_key_file (",
+                                 curve->public_key,
+                                 ") must be in the shard's --curve_authorized_keys")
+                  : absl::StrCat("stats: ", *refusal));
       auto frames = TryRecvMultipart(s);
       if (!frames) continue;
       auto m = ParseMessage(std::move(*frames));

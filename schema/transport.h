@@ -100,8 +100,9 @@ std::vector<zmq::message_t> PayloadFrames(std::shared_ptr<const Bytes> buffer, k
 
 // Asks the shard at `endpoint` for its live statistics (a Stats message) over a fresh DEALER,
 // over CURVE with `curve` (a key the shard lists, for any worker id), and returns the JSON it
-// answers with. PermissionDenied when the shard refuses the CURVE handshake; DeadlineExceeded
-// if no answer comes in `timeout`.
+// answers with. PermissionDenied, naming the cause, when the shard refuses the handshake (an
+// unlisted key, CURVE against no keys or the reverse); DeadlineExceeded if no answer comes in
+// `timeout`. Never blocks past `timeout`.
 absl::StatusOr<std::string> RequestStats(const std::string& endpoint, absl::Duration timeout,
                                          const CurveClientKeys* curve = nullptr);
 
