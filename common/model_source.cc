@@ -48,18 +48,24 @@ absl::StatusOr<ModelSource> LoadModelSource(const std::string& spec) {
     if (!path.ok()) return path.status();
     return FromDecls(spec, ReadManifestJson(*path));
   }
-  absl::StatusOr<GptConfig> c = ParseGptConfig(spec);
-  if (!c.ok())
-    return absl::InvalidArgumentError(absl::StrCat(
-        c.status().message(), "; or safetensors:PATH, hf:DIR or manifest:PATH for any model"));
-  absl::StatusOr<Manifest> m = GptManifest(*c);
-  if (!m.ok()) return m.status();
-  ModelSource s;
-  s.spec = spec;
-  s.gpt = *c;
-  s.manifest = *std::move(m);
-  for (const TensorSpec& t : s.manifest.tensors()) s.tensors.push_back({t.name, t.shape, ""});
-  return s;
+  for (const ModelFamily* family : ModelFamilies()) {
+    if (!family->Claims(spec)) continue;
+    absl::StatusOr<FamilyModel> f = family->Parse(spec);
+    if (!f.ok())
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.status().message(), "; or safetensors:PATH, hf:DIR or manifest:PATH for any model"));
+    ModelSource s;
+    s.spec = spec;
+    s.family = std::string(family->name());
+    s.config = std::move(f->config);
+    s.manifest = std::move(f->manifest);
+    for (const TensorSpec& t : s.manifest.tensors()) s.tensors.push_back({t.name, t.shape, ""});
+    return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("model spec '", spec,
+                   "': no model family is linked into this program; safetensors:PATH, hf:DIR or "
+                   "manifest:PATH name any model"));
 }
 
 }  // namespace diloco

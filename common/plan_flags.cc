@@ -66,7 +66,8 @@ absl::StatusOr<PlanSpec> MakePlanSpec(uint32_t shards) {
   p.num_shards = shards;
   auto model = ModelSourceFromFlags();
   if (!model.ok()) return model.status();
-  p.gpt = model->gpt;
+  p.family = model->family;
+  p.config = model->config;
   p.manifest = std::move(model->manifest);
   if (p.num_fragments == 0)
     return absl::InvalidArgumentError("--fragments=0: the plan needs at least one fragment");
@@ -91,15 +92,15 @@ absl::StatusOr<ModelSource> ModelSourceFromFlags() {
   return model;
 }
 
-absl::StatusOr<GptConfig> ModelFromFlags(absl::string_view what) {
+absl::StatusOr<ModelSource> TrainableModelFromFlags(absl::string_view what) {
   auto model = ModelSourceFromFlags();
   if (!model.ok()) return model.status();
-  if (!model->gpt)
+  if (model->family.empty())
     return absl::InvalidArgumentError(
         absl::StrCat("--model=", model->spec, ": ", what,
                      " needs the GPT the C++ trainer runs (a preset such as tiny or small, or a "
                      "spec L=..,H=..,C=..,T=..,V=..), not a model declared by its tensors"));
-  return *model->gpt;
+  return model;
 }
 
 absl::StatusOr<PlanSpec> PlanFromFlags() { return MakePlanSpec(absl::GetFlag(FLAGS_shards)); }

@@ -24,7 +24,6 @@
 #include "absl/strings/string_view.h"
 #include "common/manifest.h"
 #include "common/model_source.h"
-#include "common/model_spec.h"
 
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(uint32_t, fragments);
@@ -34,8 +33,11 @@ namespace diloco {
 
 // The plan flags, checked together.
 struct PlanSpec {
-  std::string model_spec;        // --model as given (storage::ExportRequest takes the text)
-  std::optional<GptConfig> gpt;  // set when --model is a GPT preset or spec (C++-trainable)
+  std::string model_spec;  // --model as given (storage::ExportRequest takes the text)
+  // Set when --model is a model family's preset or spec (C++-trainable): the family's name and
+  // its canonical config string (ModelSource).
+  std::string family;
+  std::string config;
   Manifest manifest;
   uint32_t num_fragments = 0;
   uint32_t num_shards = 0;
@@ -44,9 +46,9 @@ struct PlanSpec {
 // --model alone (a tool that reads a model file needs no plan): any model source
 // (common/model_source.h).
 absl::StatusOr<ModelSource> ModelSourceFromFlags();
-// --model as the GPT the C++ trainers run (a tool that evaluates the model); any other source
-// is refused, naming `what` needs a GPT preset or spec.
-absl::StatusOr<GptConfig> ModelFromFlags(absl::string_view what = "this command");
+// --model as a model a C++ trainer runs (a tool that evaluates the model): a family's preset or
+// spec; any other source is refused, naming `what` needs one.
+absl::StatusOr<ModelSource> TrainableModelFromFlags(absl::string_view what = "this command");
 // --model, --fragments and --shards, checked: the model spec parses, and its manifest cuts into
 // --fragments non-empty fragments over --shards shards. An error names the flag and the cause.
 absl::StatusOr<PlanSpec> PlanFromFlags();

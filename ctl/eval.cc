@@ -10,7 +10,6 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/model_spec.h"
 #include "common/plan_flags.h"
 #include "ctl/commands.h"
 #include "storage/model_export.h"
@@ -58,7 +57,9 @@ int Eval(const Args& stores) {
         "set (size it with --batch, --seq_len, --eval_batches)");
   if (!synthetic && absl::GetFlag(FLAGS_eval_batches))
     return Usage("--eval_batches applies to --data=synthetic only");
-  auto cfg = ModelFromFlags("eval");
+  auto trainable = TrainableModelFromFlags("eval");
+  if (!trainable.ok()) return Fail(trainable.status());
+  auto cfg = GptConfigOf(*trainable, "eval");
   if (!cfg.ok()) return Fail(cfg.status());
   auto layout = model::MakeParamLayout(*cfg);
   if (!layout.ok()) return Fail(layout.status());

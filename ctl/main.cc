@@ -30,7 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/hf_layout.h"
+#include "common/model_family.h"
 #include "common/plan_flags.h"
 #include "common/version.h"
 #include "ctl/commands.h"
@@ -203,7 +203,7 @@ int Export(const Args& stores) {
   req.num_shards = plan->num_shards;
   absl::StatusOr<storage::ExportSummary> s;
   const bool hf = absl::GetFlag(FLAGS_format) == ExportFormat::kHf;
-  if (!plan->gpt) {  // any other model: its own names, from any source (ctl/export_any.h)
+  if (plan->family.empty()) {  // any other model: its own names, from any source (ctl/export_any.h)
     if (hf && !absl::StartsWith(plan->model_spec, "hf:"))
       return Usage(absl::StrCat(
           "--format=hf of a model other than the built-in GPT carries its Hugging Face "
@@ -219,7 +219,9 @@ int Export(const Args& stores) {
   } else if (hf) {
     absl::StatusOr<storage::AssembledModel> m = storage::AssembleModel(req);
     if (!m.ok()) return Fail(m.status());
-    if (absl::Status st = WriteHfModel(req.out, *plan->gpt, m->manifest, m->params, m->metadata);
+    const ModelFamily* family = FindModelFamily(plan->family);
+    if (absl::Status st =
+            family->WriteHf(req.out, plan->config, m->manifest, m->params, m->metadata);
         !st.ok())
       return Fail(st);
     s = m->summary;

@@ -155,7 +155,6 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.shard = absl::GetFlag(FLAGS_shard);
   o.num_shards = plan->num_shards;
   o.num_fragments = plan->num_fragments;
-  if (plan->gpt) o.model = *plan->gpt;
   o.manifest = plan->manifest;
   o.model_spec = plan->model_spec;
   o.store_path = absl::GetFlag(FLAGS_store);

@@ -26,14 +26,13 @@ Shard::~Shard() = default;
 
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, const Clock* clock) {
   if (auto st = Validate(o); !st.ok()) return st;
-  auto manifest =
-      o.manifest.tensors().empty() ? GptManifest(o.model) : absl::StatusOr<Manifest>(o.manifest);
-  if (!manifest.ok()) return manifest.status();
-  auto plan = Plan::Create(*manifest, o.num_fragments, o.num_shards);
+  if (o.manifest.tensors().empty())
+    return absl::InvalidArgumentError("the shard needs its model's manifest (--model)");
+  auto plan = Plan::Create(o.manifest, o.num_fragments, o.num_shards);
   if (!plan.ok()) return plan.status();
   std::unique_ptr<Shard> s(new Shard(o, clock, std::move(*plan)));
   s->apply_ = std::make_unique<ApplyPool>(o.apply_threads);
-  s->model_fingerprint_ = manifest->fingerprint();
+  s->model_fingerprint_ = o.manifest.fingerprint();
   std::random_device rd;
   s->incarnation_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
                     static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));

@@ -23,7 +23,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/faults.h"
-#include "common/model_spec.h"
+#include "common/manifest.h"
 #include "common/plan.h"
 #include "kernels/codec.h"
 #include "kernels/optim.h"
@@ -58,9 +58,8 @@ struct ShardOptions {
   uint32_t shard = 0;
   uint32_t num_shards = 1;
   uint32_t num_fragments = 4;
-  GptConfig model;
-  // Any model's tensors (--model, common/model_source.h); empty: `model`'s GPT manifest.
-  // model_spec (--model as given) is named in a refusal of another model (common/model_refusal.h).
+  // The model's tensors (--model, common/model_source.h); required. model_spec (--model as
+  // given) is named in a refusal of another model (common/model_refusal.h).
   Manifest manifest;
   std::string model_spec;
   RoundPolicy round;

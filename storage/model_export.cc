@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/model_family.h"
 #include "common/model_source.h"
-#include "common/model_spec.h"
 #include "common/plan.h"
 #include "common/safetensors.h"
 #include "storage/checkpoint_store.h"
@@ -93,12 +93,9 @@ absl::StatusOr<AssembledModel> AssembleModel(const ExportRequest& req) {
         absl::StrCat("export: no checkpoint holds fragment(s) ", absl::StrJoin(absent, ", ")));
 
   AssembledModel m;
-  if (source->gpt) {
-    m.metadata = ModelFileMetadata(*source->gpt, *manifest);
-  } else {  // any other model: the same keys, --model as given
-    m.metadata = ModelFileMetadata(GptConfig{}, *manifest);
-    m.metadata["diloco.model"] = req.model_spec;
-  }
+  // A family's model by its canonical config; any other model by --model as given.
+  m.metadata =
+      ModelFileMetadata(source->family.empty() ? req.model_spec : source->config, *manifest);
   m.metadata["diloco.plan_fingerprint"] = Hex(plan->fingerprint());
   m.metadata["diloco.fragments"] = absl::StrCat(req.num_fragments);
   m.metadata["diloco.shards"] = absl::StrCat(req.num_shards);

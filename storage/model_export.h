@@ -5,7 +5,7 @@
 // Export recomputes the plan from (model spec, P, S) exactly as server and worker do, refuses
 // stores written for another plan or model, duplicate or missing shards and fragments that do
 // not cover the model, and places each fragment with Plan::Scatter. Tensor names and shapes are
-// the manifest's (Hugging Face GPT-2 names; matrices [out, in] as in torch.nn.Linear).
+// the manifest's (for a model family's preset, the family's own names; common/model_family.h).
 #pragma once
 
 #include <cstdint>
@@ -33,8 +33,9 @@ struct ExportSummary {
   std::vector<uint64_t> fragment_versions;  // by fragment id
 };
 
-// The global model held in the stores: the flat parameters in manifest order (GptManifest of
-// the spec, what the workers train), the safetensors metadata the export writes, the summary.
+// The global model held in the stores: the flat parameters in manifest order (the model
+// source's manifest, what the workers train), the safetensors metadata the export writes, the
+// summary.
 struct AssembledModel {
   Manifest manifest;
   std::vector<float> params;

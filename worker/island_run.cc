@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
-#include "common/model_spec.h"
 #include "worker/island/island_flags.h"
 #include "worker/model/lr_schedule.h"
 

@@ -12,7 +12,8 @@
 #include "absl/time/clock.h"
 #include "common/ema.h"
 #include "common/log.h"
-#include "common/model_spec.h"
+#include "common/model_family.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
 #include "worker/run_report.h"
@@ -197,8 +198,8 @@ int RunTraining(const RunParts& parts) {
   int rc = 0;
   if (const std::string& out = w.save_model; !out.empty()) {
     // The local model, in diloco-ctl export's names and layout.
-    std::map<std::string, std::string> meta = ModelFileMetadata(cfg, tr.manifest());
-    if (!w.gpt_model) meta["diloco.model"] = w.model_spec;
+    std::map<std::string, std::string> meta =
+        ModelFileMetadata(w.gpt_model ? GptConfigString(cfg) : w.model_spec, tr.manifest());
     meta["diloco.source"] = absl::StrCat("diloco-worker ", wid, " local model");
     meta["diloco.steps"] = absl::StrCat(step);
     if (auto st = model::WriteSafetensors(out, tr.manifest(), tr.params(), meta); !st.ok())

@@ -181,8 +181,12 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   if (!plan.ok()) return plan.status();
   w.model_spec = plan->model_spec;
   w.manifest = plan->manifest;
-  w.gpt_model = plan->gpt.has_value();
-  if (plan->gpt) w.trainer.model = *plan->gpt;
+  w.gpt_model = plan->family == "gpt";
+  if (w.gpt_model) {
+    absl::StatusOr<GptConfig> gpt = ParseGptConfig(plan->config);
+    if (!gpt.ok()) return gpt.status();
+    w.trainer.model = *gpt;
+  }
   if (auto st = CadenceFromFlags(w); !st.ok()) return st;
   w.step_slowdown = absl::GetFlag(FLAGS_step_slowdown);
   if (!(w.step_slowdown >= 1 && std::isfinite(w.step_slowdown)))

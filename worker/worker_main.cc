@@ -4,21 +4,21 @@
 // learner that only waits and perturbs its parameters (worker/model/synthetic_trainer.h), to
 // drive the sync path at fleet scale (benchmarks/fleet/diloco-bench), for any model's tensors
 // (--model=hf:DIR, manifest:PATH, ...); the GPT trainers take the GPT presets and specs only.
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <csignal>
 #include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/event_log.h"
 #include "common/log.h"
-#include "common/model_spec.h"
 #include "common/version.h"
 #include "schema/transport.h"
 #include "schema/wire.h"
 #include "worker/island_run.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
 #include "worker/run_loop.h"

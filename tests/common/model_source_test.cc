@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/storage/test_util.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco {
 namespace {
@@ -55,7 +56,8 @@ TEST(ModelSourceTest, SafetensorsHeaderGivesNamesShapesAndDtypesInDataOrder) {
   WriteRaw(path, LlamaHeader(), 688);
   auto s = LoadModelSource("safetensors:" + path);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_FALSE(s->gpt.has_value());
+  EXPECT_EQ(s->family, "");
+  EXPECT_EQ(s->config, "");
   const auto& t = s->manifest.tensors();
   ASSERT_EQ(t.size(), 4u);  // the tied head once, under the name the header lists first
   EXPECT_EQ(t[0].name, "model.embed_tokens.weight");
@@ -221,9 +223,17 @@ TEST(ModelSourceTest, GptPresetsAndSpecsAreTheGptManifest) {
   for (const std::string spec : {"tiny", "small", "gpt2-124m", "L=2,H=2,C=8,T=4,V=16"}) {
     auto s = LoadModelSource(spec);
     ASSERT_TRUE(s.ok()) << s.status();
-    ASSERT_TRUE(s->gpt.has_value());
+    EXPECT_EQ(s->family, "gpt");
+    EXPECT_EQ(s->config, GptConfigString(*ParseGptConfig(spec)));
     EXPECT_EQ(s->manifest.fingerprint(), GptManifest(*ParseGptConfig(spec))->fingerprint());
   }
+  EXPECT_EQ(LoadModelSource("tiny")->config, "L=2,H=4,C=64,T=64,V=256");
+  // A GPT preset's manifest is what it has always been: existing stores keep their identity.
+  EXPECT_EQ(LoadModelSource("tiny")->manifest.fingerprint(),
+            LoadModelSource("L=2,H=4,C=64,T=64,V=256")->manifest.fingerprint());
+  ASSERT_NE(FindModelFamily("gpt"), nullptr);
+  EXPECT_EQ(FindModelFamily("gpt")->name(), "gpt");
+  EXPECT_EQ(FindModelFamily("nope"), nullptr);
   EXPECT_THAT(Error("bogus"), HasSubstr("model spec 'bogus'"));
   EXPECT_THAT(Error("bogus"), HasSubstr("manifest:PATH"));
   EXPECT_THAT(Error("manifest:"), HasSubstr("no path after manifest:"));

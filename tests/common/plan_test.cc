@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "common/checksum.h"
-#include "common/model_spec.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco {
 namespace {

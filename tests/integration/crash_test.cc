@@ -16,10 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
-#include "common/model_spec.h"
 #include "common/plan.h"
 #include "schema/transport.h"
 #include "tests/integration/cluster.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco::testing {
 namespace {

@@ -22,14 +22,14 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/hf_layout.h"
-#include "common/model_spec.h"
 #include "common/safetensors.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/shell.h"
 #include "tests/storage/test_util.h"
 #include "worker/data/token_file.h"
 #include "worker/model/gpt.h"
+#include "worker/model/gpt/gpt_config.h"
+#include "worker/model/gpt/gpt_hf.h"
 #include "worker/model/safetensors.h"
 
 namespace diloco::testing {

@@ -6,7 +6,6 @@
 #include <fstream>
 #include <vector>
 
-#include "common/model_spec.h"
 #include "gtest/gtest.h"
 #include "tests/util/temp_dir.h"
 #include "worker/data/batcher.h"
@@ -14,6 +13,7 @@
 #include "worker/data/source.h"
 #include "worker/data/token_file.h"
 #include "worker/model/evaluate.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/model/heldout.h"
 
 namespace diloco::data {

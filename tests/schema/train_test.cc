@@ -221,7 +221,7 @@ class ShardTrainTest : public ::testing::Test {
   ShardTrainTest() : h_(Options()) {}
   static ShardOptions Options() {
     auto o = TinyOptions(1);
-    o.model = GptConfig{256, 64, 1, 4, 384};  // ~1.9M parameters
+    o.manifest = GptManifest(GptConfig{256, 64, 1, 4, 384}).value();  // ~1.9M parameters
     return o;
   }
   void SetUp() override {

@@ -8,11 +8,11 @@
 #include <zmq.hpp>
 
 #include "absl/time/clock.h"
-#include "common/model_spec.h"
 #include "common/plan.h"
 #include "schema/curve.h"
 #include "schema/transport.h"
 #include "tests/integration/cluster.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco::testing {
 

@@ -10,12 +10,13 @@
 #include "kernels/codec.h"
 #include "schema/transport.h"
 #include "server/shard.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco::server::testing {
 
 inline ShardOptions TinyOptions(uint32_t fragments = 2, uint32_t shards = 1) {
   ShardOptions o;
-  o.model = GptConfig{16, 4, 1, 1, 4};  // a few hundred parameters
+  o.manifest = GptManifest(GptConfig{16, 4, 1, 1, 4}).value();  // a few hundred parameters
   o.num_fragments = fragments;
   o.num_shards = shards;
   o.round.quorum = 1;
@@ -43,8 +44,7 @@ class ShardHarness {
     wire::HeaderFields h;
     h.type = t;
     h.plan_fingerprint = shard_->plan_fingerprint();
-    auto m = GptManifest(opts_.model);
-    h.model_fingerprint = m->fingerprint();
+    h.model_fingerprint = opts_.manifest.fingerprint();
     h.worker_id = worker;
     h.generation = generation;
     return h;

@@ -109,7 +109,8 @@ uint64_t FreshBuffers(Shard& s) {
 TEST(ShardMemoryTest, RoundsClosingTogetherReuseTheirBuffersAndFreeThemWhenIdle) {
   constexpr uint32_t kF = 8;
   auto o = TinyOptions(kF);
-  o.model = GptConfig{64, 4, 1, 1, 8};  // fragments of a few hundred values
+  // Fragments of a few hundred values.
+  o.manifest = GptManifest(GptConfig{64, 4, 1, 1, 8}).value();
   o.buffer_idle = absl::Seconds(30);
   ShardHarness h(o);
   h.Hello("a", 1);
@@ -176,7 +177,8 @@ TEST(ShardMemoryTest, ASentSnapshotKeepsItsValuesWhileTheNextRoundChangesTheta) 
 // momentum included, for the composed step (whose phase every chunk starts from).
 TEST(ShardMemoryTest, SteppingIntoTheAccumulatorIsTheInPlaceStepBitForBit) {
   auto o = TinyOptions(1);
-  o.model = GptConfig{8192, 4, 1, 1, 64};  // one fragment of ~580k values: three 256k chunks
+  // One fragment of ~580k values: three 256k chunks.
+  o.manifest = GptManifest(GptConfig{8192, 4, 1, 1, 64}).value();
   o.step = RoundStep::kComposed;
   ShardHarness h(o);
   const uint64_t n = h.fragment(0).numel;

@@ -23,7 +23,7 @@ using wire::MsgType;
 // One fragment of more than two 2^20-value chunks: a push of it travels as a train of three.
 ShardOptions TrainOptions() {
   auto o = TinyOptions(1);
-  o.model = GptConfig{32768, 4, 1, 1, 64};
+  o.manifest = GptManifest(GptConfig{32768, 4, 1, 1, 64}).value();
   return o;
 }
 

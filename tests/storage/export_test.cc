@@ -12,7 +12,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/model_spec.h"
 #include "common/plan.h"
 #include "common/safetensors.h"
 #include "gmock/gmock.h"
@@ -20,6 +19,7 @@
 #include "storage/checkpoint_store.h"
 #include "storage/model_export.h"
 #include "tests/storage/test_util.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco::storage {
 namespace {

@@ -16,9 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/model_spec.h"
 #include "kernels/codec.h"
 #include "tests/integration/cluster.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/sync_client.h"
 
 namespace diloco::testing {

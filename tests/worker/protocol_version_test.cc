@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/model_spec.h"
 #include "kernels/codec.h"
 #include "schema/wire.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/sync_client.h"
 #include "zmq.hpp"
 #include "zmq_addon.hpp"  // recv_multipart

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/model_spec.h"
 #include "tests/worker/recording_transport.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/shard_session.h"
 #include "worker/sync_shared.h"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/model_spec.h"
 #include "tests/worker/recording_transport.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/sync_shared.h"
 
 namespace diloco::worker {

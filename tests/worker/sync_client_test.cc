@@ -16,10 +16,10 @@
 
 #include "absl/time/clock.h"
 #include "common/faults.h"
-#include "common/model_spec.h"
 #include "common/plan.h"
 #include "kernels/codec.h"
 #include "tests/integration/cluster.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco::testing {
 namespace {

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "common/faults.h"
-#include "common/model_spec.h"
 #include "kernels/codec.h"
 #include "tests/worker/recording_transport.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/shard_session.h"
 
 namespace diloco::worker {

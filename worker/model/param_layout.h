@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/manifest.h"
-#include "common/model_spec.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/model/layer_offsets.h"
 
 namespace diloco::model {

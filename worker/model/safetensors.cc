@@ -18,10 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/hf_folder.h"
-#include "common/hf_layout.h"
 #include "common/safetensors.h"
 #include "common/safetensors_header.h"
 #include "common/tensor_decl.h"
+#include "worker/model/gpt/gpt_hf.h"
 
 namespace diloco::model {
 

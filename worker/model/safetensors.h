@@ -29,7 +29,7 @@ absl::StatusOr<std::vector<float>> ReadSafetensorsParams(const std::string& path
 //     BF16, F8_E4M3, F8_E5M2) widened to fp32 (F64 rounded), straight into the flat buffer;
 //   - under the manifest's own names: every manifest tensor must be there with its shape and
 //     no other tensor may be, except a name tied to one that is (two names over the same bytes);
-//   - or GPT-2 in Hugging Face's layout (common/hf_layout.h: "transformer." names, Conv1D
+//   - or GPT-2 in Hugging Face's layout (worker/model/gpt/gpt_hf.h: "transformer." names, Conv1D
 //     matrices [in, out]), when the manifest is the built-in GPT's and the file is not in its
 //     own names (diloco-ctl export --format=hf of the built-in GPT).
 // A name, shape or dtype mismatch, a missing config.json or index, or a header that lies is an

@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/model_spec.h"
+#include "worker/model/gpt/gpt_config.h"
 #include "worker/trainer.h"
 
 namespace diloco::model {

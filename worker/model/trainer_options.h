@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "common/model_spec.h"
 #include "kernels/optim.h"
 #include "worker/data/source.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco::model {
 

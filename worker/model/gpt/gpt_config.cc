@@ -1,4 +1,4 @@
-#include "common/model_spec.h"
+#include "worker/model/gpt/gpt_config.h"
 
 #include <vector>
 
@@ -44,12 +44,6 @@ std::string GptConfigString(const GptConfig& c) {
                       ",V=", c.vocab);
 }
 
-std::map<std::string, std::string> ModelFileMetadata(const GptConfig& c, const Manifest& m) {
-  return {{"format", "pt"},
-          {"diloco.model", GptConfigString(c)},
-          {"diloco.model_fingerprint", absl::StrCat(absl::Hex(m.fingerprint(), absl::kZeroPad16))}};
-}
-
 absl::StatusOr<Manifest> GptManifest(const GptConfig& c) {
   const int64_t C = c.width;
   std::vector<TensorSpec> t;
@@ -73,6 +67,15 @@ absl::StatusOr<Manifest> GptManifest(const GptConfig& c) {
   t.push_back({"ln_f.weight", {C}});
   t.push_back({"ln_f.bias", {C}});
   return Manifest::Create(std::move(t));
+}
+
+absl::StatusOr<GptConfig> GptConfigOf(const ModelSource& source, absl::string_view what) {
+  if (source.family != "gpt")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model=", source.spec, ": ", what,
+        " needs the GPT the C++ trainer runs (a preset such as tiny or small, or a spec "
+        "L=..,H=..,C=..,T=..,V=..)"));
+  return ParseGptConfig(source.config);
 }
 
 }  // namespace diloco

@@ -1,4 +1,4 @@
-#include "common/hf_layout.h"
+#include "worker/model/gpt/gpt_hf.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,17 +1,18 @@
-// The GPT-2-family model configuration and the manifest it defines. Shared by server and
-// worker: a shard derives the same manifest (hence the same plan) from the same flags, without
-// ever running the model.
+// The GPT family's model configuration and the manifest it defines. Every program reaches it
+// through the family registry (common/model_family.h, gpt_family.cc): a shard derives the same
+// manifest (hence the same plan) from the same flags, without ever running the model.
 //
 // Tensor order and names follow Hugging Face GPT-2 (wte, wpe, h.{i}.*, ln_f); matrices are
 // stored [out, in] as in torch.nn.Linear. The LM head is tied to wte.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/manifest.h"
+#include "common/model_source.h"
 
 namespace diloco {
 
@@ -29,10 +30,7 @@ struct GptConfig {
 absl::StatusOr<GptConfig> ParseGptConfig(const std::string& spec);
 std::string GptConfigString(const GptConfig& c);
 absl::StatusOr<Manifest> GptManifest(const GptConfig& c);
-
-// The metadata of every safetensors model file written here (diloco-ctl export, diloco-worker
-// --save_model), so either can be loaded and checked the same way: "format" "pt",
-// "diloco.model" (GptConfigString) and "diloco.model_fingerprint" (the manifest's, 16 hex).
-std::map<std::string, std::string> ModelFileMetadata(const GptConfig& c, const Manifest& m);
+// The GPT of `source` (family "gpt"); any other source is refused, naming `what` needs a GPT.
+absl::StatusOr<GptConfig> GptConfigOf(const ModelSource& source, absl::string_view what);
 
 }  // namespace diloco

@@ -18,8 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/manifest.h"
-#include "common/model_spec.h"
 #include "common/safetensors.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco {
 
