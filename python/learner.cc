@@ -24,6 +24,10 @@
 //
 // Calls that wait (join, after_step in lockstep, drain) release the GIL and take it back only
 // to copy; failures raise with the shard's reason.
+//
+// The options (LearnerOptions, diloco_ps.LearnerOptions) are keywords with defaults, read into
+// a SyncOptions and checked by worker::Validate under the keywords' names, the check
+// diloco-worker's flags make: a bad value raises ValueError naming the keyword and the value.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -82,6 +86,95 @@ worker::SyncOptions::Adopt ParseAdopt(const std::string& adopt) {
   throw py::value_error("adopt=" + adopt + ": expected keep or lerp");
 }
 
+// diloco_ps.LearnerOptions: the learner's options as keywords with defaults (the defaults are
+// this struct's; diloco_ps.Learner's docstring lists each option and its meaning), and the
+// SyncOptions they make, checked once by worker::Validate under the keywords' names. Made only
+// by Make, so a LearnerOptions that exists is a valid one; its fields are read-only.
+struct LearnerOptions {
+  std::string codec = "int8:256";
+  std::string inner_steps = "50";  // a number of steps, or auto
+  uint32_t fragments = 4;
+  uint64_t generation = 0;  // 0: from the clock when the learner starts
+  bool dylu = false;
+  bool stream = true;
+  std::string adopt = "keep";
+  double adopt_alpha = 0;
+  bool lockstep = false;
+  bool error_feedback = true;
+  std::string auto_codecs = "int8:256,int4:256";
+  uint32_t inner_steps_min = 50;
+  uint32_t inner_steps_max = 2000;
+  double link_margin = 1.5;
+  std::string curve_server_key, curve_secret_key_file;  // "": none
+  worker::SyncOptions sync;                             // all but the servers and the worker id
+
+  // Reads and checks the keywords' values into `o`; raises ValueError naming the keyword.
+  static LearnerOptions Make(LearnerOptions o) {
+    worker::SyncOptions& s = o.sync;
+    const worker::CadenceText cadence{o.codec, o.auto_codecs, o.inner_steps, o.inner_steps_min,
+                                      o.inner_steps_max};
+    if (auto st = worker::ParseCadence(cadence, s); !st.ok()) Raise(st);
+    s.num_fragments = o.fragments;
+    s.generation = o.generation;
+    s.dylu = o.dylu;
+    s.stream = o.stream;
+    s.adopt = ParseAdopt(o.adopt);
+    s.adopt_alpha = static_cast<float>(o.adopt_alpha);
+    s.lockstep = o.lockstep;
+    s.error_feedback = o.error_feedback;
+    s.link_margin = o.link_margin;
+    // CURVE: both keys or neither, read as diloco-worker reads its --curve_* flags.
+    auto keys = wire::CurveClientKeysFrom(o.curve_server_key, o.curve_secret_key_file);
+    if (!keys.ok()) Raise(keys.status());
+    if (keys->has_value()) {
+      s.curve_server_key = (*keys)->server_public_key;
+      s.curve_public_key = (*keys)->public_key;
+      s.curve_secret_key = (*keys)->secret_key;
+    }
+    if (auto st = worker::Validate(s, worker::OptionNames::kKeywords); !st.ok()) Raise(st);
+    return o;
+  }
+
+  // The keywords that make these options again (LearnerOptions(**keywords())).
+  py::dict Keywords() const {
+    py::dict d;
+    d["codec"] = codec;
+    d["inner_steps"] = InnerSteps();
+    d["fragments"] = fragments;
+    d["generation"] = generation;
+    d["dylu"] = dylu;
+    d["stream"] = stream;
+    d["adopt"] = adopt;
+    d["adopt_alpha"] = adopt_alpha;
+    d["lockstep"] = lockstep;
+    d["error_feedback"] = error_feedback;
+    d["auto_codecs"] = auto_codecs;
+    d["inner_steps_min"] = inner_steps_min;
+    d["inner_steps_max"] = inner_steps_max;
+    d["link_margin"] = link_margin;
+    d["curve_server_key"] = PathOrNone(curve_server_key);
+    d["curve_secret_key_file"] = PathOrNone(curve_secret_key_file);
+    return d;
+  }
+
+  // inner_steps as given: a number, or "auto".
+  py::object InnerSteps() const {
+    if (sync.auto_inner_steps) return py::str(inner_steps);
+    return py::int_(sync.inner_steps);
+  }
+  static py::object PathOrNone(const std::string& s) {
+    return s.empty() ? py::object(py::none()) : py::object(py::str(s));
+  }
+};
+
+// A keyword's value as text: str(value) for inner_steps (50 or "auto"), os.fspath(value) for a
+// key or a key file (a str or a path), "" for None.
+std::string TextOf(const py::object& v, bool path) {
+  if (v.is_none()) return "";
+  if (path) return py::str(py::module_::import("os").attr("fspath")(v));
+  return py::str(v);
+}
+
 // The declared tensors and their manifest; errors name `source` and the tensor.
 Manifest CheckedManifest(const std::vector<std::string>& names,
                          const std::vector<std::vector<int64_t>>& shapes,
@@ -104,11 +197,7 @@ class Learner {
   Learner(std::vector<std::string> servers, uint32_t worker_id, std::vector<std::string> names,
           std::vector<std::vector<int64_t>> shapes, std::vector<std::string> dtypes,
           py::array_t<float, py::array::c_style> host, py::function fetch, py::function store,
-          const std::string& codec, const std::string& inner_steps, uint32_t fragments,
-          uint64_t generation, bool dylu, bool stream, const std::string& adopt, double adopt_alpha,
-          bool lockstep, bool error_feedback, const std::string& auto_codecs,
-          uint32_t inner_steps_min, uint32_t inner_steps_max, double link_margin,
-          const std::string& curve_server_key, const std::string& curve_secret_key_file)
+          const LearnerOptions& options)
       : host_array_(std::move(host)), fetch_(std::move(fetch)), store_(std::move(store)) {
     std::vector<DeclaredTensor> decls;
     manifest_ = CheckedManifest(names, shapes, dtypes, "this learner's model", &decls);
@@ -117,38 +206,15 @@ class Learner {
       throw py::value_error(absl::StrCat("the host buffer holds ", host_array_.size(),
                                          " values, the parameters ", manifest_.total_elements()));
     host_ = std::span<float>(host_array_.mutable_data(), static_cast<size_t>(host_array_.size()));
-    worker::SyncOptions o;
-    const worker::CadenceText cadence{codec, auto_codecs, inner_steps, inner_steps_min,
-                                      inner_steps_max};
-    if (auto st = worker::ParseCadence(cadence, o); !st.ok()) Raise(st);
-    if (!(link_margin >= 1)) throw py::value_error("link_margin must be at least 1");
-    o.link_margin = link_margin;
+    worker::SyncOptions o = options.sync;
     o.servers = std::move(servers);
     o.worker_id = worker_id;
-    o.generation = generation;
-    o.num_fragments = fragments;
-    o.dylu = dylu;
-    o.stream = stream;
-    o.adopt = ParseAdopt(adopt);
-    o.adopt_alpha = static_cast<float>(adopt_alpha);
-    if (o.adopt == worker::SyncOptions::Adopt::kKeep && o.adopt_alpha != 0.0f)
-      throw py::value_error("adopt_alpha applies to adopt='lerp' only");
-    o.lockstep = lockstep;
-    o.error_feedback = error_feedback;
-    // CURVE: both keys or neither, read as diloco-worker reads its --curve_* flags.
-    auto keys = wire::CurveClientKeysFrom(curve_server_key, curve_secret_key_file);
-    if (!keys.ok()) Raise(keys.status());
-    if (keys->has_value()) {
-      o.curve_server_key = (*keys)->server_public_key;
-      o.curve_public_key = (*keys)->public_key;
-      o.curve_secret_key = (*keys)->secret_key;
-    }
     absl::StatusOr<std::unique_ptr<worker::SyncClient>> client =
         worker::SyncClient::Create(o, manifest_);
     if (!client.ok()) Raise(client.status());
     client_ = std::move(*client);
     absl::StatusOr<Plan> plan =
-        Plan::Create(manifest_, fragments, static_cast<uint32_t>(o.servers.size()));
+        Plan::Create(manifest_, o.num_fragments, static_cast<uint32_t>(o.servers.size()));
     if (!plan.ok()) Raise(plan.status());
     MapFragments(*plan);
     claimed_.assign(plan->fragments().size(), false);
@@ -459,6 +525,8 @@ std::string WriteManifest(const std::string& path, const std::vector<std::string
 
 PYBIND11_MODULE(_diloco_ps, m) {
   using diloco::python::Learner;
+  using diloco::python::LearnerOptions;
+  using diloco::python::TextOf;
   m.doc() = "The DiLoCo parameter server's sync client (see the diloco_ps package).";
   m.def(
       "checksum",
@@ -469,20 +537,83 @@ PYBIND11_MODULE(_diloco_ps, m) {
       py::arg("values"));
   m.def("write_manifest", &diloco::python::WriteManifest, py::arg("path"), py::arg("names"),
         py::arg("shapes"), py::arg("dtypes"), py::arg("source"));
+  const LearnerOptions d;  // the defaults
+  py::class_<LearnerOptions>(m, "LearnerOptions",
+                             "The learner's options, keywords only (diloco_ps.Learner lists them); "
+                             "a bad value raises ValueError naming its keyword.")
+      .def(py::init([](std::string codec, const py::object& inner_steps, uint32_t fragments,
+                       uint64_t generation, bool dylu, bool stream, std::string adopt,
+                       double adopt_alpha, bool lockstep, bool error_feedback,
+                       std::string auto_codecs, uint32_t inner_steps_min, uint32_t inner_steps_max,
+                       double link_margin, const py::object& curve_server_key,
+                       const py::object& curve_secret_key_file) {
+             LearnerOptions o;
+             o.codec = std::move(codec);
+             o.inner_steps = TextOf(inner_steps, false);
+             o.fragments = fragments;
+             o.generation = generation;
+             o.dylu = dylu;
+             o.stream = stream;
+             o.adopt = std::move(adopt);
+             o.adopt_alpha = adopt_alpha;
+             o.lockstep = lockstep;
+             o.error_feedback = error_feedback;
+             o.auto_codecs = std::move(auto_codecs);
+             o.inner_steps_min = inner_steps_min;
+             o.inner_steps_max = inner_steps_max;
+             o.link_margin = link_margin;
+             o.curve_server_key = TextOf(curve_server_key, true);
+             o.curve_secret_key_file = TextOf(curve_secret_key_file, true);
+             return LearnerOptions::Make(std::move(o));
+           }),
+           py::kw_only(), py::arg("codec") = d.codec, py::arg("inner_steps") = d.InnerSteps(),
+           py::arg("fragments") = d.fragments, py::arg("generation") = d.generation,
+           py::arg("dylu") = d.dylu, py::arg("stream") = d.stream, py::arg("adopt") = d.adopt,
+           py::arg("adopt_alpha") = d.adopt_alpha, py::arg("lockstep") = d.lockstep,
+           py::arg("error_feedback") = d.error_feedback, py::arg("auto_codecs") = d.auto_codecs,
+           py::arg("inner_steps_min") = d.inner_steps_min,
+           py::arg("inner_steps_max") = d.inner_steps_max, py::arg("link_margin") = d.link_margin,
+           py::arg("curve_server_key") = py::none(), py::arg("curve_secret_key_file") = py::none())
+      .def("keywords", &LearnerOptions::Keywords)
+      .def("__repr__",
+           [](const LearnerOptions& o) {
+             std::string out = "LearnerOptions(";
+             bool first = true;
+             for (const auto& [k, v] : o.Keywords()) {
+               out += absl::StrCat(first ? "" : ", ", std::string(py::str(k)), "=",
+                                   std::string(py::repr(v)));
+               first = false;
+             }
+             return out + ")";
+           })
+      .def_readonly("codec", &LearnerOptions::codec)
+      .def_property_readonly("inner_steps", &LearnerOptions::InnerSteps)
+      .def_readonly("fragments", &LearnerOptions::fragments)
+      .def_readonly("generation", &LearnerOptions::generation)
+      .def_readonly("dylu", &LearnerOptions::dylu)
+      .def_readonly("stream", &LearnerOptions::stream)
+      .def_readonly("adopt", &LearnerOptions::adopt)
+      .def_readonly("adopt_alpha", &LearnerOptions::adopt_alpha)
+      .def_readonly("lockstep", &LearnerOptions::lockstep)
+      .def_readonly("error_feedback", &LearnerOptions::error_feedback)
+      .def_readonly("auto_codecs", &LearnerOptions::auto_codecs)
+      .def_readonly("inner_steps_min", &LearnerOptions::inner_steps_min)
+      .def_readonly("inner_steps_max", &LearnerOptions::inner_steps_max)
+      .def_readonly("link_margin", &LearnerOptions::link_margin)
+      .def_property_readonly(
+          "curve_server_key",
+          [](const LearnerOptions& o) { return LearnerOptions::PathOrNone(o.curve_server_key); })
+      .def_property_readonly("curve_secret_key_file", [](const LearnerOptions& o) {
+        return LearnerOptions::PathOrNone(o.curve_secret_key_file);
+      });
   py::class_<Learner>(m, "Learner")
       .def(py::init<std::vector<std::string>, uint32_t, std::vector<std::string>,
                     std::vector<std::vector<int64_t>>, std::vector<std::string>,
                     py::array_t<float, py::array::c_style>, py::function, py::function,
-                    const std::string&, const std::string&, uint32_t, uint64_t, bool, bool,
-                    const std::string&, double, bool, bool, const std::string&, uint32_t, uint32_t,
-                    double, const std::string&, const std::string&>(),
+                    const LearnerOptions&>(),
            py::arg("servers"), py::arg("worker_id"), py::arg("names"), py::arg("shapes"),
-           py::arg("dtypes"), py::arg("host"), py::arg("fetch"), py::arg("store"), py::arg("codec"),
-           py::arg("inner_steps"), py::arg("fragments"), py::arg("generation"), py::arg("dylu"),
-           py::arg("stream"), py::arg("adopt"), py::arg("adopt_alpha"), py::arg("lockstep"),
-           py::arg("error_feedback"), py::arg("auto_codecs"), py::arg("inner_steps_min"),
-           py::arg("inner_steps_max"), py::arg("link_margin"), py::arg("curve_server_key"),
-           py::arg("curve_secret_key_file"))
+           py::arg("dtypes"), py::arg("host"), py::arg("fetch"), py::arg("store"),
+           py::arg("options"))
       .def("join", &Learner::Join, py::arg("timeout_s"))
       .def("after_step", &Learner::AfterStep, py::arg("tokens"), py::arg("loss") = py::none())
       .def("drain", &Learner::Drain, py::arg("timeout_s"))

@@ -18,6 +18,10 @@ join); `learner.last_written()` says which ranges the last call wrote. The preci
 (what is pushed and adopted for bf16/fp16 parameters) and the memory per parameter are in
 docs/pytorch.md.
 
+The learner's options (codec, H, fragments, adoption, CURVE keys, ...) are keywords with
+defaults, or one `diloco_ps.LearnerOptions`; `help(diloco_ps.Learner)` lists each with its
+default and meaning.
+
 The shards compute the plan from the model's names and shapes, as the C++ worker does:
 `write_manifest(model, path)` writes the file `diloco-server --model=manifest:PATH` serves, and
 a PyTorch model joins a fleet of C++ workers when its parameters carry the same names, shapes
@@ -39,11 +43,11 @@ except ImportError as e:
         "torch with pip into this interpreter's environment.") from e
 
 from ._diloco_ps import checksum as _checksum
-from ._learner import Learner
+from ._learner import Learner, LearnerOptions
 from ._manifest import write_manifest
 from .island import Island
 
-__all__ = ["Island", "Learner", "__version__", "checksum", "write_manifest"]
+__all__ = ["Island", "Learner", "LearnerOptions", "__version__", "checksum", "write_manifest"]
 
 
 def checksum(tensor):

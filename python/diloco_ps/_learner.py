@@ -6,32 +6,66 @@ when a parameter is on CUDA) that the C++ sync client works in, copying a fragme
 parameters down only when it reads them and back up only when it wrote them (_copies.py,
 learner.cc). The precision contract is in docs/pytorch.md ("Precision").
 """
-import time
-
 import torch
 
 from . import _params
 from ._copies import Copier
 from ._diloco_ps import Learner as _Native
+from ._diloco_ps import LearnerOptions
 
 
 class Learner:
-    def __init__(self, servers, worker_id, params, codec="int8:256", inner_steps=50, fragments=4,
-                 generation=0, dylu=False, stream=True, adopt="keep", adopt_alpha=0.0,
-                 lockstep=False, error_feedback=True, auto_codecs="int8:256,int4:256",
-                 inner_steps_min=50, inner_steps_max=2000, link_margin=1.5,
-                 curve_server_key=None, curve_secret_key_file=None):
-        """codec="auto" chooses the push codec among `auto_codecs` (finest first) from the
-        measured link, inner_steps="auto" chooses H from `inner_steps_min` to `inner_steps_max`
-        (docs/worker.md, "Codec and H from the link").
+    """One learner of the fleet: a PyTorch model's parameters synced with the shards.
 
-        CURVE (docs/security.md), both or neither, as diloco-worker's --curve_* flags:
-        `curve_server_key`, the shards' public key as Z85 text or a file holding it (e.g.
-        keys/server.public from diloco-ctl keys), and `curve_secret_key_file`, this learner's
-        secret key file (keys/worker-ID.secret), whose public key the shards list for
-        `worker_id`. One without the other or a bad key raises ValueError; a shard that refuses
-        the key, or whose key is not `curve_server_key`, makes join() raise RuntimeError naming
-        the shard's address."""
+        learner = diloco_ps.Learner(servers="tcp://10.0.0.1:5555,tcp://10.0.0.2:5555",
+                                    worker_id=7, params=model.named_parameters(),
+                                    codec="int8:256", inner_steps=50, fragments=4)
+
+    `servers`: the shards' endpoints, shard i at position i (a list, or one comma-separated
+    string). `worker_id`: this learner's id, unique in the fleet. `params`: the model's named
+    parameters (model.named_parameters(), a module, or (name, tensor) pairs), in the order the
+    shards' manifest lists them.
+
+    Options, as keywords (or as one diloco_ps.LearnerOptions, `options=`, which keywords then
+    override); each is named, with its value, in the ValueError a bad value raises, and read the
+    same way as diloco-worker's flag of the same name (docs/worker.md):
+
+      codec="int8:256"       the push codec: fp32, bf16, fp8, int8, int4 [:block] or
+                             topk:<fraction>[:block]; or "auto": one of auto_codecs, chosen from
+                             the measured link ("Codec and H from the link" in docs/worker.md)
+      inner_steps=50         H, the inner steps between two pushes of a fragment; or "auto": from
+                             inner_steps_min to inner_steps_max, chosen from the link and the step
+                             time
+      fragments=4            the plan's fragments (the shards' --fragments)
+      generation=0           this run's generation; 0: from the clock, new on each start
+      dylu=False             Dynamic Local Updates: H scaled by this learner's relative speed
+      stream=True            stagger the fragments' pushes across the H steps
+      adopt="keep"           how new global values are adopted: "keep" (global + the steps taken
+                             since the push) or "lerp" (global + adopt_alpha * (local - global))
+      adopt_alpha=0.0        adopt="lerp" only, in [0, 1]; 0 replaces the local values
+      lockstep=False         deterministic mode: after_step returns once its pushes are answered
+                             and adopted (a fixed codec and H, not auto)
+      error_feedback=True    a push's quantisation error goes into the next push (off: study only)
+      auto_codecs="int8:256,int4:256"
+                             codec="auto": the codecs to choose from, finest first
+      inner_steps_min=50     inner_steps="auto": the smallest H
+      inner_steps_max=2000   inner_steps="auto": the largest H
+      link_margin=1.5        codec or inner_steps "auto": a round's transfers take at most
+                             1 / margin of its steps' time (>= 1)
+      curve_server_key=None  CURVE (docs/security.md): the shards' public key as Z85 text or a
+                             file holding it (e.g. keys/server.public from diloco-ctl keys)
+      curve_secret_key_file=None
+                             CURVE: this learner's secret key file (keys/worker-ID.secret), whose
+                             public key the shards list for `worker_id`
+
+    CURVE takes both keys or neither: one without the other or a bad key raises ValueError; a
+    shard that refuses the key, or whose key is not `curve_server_key`, makes join() raise
+    RuntimeError naming the shard's address. An unknown keyword or a value of the wrong type
+    raises TypeError.
+    """
+
+    def __init__(self, servers, worker_id, params, options=None, **keywords):
+        options = _options(options, keywords)
         named = _params.named_tensors(params)
         names, shapes, dtypes = _params.describe(named)
         _params.check_copyable(named)
@@ -41,19 +75,14 @@ class Learner:
                            pin_memory=pinned)
         if isinstance(servers, str):
             servers = [s for s in servers.split(",") if s]
-        if generation == 0:
-            generation = time.time_ns() // 1000
         self.names = names
         self.worker_id = worker_id
+        self.options = options
         self.steps = 0    # after_step calls, over every run this learner's state went through
         self.tokens = 0   # and the tokens they reported
         self._copier = Copier(tensors, host)
         self._native = _Native(list(servers), worker_id, names, shapes, dtypes, host.numpy(),
-                               self._copier.fetch, self._copier.store, codec, str(inner_steps),
-                               fragments, generation, dylu, stream, adopt, adopt_alpha, lockstep,
-                               error_feedback, auto_codecs, inner_steps_min, inner_steps_max,
-                               link_margin, _path_or_text(curve_server_key),
-                               _path_or_text(curve_secret_key_file))
+                               self._copier.fetch, self._copier.store, options)
         self._copier.set_fragments(self._native.fragment_slices())
 
     def join(self, timeout=60.0):
@@ -160,5 +189,11 @@ class Learner:
         return f"{self._native.model_fingerprint:016x}"
 
 
-def _path_or_text(value):
-    return "" if value is None else str(value)
+def _options(options, keywords):
+    """The LearnerOptions of Learner(options=..., **keywords): the keywords override `options`."""
+    if options is None:
+        return LearnerOptions(**keywords)
+    if not isinstance(options, LearnerOptions):
+        raise TypeError(f"options: expected a diloco_ps.LearnerOptions, got {options!r:.100} "
+                        "(give codec, inner_steps and the other options as keywords)")
+    return LearnerOptions(**{**options.keywords(), **keywords}) if keywords else options
