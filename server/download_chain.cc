@@ -4,15 +4,16 @@
 #include <cstring>
 
 #include "common/checksum.h"
+#include "kernels/codec_table.h"
 #include "kernels/optim.h"
 
 namespace diloco::server {
 
 DownloadChain::DownloadChain(kernels::Codec codec, uint64_t numel)
     : codec_(codec),
-      residual_codec_{kernels::IsTopK(codec.kind) ? kernels::CodecKind::kFp32
-                                                              : kernels::CodecKind::kInt4,
-                      codec.block},
+      residual_codec_{
+          kernels::EntryOf(codec).sparse ? kernels::CodecKind::kFp32 : kernels::CodecKind::kInt4,
+          codec.block},
       numel_(numel),
       update_bytes_(wire::PayloadLayout(codec, numel).bytes()),
       residual_(wire::PayloadLayout(residual_codec_, numel).bytes()) {}

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/model_refusal.h"
 #include "kernels/codec.h"
+#include "kernels/codec_table.h"
 #include "server/shard_internal.h"
 #include "server/shard_validate.h"
 
@@ -58,7 +59,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     f->theta_buf = s->pool_.Take(f->spec->numel * sizeof(float));  // fresh: zeroed
     f->momentum.assign(f->spec->numel, 0.0f);
     s->owned_params_ += f->spec->numel;
-    if (o.download.kind != kernels::CodecKind::kFp32)
+    if (!kernels::EntryOf(o.download).exact)
       f->downloads = std::make_unique<DownloadChain>(o.download, f->spec->numel);
     f->merge = MakeRoundMerge(o.merge, f->spec->numel);
     f->steps_cap = MedianCap(o.push_steps_cap);

@@ -19,7 +19,7 @@ kernels::Codec CodecOf(const wire::Header& h) {
 }  // namespace
 
 bool IsUpdateChain(const wire::Header& h) {
-  return h.codec() != static_cast<uint8_t>(kernels::CodecKind::kFp32);
+  return h.codec() != static_cast<uint8_t>(wire::kFragmentCodec.kind);
 }
 
 absl::Status CheckFragmentUpdate(const wire::Message& m, uint64_t numel) {
@@ -66,8 +66,8 @@ absl::StatusOr<uint64_t> ReadFragmentUpdate(
     const std::span<float> out(scratch.data(), c.count);
     gather(c.offset, out);
     for (uint64_t u = first; u < count; ++u)
-      if (auto s = kernels::DecodeAccumulate(codec, m.payload(u * layout.chunks() + c.index), 1.0f,
-                                             out);
+      if (auto s =
+              kernels::DecodeAccumulate(codec, m.payload(u * layout.chunks() + c.index), 1.0f, out);
           !s.ok())
         return s;
     values.Update(out.data(), out.size_bytes());

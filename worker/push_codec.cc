@@ -5,12 +5,13 @@
 #include <cstring>
 
 #include "common/checksum.h"
+#include "kernels/codec_table.h"
 
 namespace diloco::worker {
 
 EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::span<float> error) {
-  const bool exact = error.empty();  // fp32 without a residual: Q(delta) = delta
-  assert(!exact || codec.kind == kernels::CodecKind::kFp32);
+  const bool exact = error.empty();  // an exact codec without a residual: Q(delta) = delta
+  assert(!exact || kernels::EntryOf(codec).exact);
   const wire::PayloadLayout layout(codec, delta.size());
   auto bytes = std::make_shared<wire::Bytes>(layout.bytes());
   EncodedPush push;

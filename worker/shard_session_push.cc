@@ -2,6 +2,7 @@
 // copies of each push and their acknowledgements, and giving a refused push up.
 #include <algorithm>
 
+#include "kernels/codec_table.h"
 #include "worker/push_codec.h"
 #include "worker/shard_session.h"
 #include "worker/shard_session_internal.h"
@@ -22,7 +23,7 @@ uint64_t ShardSession::PushBytesAhead() const {
 
 void ShardSession::AddPush(PushJob job) {
   FragmentIo& f = frags_.at(job.fragment);
-  if (f.error.empty() && job.codec.kind != kernels::CodecKind::kFp32)
+  if (f.error.empty() && !kernels::EntryOf(job.codec).exact)
     f.error.assign(plan_.fragment(job.fragment).numel, 0.0f);  // the first lossy push
   if (!opt_.error_feedback) std::fill(f.error.begin(), f.error.end(), 0.0f);  // e = delta only
   job.push = EncodePush(job.codec, job.delta, f.error);
