@@ -31,6 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "benchmarks/kernels/topk_index_cost.h"
 #include "kernels/codec.h"
+#include "kernels/codec_table.h"
 #include "kernels/optim.h"
 #include "kernels/thread_pool.h"
 
@@ -134,14 +135,14 @@ int Main(int argc, char** argv) {
   Report("memcpy (ceiling)", "-", 8 * fn, copy_s);
 
   std::vector<Codec> codecs;
-  for (CodecKind kind : {CodecKind::kFp32, CodecKind::kBf16, CodecKind::kFp8E4M3, CodecKind::kInt8,
-                         CodecKind::kInt4})
-    codecs.push_back(Codec{kind, o.block});
+  for (const CodecEntry& e : AllCodecs())
+    if (!e.sparse) codecs.push_back(Codec{e.kind, o.block});
   std::vector<Codec> sparse;
   for (absl::string_view spec : absl::StrSplit(o.topk, ',', absl::SkipEmpty())) {
     if (spec == "-") continue;
-    for (const char* kind : {"topk:", "topk-packed:"}) {  // Elias-Fano indices, then packed
-      auto c = ParseCodec(absl::StrCat(kind, spec));
+    for (const CodecEntry& e : AllCodecs()) {  // topk (Elias-Fano indices), then topk-packed
+      if (!e.sparse) continue;
+      auto c = ParseCodec(absl::StrCat(e.name, ":", spec));
       Check(c.status());
       sparse.push_back(*c);
     }

@@ -235,7 +235,7 @@ int Loopback(const LoopbackOptions& o) {
               recv_until(*s,
                          [](const wire::Message& m) { return m.type() == wire::MsgType::Welcome; });
             if (w == 0) {  // theta(0)
-              const kernels::Codec fp32{kernels::CodecKind::kFp32, 256};
+              const kernels::Codec fp32 = wire::kFragmentCodec;
               for (const auto& f : plan.fragments()) {
                 auto b = std::make_shared<wire::Bytes>(f.numel * 4, 0);
                 auto h = header(wire::MsgType::InitFragment, w);
