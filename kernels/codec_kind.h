@@ -1,6 +1,8 @@
 // The codec descriptor (kind + block size, and k for the sparse top-k codec), split out of
 // codec.h so that CUDA translation units (compiled as C++17, without <span> or Abseil) can name
-// it too. Include codec.h in C++ code.
+// it too. Include codec.h in C++ code; everything else C++ code asks of a codec is its entry in
+// the codec table (codec_table.h). The constexpr HasScales, IsTopK and EncodedBytes below are
+// for CUDA code, which cannot read the table; kernels_codec_table_test keeps them equal to it.
 #pragma once
 
 #include <cstddef>
