@@ -4,11 +4,13 @@
 // one line here. GPT comes last: it claims every spec the others leave.
 #include "common/model_family.h"
 #include "worker/model/gpt/gpt_family.h"
+#include "worker/model/llama/llama_family.h"
 
 namespace diloco {
 namespace {
 
 [[maybe_unused]] const bool registered = [] {
+  RegisterModelFamily(&LlamaFamily());
   RegisterModelFamily(&GptFamily());
   return true;
 }();
