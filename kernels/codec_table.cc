@@ -59,7 +59,7 @@ constexpr CodecEntry TopK(CodecKind kind, const char* name) {
                     .ref_decode = ref::TopKDecode};
 }
 
-const CodecEntry kCodecs[] = {
+constexpr CodecEntry kCodecs[] = {
     Dense(
         CodecKind::kFp32, "fp32", false, true, 0.0f, [](Codec c, size_t n) { return n * 4; },
         internal::CheckFp32Values, internal::CheckNothing),

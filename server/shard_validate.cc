@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/codec.h"
+#include "kernels/codec_table.h"
 
 namespace diloco::server {
 namespace {
@@ -39,7 +40,7 @@ absl::Status ValidateServing(const ShardOptions& o) {
     return Refuse(absl::StrCat("--apply_threads=", o.apply_threads), "must be >= 0");
   if (auto st = kernels::ValidateCodec(o.download); !st.ok())
     return Refuse("--download_codec", st.message());
-  if (o.download.kind != kernels::CodecKind::kFp32 && o.download_chain == 0)
+  if (!kernels::EntryOf(o.download).exact && o.download_chain == 0)
     return Refuse("--download_chain=0",
                   "a quantized download (--download_codec other than fp32) needs a chain of at "
                   "least 1 update");
