@@ -5,11 +5,13 @@
 # pushes and adopted versions, and each shard's rounds and fragment versions. Stops cleanly
 # (SIGTERM -> final checkpoints), exports the global model to safetensors and prints its
 # held-out loss (the workers' held-out set, every chain of the mixture equally) with the entropy
-# floor, and draws the run's report (deploy/run_report.py: PNGs in the run directory). Settings: deploy/flags/local-{worker,server}.flags, the ones the convergence study
-# measures (benchmarks/quality/run.sh, group g). Every worker draws its own batches from the
-# whole mixture (--split=iid, the default: the fleet's export held 0.915x the lone worker's loss
-# against 0.974x with owned shares, benchmarks/quality/RESULTS.md); --split=owned gives each
-# worker a non-IID share (80% from the chains it owns; every chain is some worker's own).
+# floor, and draws the run's report (deploy/run_report.py: PNGs in the run directory, the global
+# model's held-out loss among them). Settings: deploy/flags/local-{worker,server}.flags, the ones
+# the convergence study measures (benchmarks/quality/run.sh, group g). Every worker draws its own
+# batches from the whole mixture (--split=iid, the default: the fleet's export held 0.915x the
+# lone worker's loss against 0.974x with owned shares, benchmarks/quality/RESULTS.md);
+# --split=owned gives each worker a non-IID share (80% from the chains it owns; every chain is
+# some worker's own).
 #
 # Usage: deploy/run-local-cluster.sh [--duration=60s] [--workers=3] [--shards=2] [--codec=C]
 #                                    [--model=M] [--lr=LR] [--inner_steps=H] [--device=cpu]
@@ -68,8 +70,11 @@ for ((w = 0; w < workers; w++)); do
   # owned: the worker's share of the chains.
   if [[ $split == iid ]]; then data=(--num_workers=1 --seed=$((1000 + w))); else
     data=(--num_workers=$workers); fi
+  # Worker 0 scores the global model it last adopted on the held-out set every 250 steps (its
+  # "eval" events: the report's heldout.png); the others train without pausing for it.
+  eval=(); ((w == 0)) && eval=(--eval_every=250)
   "$build/worker/diloco-worker" --flagfile="$worker_flags" --model="$model" "${worker_extra[@]}" \
-    --servers="$servers" --worker_id=$w "${data[@]}" --duration=$duration \
+    --servers="$servers" --worker_id=$w "${data[@]}" "${eval[@]}" --duration=$duration \
     --device="$device" --progress_interval=5s --metrics_jsonl="$run/worker$w.jsonl" &
   wpids+=($!)
   pids+=($!)
@@ -90,6 +95,6 @@ echo "== the global model's held-out loss (what a user gets; diloco-ctl eval --d
 # shellcheck disable=SC2086
 "$build/ctl/diloco-ctl" eval --model="$model" --params="$run/global.safetensors" \
   --data=synthetic --eval_batches=64
-echo "== the run's report: loss, bytes, pushes per round and goodput per learner (PNGs)"
+echo "== the run's report: loss, held-out loss, bytes, pushes per round, goodput (PNGs)"
 "$root/deploy/run_report.py" "$run" || status=$?
 exit $status
