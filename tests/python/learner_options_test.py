@@ -95,14 +95,8 @@ def check_native(native, failures):
     return defaults
 
 
-def check_learner(python_dir, failures):
-    try:
-        import torch
-    except ImportError:
-        print("torch is not installed: diloco_ps.Learner itself not checked")
-        return
-    sys.path.insert(0, python_dir)
-    import diloco_ps
+def check_learner(diloco_ps, failures):
+    import torch
     params = list(torch.nn.Linear(8, 8).named_parameters())
     endpoint = "tcp://127.0.0.1:9"  # never reached: nothing here joins
     try:
@@ -134,11 +128,21 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--python_dir", required=True)
     a = ap.parse_args()
-    sys.path.insert(0, os.path.join(a.python_dir, "diloco_ps"))
-    import _diloco_ps
     failures = []
-    check_native(_diloco_ps, failures)
-    check_learner(a.python_dir, failures)
+    try:
+        import torch  # noqa: F401  (diloco_ps needs it)
+    except ImportError:
+        torch = None
+    if torch is None:  # the native module alone, by its own name (loaded once: pybind11 types)
+        print("torch is not installed: diloco_ps.Learner itself not checked")
+        sys.path.insert(0, os.path.join(a.python_dir, "diloco_ps"))
+        import _diloco_ps
+        check_native(_diloco_ps, failures)
+    else:
+        sys.path.insert(0, a.python_dir)
+        import diloco_ps
+        check_native(diloco_ps._diloco_ps, failures)
+        check_learner(diloco_ps, failures)
     for f in failures:
         print("FAIL:", f)
     print("PASS" if not failures else f"{len(failures)} failures")
