@@ -199,7 +199,10 @@ int RunTraining(const RunParts& parts) {
   if (const std::string& out = w.save_model; !out.empty()) {
     // The local model, in diloco-ctl export's names and layout.
     std::map<std::string, std::string> meta =
-        ModelFileMetadata(w.gpt_model ? GptConfigString(cfg) : w.model_spec, tr.manifest());
+        ModelFileMetadata(w.gpt_model       ? GptConfigString(cfg)
+                          : w.trainer.llama ? LlamaConfigString(*w.trainer.llama)
+                                            : w.model_spec,
+                          tr.manifest());
     meta["diloco.source"] = absl::StrCat("diloco-worker ", wid, " local model");
     meta["diloco.steps"] = absl::StrCat(step);
     if (auto st = model::WriteSafetensors(out, tr.manifest(), tr.params(), meta); !st.ok())

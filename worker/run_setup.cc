@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const WorkerOptions& w) {
     so.seed = to.seed;
     so.lr = to.adamw.lr;
     so.tokens_per_step = static_cast<uint64_t>(to.batch_size) *
-                         static_cast<uint64_t>(to.seq_len > 0 ? to.seq_len : to.model.context);
+                         static_cast<uint64_t>(to.seq_len > 0 ? to.seq_len : model::Context(to));
     return model::MakeSyntheticTrainer(std::move(so));
   }
   if (to.gpus < 1) return absl::InvalidArgumentError("--gpus must be at least 1");

@@ -186,6 +186,10 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
     absl::StatusOr<GptConfig> gpt = ParseGptConfig(plan->config);
     if (!gpt.ok()) return gpt.status();
     w.trainer.model = *gpt;
+  } else if (plan->family == "llama") {
+    absl::StatusOr<LlamaConfig> llama = ParseLlamaConfig(plan->config);
+    if (!llama.ok()) return llama.status();
+    w.trainer.llama = *llama;
   }
   if (auto st = CadenceFromFlags(w); !st.ok()) return st;
   w.step_slowdown = absl::GetFlag(FLAGS_step_slowdown);
@@ -194,7 +198,12 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
         absl::StrCat("--step_slowdown=", w.step_slowdown, ": expected a finite factor >= 1"));
   w.worker_id = absl::GetFlag(FLAGS_worker_id);
   w.device = absl::GetFlag(FLAGS_device);
-  if (!w.gpt_model && w.device != Device::kSynthetic)
+  if (w.trainer.llama && w.device == Device::kCuda)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model=", w.model_spec,
+                     ": --device=cuda: the Llama family has no CUDA kernels yet; train it with "
+                     "--device=cpu (or in PyTorch, docs/pytorch.md)"));
+  if (!w.gpt_model && !w.trainer.llama && w.device != Device::kSynthetic)
     return absl::InvalidArgumentError(absl::StrCat(
         "--model=", w.model_spec, ": --device=", AbslUnparseFlag(w.device),
         " trains the built-in GPT only (a preset such as tiny or small, or a spec "

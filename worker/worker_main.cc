@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
   worker::CatchStopSignals();
   const worker::Baseline before = worker::EvaluateBaseline(w, *spec, tr);
   Logf(LogLevel::kInfo, "diloco-worker[%u]: model %s (%lu params), %s, codec %s, H=%s, %s; %s", wid,
-       (w.gpt_model ? GptConfigString(cfg) : w.model_spec).c_str(),
+       (w.gpt_model       ? GptConfigString(cfg)
+        : w.trainer.llama ? LlamaConfigString(*w.trainer.llama)
+                          : w.model_spec)
+           .c_str(),
        static_cast<unsigned long>(tr.manifest().total_elements()),
        model::Describe(w.lr_schedule).c_str(), worker::CodecText(w).c_str(),
        worker::HText(w).c_str(),

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/safetensors.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/shell.h"
 
@@ -144,6 +145,31 @@ TEST(ModelSourceTest, SyntheticWorkersTrainALlamaShapedModelAndAnotherModelIsNam
                      "shard's model"),
             std::string::npos)
       << log;
+}
+
+// --model=llama-tiny: the Llama family's CPU trainer behind diloco-worker (its canonical config
+// in the model line and in the saved file's diloco.model), and --device=cuda refused by name.
+TEST(ModelSourceTest, TheWorkerTrainsTheLlamaFamilyOnTheCpuAndRefusesCuda) {
+  const auto dir = TestDir();
+  const std::string saved = (dir / "llama.safetensors").string();
+  auto [rc, text] = Shell(absl::StrCat(WorkerBinary(),
+                                       " --model=llama-tiny --device=cpu --steps=20 --batch=2 "
+                                       "--save_model=",
+                                       saved));
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("model llama:L=2,H=4,KV=2,C=64,F=172,T=64,V=256 (123712 params)"),
+            std::string::npos)
+      << text;
+  auto file = ReadSafetensors(saved);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata["diloco.model"], "llama:L=2,H=4,KV=2,C=64,F=172,T=64,V=256");
+  EXPECT_EQ(file->tensors.front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(file->tensors.back().name, "lm_head.weight");
+  std::tie(rc, text) =
+      Shell(absl::StrCat(WorkerBinary(), " --model=llama-tiny --device=cuda --steps=1"));
+  EXPECT_EQ(rc, 2) << text;
+  EXPECT_NE(text.find("--device=cuda: the Llama family has no CUDA kernels yet"), std::string::npos)
+      << text;
 }
 
 TEST(ModelSourceTest, TheGptTrainerAndEvalRefuseADeclaredModel) {

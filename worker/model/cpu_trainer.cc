@@ -9,6 +9,7 @@
 #include "worker/data/batcher.h"
 #include "worker/model/gpt.h"
 #include "worker/model/heldout.h"
+#include "worker/model/llama/llama_trainer.h"
 
 namespace diloco::model {
 namespace {
@@ -114,6 +115,7 @@ class CpuTrainer final : public Trainer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> MakeCpuTrainer(const TrainerOptions& options) {
+  if (options.llama) return MakeLlamaCpuTrainer(options);
   absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
   if (!o.ok()) return o.status();
   if (o->threads > 0) SetCpuThreads(o->threads);

@@ -1,5 +1,6 @@
 // The CPU trainer: the GPT of gpt.h in fp32 with OpenBLAS, AdamW from kernels/optim.h, on this
-// worker's data shard. params() is the live host parameter buffer in manifest order.
+// worker's data shard; the Llama family's (llama/llama_trainer.h) when options.llama is set.
+// params() is the live host parameter buffer in manifest order.
 #pragma once
 
 #include <memory>

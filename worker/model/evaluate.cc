@@ -26,7 +26,7 @@ absl::StatusOr<std::pair<TrainerOptions, data::DataStreams>> LoadHeldout(
   absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
   if (!o.ok()) return o.status();
   o->data.train_tokens = 0;
-  absl::StatusOr<data::DataStreams> d = data::LoadData(o->data, o->model.vocab);
+  absl::StatusOr<data::DataStreams> d = data::LoadData(o->data, Vocab(*o));
   if (!d.ok()) return d.status();
   if (d->heldout.size() <= size_t(o->seq_len))
     return absl::InvalidArgumentError(
@@ -76,7 +76,7 @@ absl::StatusOr<EvalResult> Evaluator::EvaluateInDetail(std::span<const float> pa
 }
 
 int64_t HeldoutTokens(const TrainerOptions& o) {
-  return int64_t(o.eval_batches) * o.batch_size * (o.seq_len > 0 ? o.seq_len : o.model.context);
+  return int64_t(o.eval_batches) * o.batch_size * (o.seq_len > 0 ? o.seq_len : Context(o));
 }
 
 absl::StatusOr<double> HeldoutOracle(const TrainerOptions& options) {

@@ -27,10 +27,10 @@ float LearningRate(const TrainerOptions& o, int64_t step) {
 
 absl::StatusOr<TrainerOptions> ResolveOptions(const TrainerOptions& options) {
   TrainerOptions o = options;
-  if (o.seq_len == 0) o.seq_len = o.model.context;
-  if (o.seq_len < 1 || o.seq_len > o.model.context)
+  if (o.seq_len == 0) o.seq_len = Context(o);
+  if (o.seq_len < 1 || o.seq_len > Context(o))
     return absl::InvalidArgumentError(
-        absl::StrCat("seq_len ", o.seq_len, " must be in [1, context ", o.model.context, "]"));
+        absl::StrCat("seq_len ", o.seq_len, " must be in [1, context ", Context(o), "]"));
   if (o.batch_size < 1) return absl::InvalidArgumentError("batch_size must be >= 1");
   if (o.eval_batches < 1) return absl::InvalidArgumentError("eval_batches must be >= 1");
   if (o.gpus < 1) return absl::InvalidArgumentError("gpus must be >= 1");

@@ -3,15 +3,20 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "kernels/optim.h"
 #include "worker/data/source.h"
 #include "worker/model/gpt/gpt_config.h"
+#include "worker/model/llama/llama_config.h"
 
 namespace diloco::model {
 
 struct TrainerOptions {
   GptConfig model;
+  // Set when --model is the Llama family's: the CPU trainer trains this instead of `model`
+  // (llama/llama_trainer.h); Vocab and Context below read it.
+  std::optional<LlamaConfig> llama;
   int batch_size = 8;  // sequences per step (per GPU on the CUDA backend)
   int seq_len = 0;     // tokens per sequence; 0 = model.context
   // AdamW. weight_decay applies to 2-D tensors only (matrices and embeddings); biases and
@@ -45,6 +50,10 @@ float LearningRate(const TrainerOptions& options, int64_t step);
 // peak to min_fraction * peak. A worker whose run is bounded by time passes elapsed / duration.
 float CosineLearningRate(float peak, int warmup_steps, float min_fraction, int64_t step,
                          double progress);
+
+// The trained model's vocabulary (the data's token range) and context (the default seq_len).
+inline int Vocab(const TrainerOptions& o) { return o.llama ? o.llama->vocab : o.model.vocab; }
+inline int Context(const TrainerOptions& o) { return o.llama ? o.llama->context : o.model.context; }
 
 // seq_len resolved (0 -> context) and every field checked.
 absl::StatusOr<TrainerOptions> ResolveOptions(const TrainerOptions& options);

@@ -83,6 +83,9 @@ float CudaTrainer::EvalLoss() {
 }
 
 absl::StatusOr<std::unique_ptr<CudaTrainer>> MakeCudaTrainer(const TrainerOptions& options) {
+  if (options.llama)
+    return absl::UnimplementedError(
+        "the CUDA trainer runs the GPT family only: the Llama family has no CUDA kernels yet");
   absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
   if (!o.ok()) return o.status();
   absl::StatusOr<ParamLayout> layout = MakeParamLayout(o->model);
