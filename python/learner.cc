@@ -1,5 +1,6 @@
-// _diloco_ps: the worker's sync client (worker/sync_client.h) for a PyTorch training loop whose
-// parameters stay where they are (CPU or CUDA; float32, bfloat16 or float16).
+// The native Learner (diloco_ps._diloco_ps.Learner): the worker's sync client
+// (worker/sync_client.h) for a PyTorch training loop whose parameters stay where they are (CPU or
+// CUDA; float32, bfloat16 or float16).
 //
 // The learner keeps one flat fp32 host buffer in manifest order (allocated by the Python side,
 // pinned where the model is on CUDA) that the SyncClient reads deltas from and adopts global
@@ -24,10 +25,8 @@
 //
 // Calls that wait (join, after_step in lockstep, drain) release the GIL and take it back only
 // to copy; failures raise with the shard's reason.
-//
-// The options (LearnerOptions, diloco_ps.LearnerOptions) are keywords with defaults, read into
-// a SyncOptions and checked by worker::Validate under the keywords' names, the check
-// diloco-worker's flags make: a bad value raises ValueError naming the keyword and the value.
+#include "python/learner.h"
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -44,149 +43,20 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/checksum.h"
 #include "common/manifest.h"
-#include "common/manifest_json.h"
 #include "common/model_refusal.h"
 #include "common/plan.h"
-#include "common/tensor_decl.h"
 #include "kernels/codec.h"
-#include "schema/curve.h"
-#include "worker/cadence.h"
+#include "python/learner_options.h"
+#include "python/manifests.h"
+#include "python/raise.h"
 #include "worker/sync_client.h"
 
 namespace py = pybind11;
 
 namespace diloco::python {
 namespace {
-
-// A failed status as a Python exception: TimeoutError for a deadline, ValueError for a bad
-// argument, RuntimeError otherwise; the message is the status's (the shard's reason when a
-// shard refused).
-[[noreturn]] void Raise(const absl::Status& s) {
-  const std::string msg(s.message());
-  if (absl::IsDeadlineExceeded(s)) {
-    PyErr_SetString(PyExc_TimeoutError, msg.c_str());
-    throw py::error_already_set();
-  }
-  if (absl::IsInvalidArgument(s)) throw py::value_error(msg);
-  throw std::runtime_error(absl::StrCat(absl::StatusCodeToString(s.code()), ": ", msg));
-}
-
-// 48 bits of the values' XXH3-64, as diloco-worker logs params_checksum.
-uint64_t ParamsChecksum(std::span<const float> values) {
-  return Checksum64(values.data(), values.size_bytes()) & ((uint64_t{1} << 48) - 1);
-}
-
-worker::SyncOptions::Adopt ParseAdopt(const std::string& adopt) {
-  if (adopt == "keep") return worker::SyncOptions::Adopt::kKeep;
-  if (adopt == "lerp") return worker::SyncOptions::Adopt::kLerp;
-  throw py::value_error("adopt=" + adopt + ": expected keep or lerp");
-}
-
-// diloco_ps.LearnerOptions: the learner's options as keywords with defaults (the defaults are
-// this struct's; diloco_ps.Learner's docstring lists each option and its meaning), and the
-// SyncOptions they make, checked once by worker::Validate under the keywords' names. Made only
-// by Make, so a LearnerOptions that exists is a valid one; its fields are read-only.
-struct LearnerOptions {
-  std::string codec = "int8:256";
-  std::string inner_steps = "50";  // a number of steps, or auto
-  uint32_t fragments = 4;
-  uint64_t generation = 0;  // 0: from the clock when the learner starts
-  bool dylu = false;
-  bool stream = true;
-  std::string adopt = "keep";
-  double adopt_alpha = 0;
-  bool lockstep = false;
-  bool error_feedback = true;
-  std::string auto_codecs = "int8:256,int4:256";
-  uint32_t inner_steps_min = 50;
-  uint32_t inner_steps_max = 2000;
-  double link_margin = 1.5;
-  std::string curve_server_key, curve_secret_key_file;  // "": none
-  worker::SyncOptions sync;                             // all but the servers and the worker id
-
-  // Reads and checks the keywords' values into `o`; raises ValueError naming the keyword.
-  static LearnerOptions Make(LearnerOptions o) {
-    worker::SyncOptions& s = o.sync;
-    const worker::CadenceText cadence{o.codec, o.auto_codecs, o.inner_steps, o.inner_steps_min,
-                                      o.inner_steps_max};
-    if (auto st = worker::ParseCadence(cadence, s); !st.ok()) Raise(st);
-    s.num_fragments = o.fragments;
-    s.generation = o.generation;
-    s.dylu = o.dylu;
-    s.stream = o.stream;
-    s.adopt = ParseAdopt(o.adopt);
-    s.adopt_alpha = static_cast<float>(o.adopt_alpha);
-    s.lockstep = o.lockstep;
-    s.error_feedback = o.error_feedback;
-    s.link_margin = o.link_margin;
-    // CURVE: both keys or neither, read as diloco-worker reads its --curve_* flags.
-    auto keys = wire::CurveClientKeysFrom(o.curve_server_key, o.curve_secret_key_file);
-    if (!keys.ok()) Raise(keys.status());
-    if (keys->has_value()) {
-      s.curve_server_key = (*keys)->server_public_key;
-      s.curve_public_key = (*keys)->public_key;
-      s.curve_secret_key = (*keys)->secret_key;
-    }
-    if (auto st = worker::Validate(s, worker::OptionNames::kKeywords); !st.ok()) Raise(st);
-    return o;
-  }
-
-  // The keywords that make these options again (LearnerOptions(**keywords())).
-  py::dict Keywords() const {
-    py::dict d;
-    d["codec"] = codec;
-    d["inner_steps"] = InnerSteps();
-    d["fragments"] = fragments;
-    d["generation"] = generation;
-    d["dylu"] = dylu;
-    d["stream"] = stream;
-    d["adopt"] = adopt;
-    d["adopt_alpha"] = adopt_alpha;
-    d["lockstep"] = lockstep;
-    d["error_feedback"] = error_feedback;
-    d["auto_codecs"] = auto_codecs;
-    d["inner_steps_min"] = inner_steps_min;
-    d["inner_steps_max"] = inner_steps_max;
-    d["link_margin"] = link_margin;
-    d["curve_server_key"] = PathOrNone(curve_server_key);
-    d["curve_secret_key_file"] = PathOrNone(curve_secret_key_file);
-    return d;
-  }
-
-  // inner_steps as given: a number, or "auto".
-  py::object InnerSteps() const {
-    if (sync.auto_inner_steps) return py::str(inner_steps);
-    return py::int_(sync.inner_steps);
-  }
-  static py::object PathOrNone(const std::string& s) {
-    return s.empty() ? py::object(py::none()) : py::object(py::str(s));
-  }
-};
-
-// A keyword's value as text: str(value) for inner_steps (50 or "auto"), os.fspath(value) for a
-// key or a key file (a str or a path), "" for None.
-std::string TextOf(const py::object& v, bool path) {
-  if (v.is_none()) return "";
-  if (path) return py::str(py::module_::import("os").attr("fspath")(v));
-  return py::str(v);
-}
-
-// The declared tensors and their manifest; errors name `source` and the tensor.
-Manifest CheckedManifest(const std::vector<std::string>& names,
-                         const std::vector<std::vector<int64_t>>& shapes,
-                         const std::vector<std::string>& dtypes, const std::string& source,
-                         std::vector<DeclaredTensor>* decls) {
-  if (names.size() != shapes.size() || names.size() != dtypes.size())
-    throw py::value_error("one shape and one dtype per tensor name");
-  for (size_t i = 0; i < names.size(); ++i) decls->push_back({names[i], shapes[i], dtypes[i]});
-  absl::StatusOr<Manifest> m = ManifestFromDecls(*decls, source);
-  if (!m.ok()) Raise(m.status());
-  return *std::move(m);
-}
 
 // One piece of a fragment as a slice of one tensor: elements [start, stop) of the tensor's
 // flattened values, at `flat` in the host buffer.
@@ -509,103 +379,9 @@ class Learner {
   std::optional<double> loss_ema_;
 };
 
-// The manifest file `diloco-server --model=manifest:PATH` reads (common/manifest_json.h), written
-// atomically; returns the model's fingerprint as 16 hex digits.
-std::string WriteManifest(const std::string& path, const std::vector<std::string>& names,
-                          const std::vector<std::vector<int64_t>>& shapes,
-                          const std::vector<std::string>& dtypes, const std::string& source) {
-  std::vector<DeclaredTensor> decls;
-  const Manifest m = CheckedManifest(names, shapes, dtypes, path, &decls);
-  if (absl::Status s = WriteManifestJson(path, decls, m, source); !s.ok()) Raise(s);
-  return absl::StrFormat("%016x", m.fingerprint());
-}
-
 }  // namespace
-}  // namespace diloco::python
 
-PYBIND11_MODULE(_diloco_ps, m) {
-  using diloco::python::Learner;
-  using diloco::python::LearnerOptions;
-  using diloco::python::TextOf;
-  m.doc() = "The DiLoCo parameter server's sync client (see the diloco_ps package).";
-  m.def(
-      "checksum",
-      [](py::array_t<float, py::array::c_style> values) {
-        return diloco::python::ParamsChecksum(
-            std::span<const float>(values.data(), static_cast<size_t>(values.size())));
-      },
-      py::arg("values"));
-  m.def("write_manifest", &diloco::python::WriteManifest, py::arg("path"), py::arg("names"),
-        py::arg("shapes"), py::arg("dtypes"), py::arg("source"));
-  const LearnerOptions d;  // the defaults
-  py::class_<LearnerOptions>(m, "LearnerOptions",
-                             "The learner's options, keywords only (diloco_ps.Learner lists them); "
-                             "a bad value raises ValueError naming its keyword.")
-      .def(py::init([](std::string codec, const py::object& inner_steps, uint32_t fragments,
-                       uint64_t generation, bool dylu, bool stream, std::string adopt,
-                       double adopt_alpha, bool lockstep, bool error_feedback,
-                       std::string auto_codecs, uint32_t inner_steps_min, uint32_t inner_steps_max,
-                       double link_margin, const py::object& curve_server_key,
-                       const py::object& curve_secret_key_file) {
-             LearnerOptions o;
-             o.codec = std::move(codec);
-             o.inner_steps = TextOf(inner_steps, false);
-             o.fragments = fragments;
-             o.generation = generation;
-             o.dylu = dylu;
-             o.stream = stream;
-             o.adopt = std::move(adopt);
-             o.adopt_alpha = adopt_alpha;
-             o.lockstep = lockstep;
-             o.error_feedback = error_feedback;
-             o.auto_codecs = std::move(auto_codecs);
-             o.inner_steps_min = inner_steps_min;
-             o.inner_steps_max = inner_steps_max;
-             o.link_margin = link_margin;
-             o.curve_server_key = TextOf(curve_server_key, true);
-             o.curve_secret_key_file = TextOf(curve_secret_key_file, true);
-             return LearnerOptions::Make(std::move(o));
-           }),
-           py::kw_only(), py::arg("codec") = d.codec, py::arg("inner_steps") = d.InnerSteps(),
-           py::arg("fragments") = d.fragments, py::arg("generation") = d.generation,
-           py::arg("dylu") = d.dylu, py::arg("stream") = d.stream, py::arg("adopt") = d.adopt,
-           py::arg("adopt_alpha") = d.adopt_alpha, py::arg("lockstep") = d.lockstep,
-           py::arg("error_feedback") = d.error_feedback, py::arg("auto_codecs") = d.auto_codecs,
-           py::arg("inner_steps_min") = d.inner_steps_min,
-           py::arg("inner_steps_max") = d.inner_steps_max, py::arg("link_margin") = d.link_margin,
-           py::arg("curve_server_key") = py::none(), py::arg("curve_secret_key_file") = py::none())
-      .def("keywords", &LearnerOptions::Keywords)
-      .def("__repr__",
-           [](const LearnerOptions& o) {
-             std::string out = "LearnerOptions(";
-             bool first = true;
-             for (const auto& [k, v] : o.Keywords()) {
-               out += absl::StrCat(first ? "" : ", ", std::string(py::str(k)), "=",
-                                   std::string(py::repr(v)));
-               first = false;
-             }
-             return out + ")";
-           })
-      .def_readonly("codec", &LearnerOptions::codec)
-      .def_property_readonly("inner_steps", &LearnerOptions::InnerSteps)
-      .def_readonly("fragments", &LearnerOptions::fragments)
-      .def_readonly("generation", &LearnerOptions::generation)
-      .def_readonly("dylu", &LearnerOptions::dylu)
-      .def_readonly("stream", &LearnerOptions::stream)
-      .def_readonly("adopt", &LearnerOptions::adopt)
-      .def_readonly("adopt_alpha", &LearnerOptions::adopt_alpha)
-      .def_readonly("lockstep", &LearnerOptions::lockstep)
-      .def_readonly("error_feedback", &LearnerOptions::error_feedback)
-      .def_readonly("auto_codecs", &LearnerOptions::auto_codecs)
-      .def_readonly("inner_steps_min", &LearnerOptions::inner_steps_min)
-      .def_readonly("inner_steps_max", &LearnerOptions::inner_steps_max)
-      .def_readonly("link_margin", &LearnerOptions::link_margin)
-      .def_property_readonly(
-          "curve_server_key",
-          [](const LearnerOptions& o) { return LearnerOptions::PathOrNone(o.curve_server_key); })
-      .def_property_readonly("curve_secret_key_file", [](const LearnerOptions& o) {
-        return LearnerOptions::PathOrNone(o.curve_secret_key_file);
-      });
+void BindLearner(py::module_& m) {
   py::class_<Learner>(m, "Learner")
       .def(py::init<std::vector<std::string>, uint32_t, std::vector<std::string>,
                     std::vector<std::vector<int64_t>>, std::vector<std::string>,
@@ -627,3 +403,5 @@ PYBIND11_MODULE(_diloco_ps, m) {
       .def_property_readonly("plan_fingerprint", &Learner::plan_fingerprint)
       .def_property_readonly("model_fingerprint", &Learner::model_fingerprint);
 }
+
+}  // namespace diloco::python
