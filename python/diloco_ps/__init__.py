@@ -3,7 +3,7 @@
     import diloco_ps
     model = model.to("cuda", torch.bfloat16)            # any of CPU/CUDA, fp32/bf16/fp16
     learner = diloco_ps.Learner(servers=["tcp://10.0.0.1:5555", "tcp://10.0.0.2:5555"],
-                                worker_id=3, params=model.named_parameters(),
+                                worker_id=3, params=model, model="hf:/data/llm",
                                 codec="int8", inner_steps=50)
     learner.join()                       # theta(0) from the fleet (or uploaded from the model)
     for batch in data:
@@ -24,8 +24,10 @@ default and meaning.
 
 The shards compute the plan from the model's names and shapes, as the C++ worker does:
 `write_manifest(model, path)` writes the file `diloco-server --model=manifest:PATH` serves, and
-a PyTorch model joins a fleet of C++ workers when its parameters carry the same names, shapes
-and order (GPT-2 as in examples/gpt2_learner.py). Failures raise: TimeoutError when the shards
+a PyTorch model joins a fleet of C++ workers when its parameters carry the same names and
+shapes (GPT-2 as in examples/gpt2_learner.py). With `model=` naming the shards' --model source,
+the parameters are matched to it by name whatever order the module lists them in; without it,
+they must come in the manifest's order. Failures raise: TimeoutError when the shards
 do not answer the join in time (the learner keeps joining in the background; after_step() takes
 each fragment as it arrives), RuntimeError with the shard's reason when a shard refuses the plan
 or the model (naming the first differing tensor where it can), ValueError for bad arguments.

@@ -12,19 +12,25 @@ from . import _params
 from ._copies import Copier
 from ._diloco_ps import Learner as _Native
 from ._diloco_ps import LearnerOptions
+from ._diloco_ps import model_source
 
 
 class Learner:
     """One learner of the fleet: a PyTorch model's parameters synced with the shards.
 
         learner = diloco_ps.Learner(servers="tcp://10.0.0.1:5555,tcp://10.0.0.2:5555",
-                                    worker_id=7, params=model.named_parameters(),
+                                    worker_id=7, params=model, model="hf:/data/llama-1b",
                                     codec="int8:256", inner_steps=50, fragments=4)
 
     `servers`: the shards' endpoints, shard i at position i (a list, or one comma-separated
-    string). `worker_id`: this learner's id, unique in the fleet. `params`: the model's named
-    parameters (model.named_parameters(), a module, or (name, tensor) pairs), in the order the
-    shards' manifest lists them.
+    string). `worker_id`: this learner's id, unique in the fleet. `params`: the model, usually
+    the nn.Module itself (its named_parameters() are taken), or a dict or (name, tensor) pairs.
+    `model`: the shards' model source as they were started with it (their --model: "hf:DIR",
+    "manifest:PATH", "safetensors:PATH" or a family preset such as "tiny"); the parameters are
+    then matched to its tensors by name, in whatever order the module lists them, and a name the
+    source has that the model lacks, a name the model has that the source lacks, or a shape that
+    differs raises ValueError naming them (nothing is changed). Without `model`, the parameters
+    are taken in the order given, which must be the shards' manifest order.
 
     Options, as keywords (or as one diloco_ps.LearnerOptions, `options=`, which keywords then
     override); each is named, with its value, in the ValueError a bad value raises, and read the
@@ -64,9 +70,17 @@ class Learner:
     raises TypeError.
     """
 
-    def __init__(self, servers, worker_id, params, options=None, **keywords):
+    def __init__(self, servers, worker_id, params, options=None, model=None, **keywords):
         options = _options(options, keywords)
         named = _params.named_tensors(params)
+        _params.describe(named)
+        if model is not None:
+            if not isinstance(model, str):
+                raise TypeError(f"model: the shards' model source as text (\"hf:DIR\", "
+                                f"\"manifest:PATH\", ...), got {type(model).__name__}; the "
+                                "module itself goes in params")
+            source, _ = model_source(model)
+            named = _params.by_source(named, source, model)
         names, shapes, dtypes = _params.describe(named)
         _params.check_copyable(named)
         tensors = [p for _, p in named]

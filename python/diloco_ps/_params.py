@@ -1,8 +1,9 @@
 """The parameters a learner syncs, checked once and described as the manifest the shards plan from.
 
-A model is given as an nn.Module (its named_parameters()), a dict, or (name, tensor) pairs, in
-the order the manifest lists them. Every check raises ValueError naming the tensor and the cause
-before anything is allocated or changed, so a refused model is left as it was.
+A model is given as an nn.Module (its named_parameters()), a dict, or (name, tensor) pairs: in
+the order the manifest lists them, or in any order when the shards' model source is named
+(by_source orders them by its names). Every check raises ValueError naming the tensor and the
+cause before anything is allocated or changed, so a refused model is left as it was.
 """
 import torch
 
@@ -69,3 +70,26 @@ def check_copyable(named):
             raise ValueError(f"parameter {name}: the same memory as {where[key]} (a tied weight "
                              "is one parameter: give it once)")
         where[key] = name
+
+
+def by_source(named, source, spec):
+    """`named` in the order of `source`, the [(name, shape)] of the shards' model source `spec`
+    (the native model_source). Refuses, naming the tensors, a name the source has that the model
+    lacks, a name the model has that the source lacks, and a shape that differs."""
+    mine = dict(named)
+    theirs = dict(source)
+    missing = [n for n, _ in source if n not in mine]
+    extra = [n for n, _ in named if n not in theirs]
+    shapes = [f"{n} is {list(mine[n].shape)} in the model, {list(s)} in the source"
+              for n, s in source if n in mine and list(mine[n].shape) != list(s)]
+    problems = []
+    if missing:
+        problems.append("the model lacks " + ", ".join(missing))
+    if extra:
+        problems.append("the source lacks " + ", ".join(extra))
+    if shapes:
+        problems.append("shapes differ: " + "; ".join(shapes))
+    if problems:
+        raise ValueError(f"model={spec}: the parameters are not the source's tensors: " +
+                         "; ".join(problems))
+    return [(n, mine[n]) for n, _ in source]

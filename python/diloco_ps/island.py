@@ -6,7 +6,8 @@ gradients. A learner per rank would push the same delta once per rank; an island
 
     dist.init_process_group("nccl")                 # or gloo; every rank runs this
     model = DistributedDataParallel(model.to(device), device_ids=[device])
-    island = diloco_ps.Island(servers=..., worker_id=3, params=model, inner_steps=50)
+    island = diloco_ps.Island(servers=..., worker_id=3, params=model, model="hf:/data/llm",
+                              inner_steps=50)
     island.join()
     for batch in loader:                            # this rank's share of the island's batch
         loss = model(batch); loss.backward(); optimizer.step(); optimizer.zero_grad()
@@ -94,15 +95,18 @@ class Island:
     Every rank of `group` (default: all) constructs it with the same arguments; `servers`,
     `worker_id` and `options` (those of diloco_ps.Learner) are used on rank 0 only. `params`: a
     module (a DistributedDataParallel is unwrapped: its names are the module's), a dict or
-    (name, tensor) pairs, in the manifest's order, the same names, shapes and dtypes on every
-    rank. `control_group`: a gloo group of the same ranks for the per-step header (default: the
+    (name, tensor) pairs, the same names, shapes and dtypes in the same order on every rank.
+    `model`: the shards' model source as they were started with it ("hf:DIR", "manifest:PATH",
+    ...), as for a Learner: rank 0's learner matches the parameters to its tensors by name (a
+    mismatch raises ValueError naming the tensors on every rank); without it the parameters are
+    in the manifest's order. `control_group`: a gloo group of the same ranks for the per-step header (default: the
     group itself when it is gloo, a new gloo group when the group is the default one).
     CURVE: `curve_server_key` and `curve_secret_key_file` among `options`, as for a Learner;
     only rank 0 reads the key files, so only its host needs the island's secret key. A refused
     key raises on every rank, naming the shard."""
 
     def __init__(self, servers, worker_id, params, group=None, control_group=None,
-                 bucket_mb=64, **options):
+                 bucket_mb=64, model=None, **options):
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("torch.distributed is not initialised (init_process_group first)")
         self.group = group
@@ -135,7 +139,7 @@ class Island:
             error = e
         if error is None and self.rank == 0:
             try:
-                self.learner = Learner(servers, worker_id, named, **options)
+                self.learner = Learner(servers, worker_id, named, model=model, **options)
             except Exception as e:  # noqa: BLE001 - sent to every rank, raised there
                 error = e
         # Rank 0's outcome, model and fragment layout to every rank; each rank's own check back.

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""diloco_ps.LearnerOptions and the Learner's keywords (python/learner.cc, diloco_ps/_learner.py).
+"""diloco_ps.LearnerOptions and the Learner's keywords (python/learner_options.cc,
+diloco_ps/_learner.py).
 
 Without torch, against the native module alone: options made from keywords only, with the
 defaults of the Learner's docstring; a positional option, an unknown keyword or a value of the
