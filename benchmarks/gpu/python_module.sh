@@ -30,27 +30,32 @@ suffix=.cpython-$major$minor-x86_64-linux-gnu.so
 extra=()
 [[ -d $work/usr/include ]] && extra+=(-isystem "$work/usr/include")
 
-object=python/CMakeFiles/_diloco_ps.dir/learner.cc.o
 library=$(ninja -C "$build" -t targets all |
   awk -F: '/^python\/diloco_ps\/_diloco_ps\..*\.so:/ {print $1}')
 [[ -n $library ]] || { echo "python_module: $build does not build diloco_ps" >&2; exit 1; }
 ninja -C "$build" "$library" >/dev/null
-compile=$(ninja -C "$build" -t commands "$object" | tail -n 1)
 link=$(ninja -C "$build" -t commands "$library" | tail -n 1)
-# This machine's Python include folder, as CMake put it on the command line.
-ours=$(grep -o -- '-isystem [^ ]*python3\.[0-9]*' <<<"$compile" | head -n 1)
-if [[ -z $ours ]]; then
-  echo "python_module: no Python include folder in $object's command" >&2
-  exit 1
-fi
-compile=${compile/"$ours"/-isystem $pybind -isystem $pyinc ${extra[*]}}
-compile=${compile//"$object"/$work/learner.o}
-link=${link//"$object"/$work/learner.o}
+objects=$(grep -o -- 'python/CMakeFiles/_diloco_ps\.dir/[^ ]*\.o' <<<"$link" | sort -u)
+[[ -n $objects ]] || { echo "python_module: no object of the module in its link" >&2; exit 1; }
+for object in $objects; do
+  compile=$(ninja -C "$build" -t commands "$object" | tail -n 1)
+  # This machine's Python include folder, as CMake put it on the command line.
+  ours=$(grep -o -- '-isystem [^ ]*python3\.[0-9]*' <<<"$compile" | head -n 1)
+  if [[ -z $ours ]]; then
+    echo "python_module: no Python include folder in $object's command" >&2
+    exit 1
+  fi
+  compile=${compile/"$ours"/-isystem $pybind -isystem $pyinc ${extra[*]}}
+  mine=$work/$(basename "$object")
+  compile=${compile//"$object"/$mine}
+  link=${link//"$object"/$mine}
+  (cd "$build" && eval "$compile")
+done
 link=${link//"$build/$library"/$library}  # the strip step names it by its whole path
 link=${link//"$library"/$work/_diloco_ps$suffix}
-(cd "$build" && eval "$compile" && eval "$link")
+(cd "$build" && eval "$link")
 mkdir -p "$dest/diloco_ps"
 cp "$work/_diloco_ps$suffix" "$dest/diloco_ps/"
-cp "$here"/python/diloco_ps/*.py "$dest/diloco_ps/"
+cp "$here"/python/diloco_ps/*.py "$build/python/diloco_ps/_version.py" "$dest/diloco_ps/"
 echo "python_module: diloco_ps for Python $major.$minor (its headers and pybind11's from" \
   "$headers) in $dest/diloco_ps"
