@@ -99,8 +99,9 @@ class Island:
     `model`: the shards' model source as they were started with it ("hf:DIR", "manifest:PATH",
     ...), as for a Learner: rank 0's learner matches the parameters to its tensors by name (a
     mismatch raises ValueError naming the tensors on every rank); without it the parameters are
-    in the manifest's order. `control_group`: a gloo group of the same ranks for the per-step header (default: the
-    group itself when it is gloo, a new gloo group when the group is the default one).
+    in the manifest's order. `control_group`: a gloo group of the same ranks for the per-step
+    header (default: the group itself when it is gloo, a new gloo group when the group is the
+    default one).
     CURVE: `curve_server_key` and `curve_secret_key_file` among `options`, as for a Learner;
     only rank 0 reads the key files, so only its host needs the island's secret key. A refused
     key raises on every rank, naming the shard."""
