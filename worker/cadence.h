@@ -1,5 +1,5 @@
 // The push codec and H as text, read the same way by the worker's flags (worker/worker_flags.cc)
-// and the Python learner (python/learner.cc): a codec ("int8:256") or "auto", one of
+// and the Python learner (python/learner_options.cc): a codec ("int8:256") or "auto", one of
 // `auto_codecs` (comma-separated, finest first) chosen from the link; and a number of inner
 // steps or "auto", from `h_min` to `h_max` (worker/link_plan.h). `what_codec` and `what_h` name
 // the two settings in errors ("--codec", "codec").

@@ -160,8 +160,8 @@ const char* SyncEventName(SyncEvent::Kind k);
 enum class OptionNames { kFlags, kKeywords };
 
 // The one check of a SyncOptions, made by diloco-worker's flags (worker/worker_flags.cc), the
-// Python learner (python/learner.cc) and SyncClient::Create: OK, or InvalidArgument naming the
-// first bad option and its value. `servers` is SyncClient::Create's to check; the faults are a
+// Python learner (python/learner_options.cc) and SyncClient::Create: OK, or InvalidArgument naming
+// the first bad option and its value. `servers` is SyncClient::Create's to check; the faults are a
 // test's own.
 absl::Status Validate(const SyncOptions& o, OptionNames names = OptionNames::kFlags);
 
