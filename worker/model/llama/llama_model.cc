@@ -131,6 +131,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel<F>>> LlamaModel<F>::Create(const Llama
   p->probs_.resize(N * V);
   p->losses_.resize(N);
   const size_t KVD = size_t(c.kv_heads) * D;
+  p->k_.resize(N * KVD);
+  p->v_.resize(N * KVD);
   p->dres_.resize(N * C);
   p->dh_.resize(N * C);
   p->dlogits_.resize(N * V);
@@ -157,7 +159,7 @@ double LlamaModel<F>::Forward(const int32_t* inputs, const int32_t* targets) {
   const F* W = params_.data();
   for (int n = 0; n < N; ++n)
     std::copy_n(W + embed_ + int64_t(inputs[n]) * C, C, x0_.data() + int64_t(n) * C);
-  std::vector<F> k(size_t(N) * KVD), v(size_t(N) * KVD);
+  F *k = k_.data(), *v = v_.data();
   const F* x = x0_.data();
   for (int l = 0; l < c_.layers; ++l) {
     Layer& L = layers_[l];
@@ -166,15 +168,15 @@ double LlamaModel<F>::Forward(const int32_t* inputs, const int32_t* targets) {
     F* qkv = L.qkv.data();
     // q straight into the first C columns of (N, 3C); k, v expanded to every query head.
     Gemm<F>(false, true, N, C, C, F(1), L.h1.data(), C, W + o.wq, C, F(0), qkv, 3 * C);
-    LinearForward(k.data(), L.h1.data(), W + o.wk, static_cast<const F*>(nullptr), N, C, KVD);
-    LinearForward(v.data(), L.h1.data(), W + o.wv, static_cast<const F*>(nullptr), N, C, KVD);
+    LinearForward(k, L.h1.data(), W + o.wk, static_cast<const F*>(nullptr), N, C, KVD);
+    LinearForward(v, L.h1.data(), W + o.wv, static_cast<const F*>(nullptr), N, C, KVD);
     Rope(qkv, N, T_, H, D, 3 * C, cos_, sin_, false);
-    Rope(k.data(), N, T_, KV, D, KVD, cos_, sin_, false);
+    Rope(k, N, T_, KV, D, KVD, cos_, sin_, false);
     for (int n = 0; n < N; ++n)
       for (int h = 0; h < H; ++h) {
         const int64_t src = int64_t(n) * KVD + (h / group) * D;
-        std::copy_n(k.data() + src, D, qkv + int64_t(n) * 3 * C + C + h * D);
-        std::copy_n(v.data() + src, D, qkv + int64_t(n) * 3 * C + 2 * C + h * D);
+        std::copy_n(k + src, D, qkv + int64_t(n) * 3 * C + C + h * D);
+        std::copy_n(v + src, D, qkv + int64_t(n) * 3 * C + 2 * C + h * D);
       }
     AttentionForward(L.atty.data(), L.att.data(), qkv, B_, T_, C, H);
     LinearForward(L.x2.data(), L.atty.data(), W + o.wo, static_cast<const F*>(nullptr), N, C, C);

@@ -55,8 +55,8 @@ class LlamaModel {
   uint64_t embed_ = 0, norm_ = 0, head_ = 0;
   std::vector<Offsets> off_;
   std::vector<F> params_, grads_;
-  std::vector<double> cos_, sin_;  // (T, D/2)
-  std::vector<F> x0_, rstdf_, hf_, logits_, probs_, losses_;
+  std::vector<double> cos_, sin_;                                     // (T, D/2)
+  std::vector<F> x0_, k_, v_, rstdf_, hf_, logits_, probs_, losses_;  // k_, v_: scratch
   std::vector<Layer> layers_;
   std::vector<F> dres_, dh_, dlogits_, dqkv_, dq_, dk_, dv_, datty_, dg_, du_, da_, scratch_;
   std::vector<int32_t> inputs_, targets_;
