@@ -172,6 +172,52 @@ TEST(ModelSourceTest, TheWorkerTrainsTheLlamaFamilyOnTheCpuAndRefusesCuda) {
       << text;
 }
 
+// A fleet of the Llama family: a shard and a C++ worker on llama-tiny, then diloco-ctl export
+// --format=hf through the family's adapter: a Hugging Face Llama folder (config.json of
+// LlamaForCausalLM) that --model=hf:DIR reads as llama-tiny's manifest, holding the same values
+// as the plain export, and that python/examples/llama.py loads strictly (when torch is there).
+TEST(ModelSourceTest, ALlamaFleetExportsAHuggingFaceLlamaFolder) {
+  LocalShards s;
+  s.dir = TestDir();
+  s.model = "llama-tiny";
+  s.StartShards(1, {"--durability=per-round"});
+  Process w(
+      {WorkerBinary(), "--model=llama-tiny", "--fragments=4", "--steps=20", "--inner_steps=5",
+       "--batch=2", "--threads=1", "--codec=fp32", "--lockstep", "--servers=" + s.endpoints[0]},
+      (s.dir / "worker.log").string());
+  ASSERT_EQ(w.Wait(absl::Seconds(90)), std::optional<int>(0)) << Slurp(s.dir / "worker.log");
+  s.shards[0]->Signal(SIGTERM);
+  ASSERT_EQ(s.shards[0]->Wait(absl::Seconds(20)), std::optional<int>(0));
+  const std::string store = (s.dir / "store0").string();
+  const std::string own = (s.dir / "own.safetensors").string(), hf = (s.dir / "hf").string();
+  const std::string args = " --model=llama-tiny --fragments=4 --shards=1 --out=";
+  auto [rc, out] = Shell(absl::StrCat(DILOCO_CTL_BINARY, " export", args, own, " ", store));
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) =
+      Shell(absl::StrCat(DILOCO_CTL_BINARY, " export --format=hf", args, hf, " ", store));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(Slurp(std::filesystem::path(hf) / "config.json").find("\"LlamaForCausalLM\""),
+            std::string::npos);
+  auto source = LoadModelSource("hf:" + hf);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ(source->manifest.fingerprint(), LoadModelSource("llama-tiny")->manifest.fingerprint());
+  auto a = ReadSafetensors(own), b = ReadSafetensors(hf + "/model.safetensors");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (size_t i = 0; i < a->tensors.size(); ++i) {
+    EXPECT_EQ(a->tensors[i].name, b->tensors[i].name);
+    EXPECT_EQ(a->tensors[i].data, b->tensors[i].data) << a->tensors[i].name;
+  }
+  EXPECT_EQ(b->metadata["diloco.model"], "llama:L=2,H=4,KV=2,C=64,F=172,T=64,V=256");
+  std::tie(rc, out) = Shell(absl::StrCat(
+      "/usr/bin/python3 -c \"import sys; sys.path.insert(0, '", DILOCO_SOURCE_DIR,
+      "/python/examples'); import llama; llama.load_hf_folder('", hf, "'); print('loaded')\""));
+  if (out.find("No module named 'torch'") == std::string::npos) {
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("loaded"), std::string::npos) << out;
+  }
+}
+
 TEST(ModelSourceTest, TheGptTrainerAndEvalRefuseADeclaredModel) {
   const auto dir = TestDir();
   WriteText(dir / "llama.json", LlamaManifest(172));
