@@ -1,6 +1,7 @@
 // Islands of diloco-worker processes on 127.0.0.1: two ranks at batch B train as one worker at
 // batch 2B; a rank killed with SIGKILL stops the other within the collective timeout, naming
-// it; ranks with other flags are refused at the rendezvous, naming the setting; a rendezvous
+// it; ranks with other flags are refused at the rendezvous, naming the setting, however late a
+// rank reads the others' descriptions (rank 0's store outlives its refusal); a rendezvous
 // that never completes ends within its bound, naming the rank that never came; and an island
 // in a fleet pushes as one learner and ends with identical ranks.
 #include <arpa/inet.h>
@@ -18,7 +19,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gloo/common/error.h"
 #include "tests/integration/cluster.h"
+#include "worker/island/island.h"
+#include "worker/island/rendezvous_store.h"
 #include "worker/resume_state.h"
 
 namespace diloco::testing {
@@ -141,6 +145,54 @@ TEST(IslandProcessTest, RanksWithOtherFlagsAreRefusedNamingTheSetting) {
     EXPECT_NE(ReadFile(dir / log).find("rank 1 (host "), std::string::npos) << ReadFile(dir / log);
   EXPECT_NE(ReadFile(dir / "r1.log").find("batch 4 vs 8"), std::string::npos)
       << ReadFile(dir / "r1.log");
+}
+
+// Rank 1 played by the test through rank 0's store, slow to read: it reads the descriptions
+// only after rank 0 has reached its verdict. Rank 0's process holds the store, so a rank 0 that
+// left at once with its refusal left such a rank 1 asking a vanished store until its rendezvous
+// timeout (2 min), killed by the test above at 60 s with an empty log (8 of 59 runs with both
+// cores busy). Rank 0 must stay until rank 1 says it has read them, then refuse.
+TEST(IslandProcessTest, ARefusingRank0KeepsItsStoreUntilEveryRankHasReadWhy) {
+  const auto dir = TestDir();
+  const int port = FreePort();
+  const auto log = dir / "r0.log";
+  Process r0(RankArgs(0, 2, port, {}, dir / "a.jsonl",
+                      {"--steps=50", "--batch=4", "--island_rendezvous_timeout=60s"}),
+             log.string());
+  island::StoreClient store("127.0.0.1", port, absl::Seconds(30), std::nullopt);
+  try {
+    const std::vector<char> zero = store.get(island::RankKey(0));
+    std::string me(zero.begin(), zero.end());
+    const size_t batch = me.find(" batch=4 ");
+    ASSERT_NE(batch, std::string::npos) << me;
+    me.replace(batch, 9, " batch=8 ");
+    store.set(island::RankKey(1), std::vector<char>(me.begin(), me.end()));
+  } catch (const gloo::Exception& e) {
+    FAIL() << e.what() << "\n" << ReadFile(log);
+  }
+  // Rank 0's verdict is its read key; it must still be there after it.
+  island::StoreClient poll("127.0.0.1", port, absl::Seconds(1), std::nullopt);
+  bool verdict = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!verdict && r0.Running() && absl::Now() < deadline) {
+    try {
+      verdict = poll.TryGet(island::ReadKey(0)).has_value();
+    } catch (const gloo::Exception&) {
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_FALSE(r0.Wait(absl::Seconds(2)).has_value())
+      << "rank 0 left with its store before rank 1 read why: " << ReadFile(log);
+  ASSERT_TRUE(verdict) << "rank 0 never reached its verdict: " << ReadFile(log);
+  try {
+    EXPECT_TRUE(store.TryGet(island::RankKey(0)).has_value());
+    store.set(island::ReadKey(1), {'1'});
+  } catch (const gloo::Exception& e) {
+    FAIL() << "rank 1 could not read rank 0's description: " << e.what();
+  }
+  EXPECT_EQ(r0.Wait(absl::Seconds(30)), std::optional<int>(2)) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("rank 1 (host "), std::string::npos) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("batch 4 vs 8"), std::string::npos) << ReadFile(log);
 }
 
 TEST(IslandProcessTest, ARendezvousThatNeverCompletesEndsNamingTheMissingRank) {

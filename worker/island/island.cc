@@ -26,8 +26,6 @@
 namespace diloco::island {
 namespace {
 
-std::string RankKey(int r) { return absl::StrCat("diloco/rank/", r); }
-
 // The local IPv4 address this host uses to reach `host`: the address gloo's pairs listen on,
 // so that every rank can reach every other over the same network as rank 0.
 absl::StatusOr<std::string> LocalAddressToward(const std::string& host, int port) {
@@ -94,6 +92,9 @@ std::chrono::milliseconds Millis(absl::Duration d) {
 
 }  // namespace
 
+std::string RankKey(int r) { return absl::StrCat("diloco/rank/", r); }
+std::string ReadKey(int r) { return absl::StrCat("diloco/read/", r); }
+
 std::string FirstDifference(const std::string& mine, const std::string& theirs) {
   auto split = [](const std::string& s) {
     std::vector<std::pair<std::string, std::string>> out;
@@ -154,22 +155,37 @@ absl::StatusOr<std::unique_ptr<Island>> Island::Join(const IslandSpec& spec,
         missing.empty() ? "" : absl::StrCat("; ranks never arrived: ", absl::StrJoin(missing, ",")),
         " (", e.what(), ")"));
   }
-  for (int r = 0; r < spec.size; ++r) {
-    const Description d = Parse(is->store_->get(RankKey(r)));
-    is->peers_.push_back(Peer{d.host, d.ip, d.pid});
+  std::vector<Description> all;
+  try {
+    for (int r = 0; r < spec.size; ++r) all.push_back(Parse(is->store_->get(RankKey(r))));
+  } catch (const gloo::Exception& e) {
+    return absl::UnavailableError(absl::StrCat("island of ", spec.size, " (", spec.source,
+                                               "): rank ", spec.rank, " lost rank 0's store at ",
+                                               where, " while reading the ranks' descriptions (",
+                                               e.what(), ")"));
   }
-  const Description zero = Parse(is->store_->get(RankKey(0)));
+  for (const Description& d : all) is->peers_.push_back(Peer{d.host, d.ip, d.pid});
   std::vector<std::string> differ;
-  for (int r = 1; r < spec.size; ++r) {
-    const Description d = Parse(is->store_->get(RankKey(r)));
-    if (std::string diff = FirstDifference(zero.config, d.config); !diff.empty())
-      differ.push_back(absl::StrCat("rank ", r, " (host ", d.host, ") differs from rank 0 (host ",
-                                    zero.host, ") in ", diff));
-  }
-  if (!differ.empty())
+  for (int r = 1; r < spec.size; ++r)
+    if (std::string diff = FirstDifference(all[0].config, all[r].config); !diff.empty())
+      differ.push_back(absl::StrCat("rank ", r, " (host ", all[r].host,
+                                    ") differs from rank 0 (host ", all[0].host, ") in ", diff));
+  if (!differ.empty()) {
+    // Every rank reaches this verdict from the same descriptions, but rank 0's store ends with
+    // rank 0: it leaves only once every rank has read them (or the rendezvous timeout passed).
+    try {
+      is->store_->set(ReadKey(spec.rank), {'1'});
+      if (spec.rank == 0) {
+        std::vector<std::string> read;
+        for (int r = 0; r < spec.size; ++r) read.push_back(ReadKey(r));
+        is->store_->wait(read);
+      }
+    } catch (const gloo::Exception&) {
+    }
     return absl::FailedPreconditionError(
         absl::StrCat("island refused at rendezvous: ", absl::StrJoin(differ, "; "),
                      " (every rank must run the same model and flags)"));
+  }
   try {
     gloo::transport::tcp::attr attr(ip->c_str());
     auto dev = gloo::transport::tcp::CreateDevice(attr);

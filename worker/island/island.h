@@ -5,7 +5,8 @@
 // a config line: the model's fingerprint and every setting the ranks must share), waits for all
 // ranks, and compares every rank's config with rank 0's, so that ranks built from another model
 // or other flags are refused before any collective, each rank naming the rank and the setting
-// that differ. Then the ranks connect a full mesh of gloo pairs.
+// that differ (a refusing rank 0, whose process holds the store, leaves only once every rank has
+// read the descriptions). Then the ranks connect a full mesh of gloo pairs.
 //
 // Every collective waits at most the spec's timeout. A rank that dies is found by the others
 // either at once (its connections close: SIGKILL, a crash) or when the timeout expires (a node
@@ -74,6 +75,11 @@ class Island {
   absl::Duration reduce_time_;
   uint64_t reduces_ = 0;
 };
+
+// The rendezvous store's keys: rank r's description, and rank r's word that it has read every
+// rank's (a refusing rank 0 keeps its store until every rank has said so).
+std::string RankKey(int r);
+std::string ReadKey(int r);
 
 // Splits "k=v k=v ..." configs and names the first key whose value differs, "" when equal.
 std::string FirstDifference(const std::string& mine, const std::string& theirs);
