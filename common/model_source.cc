@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/hf_folder.h"
 #include "common/manifest_json.h"
 #include "common/safetensors_header.h"
@@ -62,10 +63,12 @@ absl::StatusOr<ModelSource> LoadModelSource(const std::string& spec) {
     for (const TensorSpec& t : s.manifest.tensors()) s.tensors.push_back({t.name, t.shape, ""});
     return s;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("model spec '", spec,
-                   "': no model family is linked into this program; safetensors:PATH, hf:DIR or "
-                   "manifest:PATH name any model"));
+  std::vector<std::string> usages;
+  for (const ModelFamily* family : ModelFamilies()) usages.push_back(family->Usage());
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model spec '", spec, "': expected ",
+      usages.empty() ? "no family (none is linked into this program)" : absl::StrJoin(usages, "; "),
+      "; or safetensors:PATH, hf:DIR or manifest:PATH for any model"));
 }
 
 }  // namespace diloco

@@ -14,8 +14,10 @@
 #include "common/plan.h"
 
 ABSL_FLAG(std::string, model, "small",
-          "the model: a GPT preset (tiny, small, gpt2-124m, gpt2-350m) or spec "
-          "L=4,H=4,C=128,T=128,V=256, which the C++ trainers train; or any model by its tensors' "
+          "the model: a model family's preset or spec, which the C++ trainers train: GPT's "
+          "tiny, small, gpt2-124m, gpt2-350m or L=4,H=4,C=128,T=128,V=256, Llama's llama-tiny, "
+          "llama-small or llama:L=2,H=4,KV=2,C=64,F=172,T=64,V=256 (CPU only); or any model by "
+          "its tensors' "
           "names and shapes: safetensors:PATH (a file's header), hf:DIR (a Hugging Face folder: "
           "config.json and model.safetensors or its index) or manifest:PATH (a manifest JSON "
           "file, diloco-ctl manifest --out); every tensor travels as fp32 "
