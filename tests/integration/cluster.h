@@ -9,9 +9,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "tests/util/jsonl.h"
 
@@ -19,7 +21,9 @@ namespace diloco::testing {
 
 class Process {
  public:
-  // Starts `argv` with stdout and stderr appended to `log`.
+  // Starts `argv` with stdout and stderr appended to `log`. A program that cannot be executed
+  // (missing, ETXTBSY while it is being relinked, ...) exits 127 at once; exec_error() and the
+  // log then name the cause.
   Process(const std::vector<std::string>& argv, const std::string& log);
   ~Process();  // SIGKILL if still running
   Process(const Process&) = delete;
@@ -30,8 +34,11 @@ class Process {
   // Waits for exit up to `timeout`; returns the exit status or nullopt on timeout.
   std::optional<int> Wait(absl::Duration timeout);
   bool Running();
+  // Why fork or exec failed; OK once the program runs.
+  const absl::Status& exec_error() const { return exec_error_; }
 
  private:
+  absl::Status exec_error_;
   pid_t pid_ = -1;
   bool reaped_ = false;
   int status_ = 0;
@@ -67,6 +74,14 @@ std::string WorkerBinary();
 std::vector<std::string> TinyWorkerArgs(int worker_id, const std::vector<std::string>& servers,
                                         const std::filesystem::path& jsonl);
 
+// What StartShards throws when a shard does not start. Its callers index `endpoints` right
+// after it, and a fatal gtest assertion inside a helper stops only the helper; an exception
+// stops the caller too, and gtest reports it as a failure of the test (in SetUp as well).
+class ShardsDidNotStart : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The shards of one test: diloco-server processes on 127.0.0.1 with the settings the
 // multi-process tests share (4 fragments, grace cap 1 s, liveness timeout 2 s, a store each);
 // `extra` flags come last and so win.
@@ -77,12 +92,16 @@ struct LocalShards {
 
   std::filesystem::path dir;
   std::string model = "tiny";
+  std::string server_binary = ServerBinary();
   std::vector<std::unique_ptr<Process>> shards;
   std::vector<std::string> endpoints;
 
   std::unique_ptr<Process> StartShard(int i, int n, const std::string& bind,
                                       const std::vector<std::string>& extra = {});
   // Starts n shards and waits for their endpoints; with `binds` empty each picks a free port.
+  // Throws ShardsDidNotStart, naming the shard, its exit status and its log's end, when one
+  // exits before writing its port file (at once if it could not be executed) or writes none in
+  // 20 s; `endpoints` is then empty.
   void StartShards(int n, const std::vector<std::string>& extra = {},
                    std::vector<std::string> binds = {});
   // A number from a shard's Stats ("rounds", "versions.3"), -1 when it does not answer.
