@@ -175,6 +175,7 @@ std::string TailOf(const std::filesystem::path& path, size_t max_bytes = 2000) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::StrCat("(no ", path.string(), ")");
   const std::string all{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (all.empty()) return "(nothing)";
   return all.size() <= max_bytes ? all : "..." + all.substr(all.size() - max_bytes);
 }
 
