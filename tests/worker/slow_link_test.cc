@@ -127,12 +127,20 @@ class CutLinkTest : public ::testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     return std::make_unique<Process>(argv, (shards_.dir / "worker.log").string());
   }
-  // Waits until the shard holds theta(0) (a minute at most).
-  void WaitForThetaZero() {
+  // Waits until the shard holds theta(0) (a minute at most, and no longer than `worker` runs).
+  void WaitForThetaZero(Process& worker) {
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (shards_.Stat(0, "versions.0") < 1 && absl::Now() < deadline)
+    bool running = true;
+    while (running && shards_.Stat(0, "versions.0") < 1 && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(20));
-    ASSERT_GE(shards_.Stat(0, "versions.0"), 1) << "theta(0) never arrived";
+      running = worker.Running();
+    }
+    ASSERT_GE(shards_.Stat(0, "versions.0"), 1)
+        << "theta(0) never arrived"
+        << (running ? ""
+                    : absl::StrCat("; the worker exited with status ",
+                                   worker.Wait(absl::ZeroDuration()).value_or(-1), ", see ",
+                                   (shards_.dir / "worker.log").string()));
   }
 
   LocalShards shards_;
@@ -146,7 +154,7 @@ TEST_F(CutLinkTest, APushCutInTheMiddleResumesFromTheChunksTheShardHoldsAndCross
   auto w = StartWorker({"--codec=int8", "--inner_steps=5", "--steps=7", "--drain_timeout=30s"});
   // Once theta(0) is in, the only large message up the link is the push: the cut is armed to
   // fall in its last chunk, after its first two crossed.
-  ASSERT_NO_FATAL_FAILURE(WaitForThetaZero());
+  ASSERT_NO_FATAL_FAILURE(WaitForThetaZero(*w));
   const auto codec = kernels::ParseCodec("int8");
   ASSERT_TRUE(codec.ok());
   const wire::PayloadLayout layout(*codec, static_cast<uint64_t>(shards_.Stat(0, "params")));
@@ -190,7 +198,7 @@ TEST_F(CutLinkTest, AThetaZeroUploadCutInTheMiddleResumesAndCrossesOnce) {
   // Hellos, Welcomes and heartbeats before it are a few KB: the cut falls in the last chunk.
   proxy_->CutAfter(theta - last / 2);
   auto w = StartWorker({"--steps=1", "--inner_steps=5", "--drain_timeout=10s"});
-  ASSERT_NO_FATAL_FAILURE(WaitForThetaZero());
+  ASSERT_NO_FATAL_FAILURE(WaitForThetaZero(*w));
   const double up = proxy_->bytes_upstream();
   ASSERT_EQ(w->Wait(absl::Seconds(60)), std::optional<int>(0));
   const auto done = ReadEvents(shards_.dir / "worker.jsonl", "done");
