@@ -33,8 +33,12 @@ import gpt2_learner  # noqa: E402
 
 
 def curve_options(a):
-    """The Learner's CURVE keyword arguments, refused clearly by a build without them."""
-    accepted = inspect.signature(diloco_ps.Learner.__init__).parameters
+    """The Learner's CURVE keyword arguments, refused clearly by a build without them (the
+    options are LearnerOptions' keywords; older builds named them in Learner's signature)."""
+    if hasattr(diloco_ps, "LearnerOptions"):
+        accepted = diloco_ps.LearnerOptions().keywords()
+    else:
+        accepted = inspect.signature(diloco_ps.Learner.__init__).parameters
     wanted = {"curve_server_key": a.server_key, "curve_secret_key_file": a.secret_key}
     missing = [k for k, v in wanted.items() if v and k not in accepted]
     if missing:
