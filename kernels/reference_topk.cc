@@ -50,6 +50,7 @@ std::vector<uint32_t> Indices(Codec c, const uint8_t* rec, size_t len) {
 }  // namespace
 
 void TopKEncode(Codec c, const float* x, size_t n, uint8_t* out) {
+  if (n == 0) return;  // no bytes (and `out` may be null: memset's pointer must not be)
   std::memset(out, 0, EncodedBytes(c, n));
   for (size_t b = 0; b < kernels::internal::TopKBlocks(c, n); ++b) {
     const float* xb = x + b * c.block;
