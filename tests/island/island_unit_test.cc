@@ -95,6 +95,63 @@ TEST(IslandSpecTest, BadInputNamesItsCause) {
   expect(f, {}, "--island_timeout");
 }
 
+TEST(IslandSpecTest, LocalRankIsLocalRankElseSlurmLocalIdElseZero) {
+  const std::map<std::string, std::string> torchrun = {
+      {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}};
+  auto with = [&torchrun](std::map<std::string, std::string> more) {
+    more.insert(torchrun.begin(), torchrun.end());
+    return ResolveIsland({}, Env(more));
+  };
+  auto s = with({});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->local_rank, 0);
+  EXPECT_EQ(s->local_rank_from, "");
+  s = with({{"LOCAL_RANK", "1"}, {"SLURM_LOCALID", "2"}});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->local_rank, 1);
+  EXPECT_EQ(s->local_rank_from, "LOCAL_RANK");
+  s = with({{"SLURM_LOCALID", "2"}});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->local_rank, 2);
+  EXPECT_EQ(s->local_rank_from, "SLURM_LOCALID");
+  s = ResolveIsland({}, Env({{"SLURM_PROCID", "1"},
+                             {"SLURM_STEP_NUM_TASKS", "2"},
+                             {"SLURM_LOCALID", "1"},
+                             {"MASTER_ADDR", "h"},
+                             {"MASTER_PORT", "1"}}));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->local_rank, 1);
+  s = with({{"LOCAL_RANK", "-1"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("LOCAL_RANK=-1"), std::string::npos)
+      << s.status();
+  s = with({{"SLURM_LOCALID", "one"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("SLURM_LOCALID=one"), std::string::npos)
+      << s.status();
+}
+
+TEST(IslandSpecTest, RendezvousAloneIsAnIslandOfOneThatMeets) {
+  IslandFlags f;
+  f.rendezvous_alone = true;
+  auto s = ResolveIsland(f, Env({}));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("--island_size=1"), std::string::npos);
+  f.rank = 0, f.size = 2, f.master = "h:1";
+  s = ResolveIsland(f, Env({}));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("not an island of one"), std::string::npos);
+  f.size = 1;
+  s = ResolveIsland(f, Env({}));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->alone());
+  EXPECT_EQ(s->master_port, 1);
+  f.rendezvous_alone = false;
+  s = ResolveIsland(f, Env({}));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->alone());
+}
+
 TEST(IslandConfigTest, FirstDifferenceNamesTheSetting) {
   EXPECT_EQ(FirstDifference("model=tiny batch=4 seed=1", "model=tiny batch=4 seed=1"), "");
   EXPECT_EQ(FirstDifference("model=tiny batch=4 seed=1", "model=tiny batch=8 seed=1"),

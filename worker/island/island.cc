@@ -94,6 +94,7 @@ std::chrono::milliseconds Millis(absl::Duration d) {
 
 std::string RankKey(int r) { return absl::StrCat("diloco/rank/", r); }
 std::string ReadKey(int r) { return absl::StrCat("diloco/read/", r); }
+std::string ShareKey(const std::string& key) { return absl::StrCat("diloco/share/", key); }
 
 std::string FirstDifference(const std::string& mine, const std::string& theirs) {
   auto split = [](const std::string& s) {
@@ -293,6 +294,24 @@ absl::Status Island::CheckSame(uint64_t checksum, int64_t step) {
   return absl::DataLossError(absl::StrCat(
       "island: the ranks' parameters diverged at step ", step, ": rank 0 (host ", peers_[0].host,
       ") holds ", absl::Hex(all[0], absl::kZeroPad16), ", ", absl::StrJoin(differ, ", ")));
+}
+
+absl::StatusOr<std::string> Island::ShareFromRank0(const std::string& key,
+                                                   const std::string& bytes) {
+  try {
+    if (spec_.rank == 0) {
+      store_->set(ShareKey(key), std::vector<char>(bytes.begin(), bytes.end()));
+      return bytes;
+    }
+    store_->wait({ShareKey(key)}, Millis(spec_.timeout));
+    const std::vector<char> got = store_->get(ShareKey(key));
+    return std::string(got.begin(), got.end());
+  } catch (const gloo::Exception& e) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("island: rank ", spec_.rank, " of ", spec_.size, ": rank 0's ", key,
+                     " did not arrive within ", absl::FormatDuration(spec_.timeout),
+                     " (rank 0 died, hangs or failed before sending it): ", e.what()));
+  }
 }
 
 }  // namespace diloco::island

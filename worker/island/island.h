@@ -1,5 +1,7 @@
 // One learner made of several ranks: the collectives its ranks run, over gloo's TCP transport
-// (the CPU collective library; NCCL would take this place for GPU ranks).
+// (the CPU collective library). GPU ranks average their gradients with NCCL instead
+// (worker/model/cuda/nccl_ranks.h), whose unique id reaches them through ShareFromRank0; gloo
+// still carries the island's control (Broadcast, CheckSame) for them.
 //
 // Join() is the rendezvous: each rank publishes a description of itself (host, address, pid and
 // a config line: the model's fingerprint and every setting the ranks must share), waits for all
@@ -53,6 +55,10 @@ class Island {
   // Every rank's `checksum` of its parameters must be rank 0's: otherwise an error naming the
   // ranks that differ (the same error on every rank).
   absl::Status CheckSame(uint64_t checksum, int64_t step);
+  // Rank 0's `bytes` on every rank (other ranks' `bytes` are ignored), through the rendezvous
+  // store under `key`: what must reach the ranks before a collective library of theirs exists
+  // (NCCL's unique id). A rank waits at most the spec's timeout, then an error naming the key.
+  absl::StatusOr<std::string> ShareFromRank0(const std::string& key, const std::string& bytes);
 
   // Time spent in AllReduceMean and its calls: the island's cost per step over a lone worker.
   absl::Duration reduce_time() const { return reduce_time_; }
@@ -76,10 +82,12 @@ class Island {
   uint64_t reduces_ = 0;
 };
 
-// The rendezvous store's keys: rank r's description, and rank r's word that it has read every
-// rank's (a refusing rank 0 keeps its store until every rank has said so).
+// The rendezvous store's keys: rank r's description, rank r's word that it has read every
+// rank's (a refusing rank 0 keeps its store until every rank has said so), and what
+// ShareFromRank0 shares.
 std::string RankKey(int r);
 std::string ReadKey(int r);
+std::string ShareKey(const std::string& key);
 
 // Splits "k=v k=v ..." configs and names the first key whose value differs, "" when equal.
 std::string FirstDifference(const std::string& mine, const std::string& theirs);

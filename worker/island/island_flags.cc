@@ -23,6 +23,10 @@ ABSL_FLAG(bool, island_insecure, false,
           "let the island's rendezvous listen in plaintext on a non-loopback address (without "
           "this, it needs the learner's CURVE keys: --curve_secret_key_file and "
           "--curve_server_key)");
+ABSL_FLAG(bool, island_rendezvous_alone, false,
+          "test only: an island of one rank (--island_rank=0 --island_size=1) still meets at "
+          "--island_master and runs every collective, NCCL's with --device=cuda, as a larger "
+          "island does (the GPU check's way to take that path on one GPU)");
 
 namespace diloco::island {
 
@@ -34,6 +38,7 @@ absl::StatusOr<IslandSpec> IslandSpecFromFlags() {
   f.timeout = absl::GetFlag(FLAGS_island_timeout);
   f.rendezvous_timeout = absl::GetFlag(FLAGS_island_rendezvous_timeout);
   f.insecure = absl::GetFlag(FLAGS_island_insecure);
+  f.rendezvous_alone = absl::GetFlag(FLAGS_island_rendezvous_alone);
   return ResolveIsland(f, [](const char* name) { return std::getenv(name); });
 }
 

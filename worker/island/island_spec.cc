@@ -25,6 +25,19 @@ absl::Status ParsePort(const std::string& text, const std::string& what, int* po
   return absl::OkStatus();
 }
 
+// LOCAL_RANK, else SLURM_LOCALID, else 0.
+absl::Status ResolveLocalRank(const EnvFn& env, IslandSpec& s) {
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID"}) {
+    absl::StatusOr<std::optional<int>> v = EnvInt(env, name);
+    if (!v.ok()) return v.status();
+    if (!*v) continue;
+    if (**v < 0) return absl::InvalidArgumentError(absl::StrCat(name, "=", **v, ": must be >= 0"));
+    s.local_rank = **v, s.local_rank_from = name;
+    return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<IslandSpec> ResolveIsland(const IslandFlags& flags, const EnvFn& env) {
@@ -32,6 +45,7 @@ absl::StatusOr<IslandSpec> ResolveIsland(const IslandFlags& flags, const EnvFn& 
   s.timeout = flags.timeout;
   s.rendezvous_timeout = flags.rendezvous_timeout;
   s.insecure = flags.insecure;
+  s.rendezvous_alone = flags.rendezvous_alone;
   if (s.timeout <= absl::ZeroDuration())
     return absl::InvalidArgumentError(absl::StrCat(
         "--island_timeout=", absl::FormatDuration(flags.timeout), ": must be positive"));
@@ -65,14 +79,24 @@ absl::StatusOr<IslandSpec> ResolveIsland(const IslandFlags& flags, const EnvFn& 
       size_name = absl::StrCat(n, " (", source, ")");
       break;
     }
-    if (s.source.empty()) return s;  // an island of one
+    if (s.source.empty()) {
+      if (s.rendezvous_alone)
+        return absl::InvalidArgumentError(
+            "--island_rendezvous_alone needs an island of one: --island_rank=0 --island_size=1 "
+            "--island_master=HOST:PORT");
+      return s;  // an island of one
+    }
   }
   if (s.size < 1)
     return absl::InvalidArgumentError(absl::StrCat(size_name, "=", s.size, ": must be >= 1"));
   if (s.rank < 0 || s.rank >= s.size)
     return absl::InvalidArgumentError(
         absl::StrCat(rank_name, "=", s.rank, " is outside [0, ", size_name, "=", s.size, ")"));
-  if (s.size == 1) return s;
+  if (s.rendezvous_alone && s.size != 1)
+    return absl::InvalidArgumentError(absl::StrCat("--island_rendezvous_alone: ", size_name, "=",
+                                                   s.size, ", not an island of one"));
+  if (absl::Status st = ResolveLocalRank(env, s); !st.ok()) return st;
+  if (s.alone()) return s;
 
   if (!flags.master.empty()) {
     const size_t colon = flags.master.rfind(':');

@@ -143,10 +143,14 @@ void StoreClient::set(const std::string& key, const std::vector<char>& data) {
 }
 
 std::optional<std::vector<char>> StoreClient::TryGet(const std::string& key) {
+  return TryGet(key, absl::Now() + timeout_);
+}
+
+std::optional<std::vector<char>> StoreClient::TryGet(const std::string& key, absl::Time deadline) {
   std::vector<zmq::message_t> req;
   req.emplace_back(kGet.data(), kGet.size());
   req.emplace_back(key.data(), key.size());
-  std::vector<zmq::message_t> reply = Ask(std::move(req), absl::Now() + timeout_);
+  std::vector<zmq::message_t> reply = Ask(std::move(req), deadline);
   if (reply.size() == 2 && Text(reply[0]) == kOk)
     return std::vector<char>(reply[1].data<char>(), reply[1].data<char>() + reply[1].size());
   return std::nullopt;
@@ -167,7 +171,9 @@ void StoreClient::wait(const std::vector<std::string>& keys,
   const absl::Time deadline = absl::Now() + limit;
   std::vector<std::string> missing = keys;
   while (true) {
-    std::erase_if(missing, [this](const std::string& k) { return TryGet(k).has_value(); });
+    std::erase_if(missing, [this, deadline](const std::string& k) {
+      return TryGet(k, std::max(deadline, absl::Now() + absl::Milliseconds(100))).has_value();
+    });
     if (missing.empty()) return;
     if (absl::Now() >= deadline)
       throw gloo::IoException(

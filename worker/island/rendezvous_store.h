@@ -70,6 +70,9 @@ class StoreClient final : public gloo::rendezvous::Store {
   std::optional<std::vector<char>> TryGet(const std::string& key);
 
  private:
+  // The same, the store's answer awaited until `deadline` (wait's own deadline, so that a store
+  // that vanished does not stretch it to the client's timeout).
+  std::optional<std::vector<char>> TryGet(const std::string& key, absl::Time deadline);
   // One request and its reply; throws gloo::IoException when no reply comes by `deadline`.
   std::vector<zmq::message_t> Ask(std::vector<zmq::message_t> request, absl::Time deadline);
   void Connect();
