@@ -2,8 +2,10 @@
 // batch 2B; a rank killed with SIGKILL stops the other within the collective timeout, naming
 // it; ranks with other flags are refused at the rendezvous, naming the setting, however late a
 // rank reads the others' descriptions (rank 0's store outlives its refusal); a rendezvous
-// that never completes ends within its bound, naming the rank that never came; and an island
-// in a fleet pushes as one learner and ends with identical ranks.
+// that never completes ends within its bound, naming the rank that never came; an island
+// in a fleet pushes as one learner and ends with identical ranks; and --device=cuda ranks that
+// cannot train (--gpus other than 1, no GPU at the local rank's index) are refused at once,
+// naming why. Two CUDA ranks training need a machine with two GPUs: docs/worker.md, "Islands".
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -343,6 +345,67 @@ TEST(IslandProcessTest, APlaintextRendezvousOffLoopbackIsRefused) {
   EXPECT_EQ(p.Wait(absl::Seconds(30)), std::optional<int>(2));
   EXPECT_NE(ReadFile(dir / "a.log").find("not a loopback address"), std::string::npos)
       << ReadFile(dir / "a.log");
+}
+
+// A refused rank: exits 2 within `bound` (before any rendezvous), its log returned.
+std::string Refused(const std::vector<std::string>& argv, const std::filesystem::path& log,
+                    absl::Duration bound = absl::Seconds(20)) {
+  Process p(argv, log.string());
+  const absl::Time t0 = absl::Now();
+  const std::optional<int> rc = p.Wait(bound);
+  EXPECT_TRUE(rc.has_value()) << "still running after " << bound << ": " << ReadFile(log);
+  EXPECT_EQ(rc.value_or(-1), 2) << ReadFile(log);
+  EXPECT_LT(absl::Now() - t0, bound);
+  return ReadFile(log);
+}
+
+std::vector<std::string> WithEnv(const std::string& var, std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"/usr/bin/env", var});
+  return argv;
+}
+
+TEST(IslandProcessTest, CudaRanksThatCannotTrainAreRefusedAtOnceNamingWhy) {
+  const auto dir = TestDir();
+  const int port = FreePort();
+  std::string log =
+      Refused(RankArgs(1, 2, port, {}, dir / "a.jsonl", {"--device=cuda", "--gpus=2", "--steps=5"}),
+              dir / "gpus.log");
+  EXPECT_NE(log.find("island rank 1 of 2 (flags): --device=cuda --gpus=2: an island's GPU rank "
+                     "trains on one GPU"),
+            std::string::npos)
+      << log;
+  log = Refused(RankArgs(1, 2, port, {}, dir / "a.jsonl", {"--device=synthetic", "--steps=5"}),
+                dir / "synthetic.log");
+  EXPECT_NE(log.find("--device=synthetic cannot train as an island's rank"), std::string::npos)
+      << log;
+  log = Refused(WithEnv("LOCAL_RANK=99",
+                        RankArgs(1, 2, port, {}, dir / "a.jsonl", {"--device=cuda", "--steps=5"})),
+                dir / "local_rank.log");
+  if (log.find("no CUDA backend") != std::string::npos) GTEST_SKIP() << "a build without CUDA";
+  EXPECT_NE(log.find("rank 1: LOCAL_RANK=99 but this node has "), std::string::npos) << log;
+  log = Refused(WithEnv("SLURM_LOCALID=98",
+                        RankArgs(0, 2, port, {}, dir / "a.jsonl", {"--device=cuda", "--steps=5"})),
+                dir / "slurm_localid.log");
+  EXPECT_NE(log.find("rank 0: SLURM_LOCALID=98 but this node has "), std::string::npos) << log;
+}
+
+// Without a GPU a CUDA rank ends with CUDA's own words for it; with one, rank 0 trains as far
+// as the rendezvous, where rank 1 never comes.
+TEST(IslandProcessTest, ACudaRankWithoutAGpuEndsWithCudasErrorNamed) {
+  const auto dir = TestDir();
+  const std::string log =
+      Refused(RankArgs(0, 2, FreePort(), {}, dir / "a.jsonl",
+                       {"--device=cuda", "--steps=5", "--island_rendezvous_timeout=5s"}),
+              dir / "r0.log", absl::Seconds(30));
+  if (log.find("no CUDA backend") != std::string::npos) GTEST_SKIP() << "a build without CUDA";
+  if (log.find("this node has 0 GPUs") == std::string::npos) {
+    EXPECT_NE(log.find("ranks never arrived: 1"), std::string::npos) << log;
+    GTEST_SKIP() << "this machine has a GPU";
+  }
+  EXPECT_NE(log.find("rank 0: local rank (no LOCAL_RANK or SLURM_LOCALID) 0 but this node has 0 "
+                     "GPUs (CUDA: "),
+            std::string::npos)
+      << log;
 }
 
 }  // namespace

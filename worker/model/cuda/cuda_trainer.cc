@@ -45,6 +45,13 @@ absl::Status CudaTrainer::SyncIfEdited() {
   return absl::OkStatus();
 }
 
+absl::Status CudaTrainer::UseRanks(std::unique_ptr<cuda::NcclRanks> ranks) {
+  if (std::string e = gpt_->UseRanks(ranks.get()); !e.empty())
+    return absl::FailedPreconditionError(e);
+  ranks_ = std::move(ranks);
+  return absl::OkStatus();
+}
+
 uint64_t CudaTrainer::tokens_per_step() const { return inputs_.size(); }
 
 float CudaTrainer::Step() {
@@ -114,7 +121,8 @@ absl::StatusOr<std::unique_ptr<CudaTrainer>> MakeCudaTrainer(const TrainerOption
   for (int g = 0; g < o->gpus; ++g)
     t->train_.push_back(std::make_unique<data::Batcher>(
         t->data_.train, o->batch_size, o->seq_len,
-        o->seed * 31 + o->data.worker_index + 1 + uint64_t(g) * 7919));
+        o->seed * 31 + o->data.worker_index + 1 + uint64_t(g) * 7919, o->data_slice,
+        o->data_slices));
   t->heldout_ = std::make_unique<data::Batcher>(t->data_.heldout, o->batch_size, o->seq_len, 0);
   const size_t per = size_t(o->batch_size) * o->seq_len;
   t->inputs_.resize(per * o->gpus);

@@ -10,6 +10,9 @@
 //     (not a span cached from before a step) when fresh values are needed.
 //   * CopyParamsToHost() / CopyParamsToDevice() do the two whole copies explicitly.
 // AdamW state stays on the GPUs across all copies.
+// As one GPU rank of an island (UseRanks) it trains on its slice of the island's batch
+// (TrainerOptions::data_slice of data_slices, drawn as the CPU trainer draws it) and sums its
+// gradients and loss with the other ranks' over NCCL every step (nccl_ranks.h).
 #pragma once
 
 #include <memory>
@@ -19,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "worker/data/batcher.h"
 #include "worker/model/cuda/gpt_cuda.h"
+#include "worker/model/cuda/nccl_ranks.h"
 #include "worker/model/mirror_ranges.h"
 #include "worker/model/param_layout.h"
 #include "worker/model/trainer_options.h"
@@ -39,6 +43,8 @@ class CudaTrainer final : public Trainer {
   absl::Status CopyParamsToHost();
   absl::Status CopyParamsToDevice();
   int gpus() const { return gpt_->gpus(); }
+  // From the next Step on, gradients and loss are averaged over `ranks` (one GPU only).
+  absl::Status UseRanks(std::unique_ptr<cuda::NcclRanks> ranks);
   cuda::GpuAttention attention() const { return gpt_->attention(); }
   absl::Status error() const override { return error_; }
 
@@ -49,6 +55,7 @@ class CudaTrainer final : public Trainer {
 
   TrainerOptions o_;
   ParamLayout layout_;
+  std::unique_ptr<cuda::NcclRanks> ranks_;  // outlives gpt_, which uses it
   std::unique_ptr<cuda::GptCuda> gpt_;
   data::DataStreams data_;
   std::vector<std::unique_ptr<data::Batcher>> train_;  // one per GPU

@@ -13,6 +13,7 @@
 #include "worker/model/cuda/nccl_loader.h"
 #endif
 #include "worker/model/cuda/kernels.cuh"
+#include "worker/model/cuda/nccl_ranks.h"
 
 namespace diloco::model::cuda {
 namespace {
@@ -72,6 +73,8 @@ struct GptCuda::Impl {
   GpuLayout layout;
   const CublasApi* blas = nullptr;  // loaded by Init, before any handle exists
   std::vector<Replica> replicas;
+  int base = 0;                // the first replica's device
+  NcclRanks* ranks = nullptr;  // UseRanks's
 #ifdef DILOCO_HAVE_NCCL
   const NcclApi* nccl = nullptr;  // loaded by Init when it trains on more than one GPU
   std::vector<ncclComm_t> comms;
@@ -148,7 +151,7 @@ std::string GptCuda::Impl::Init(int gpus) {
     size_t least = SIZE_MAX;  // the fullest GPU's free memory decides for every replica
     for (int g = 0; g < gpus; ++g) {
       size_t free_bytes = 0, total = 0;
-      CUDA_TRY(cudaSetDevice(g));
+      CUDA_TRY(cudaSetDevice(base + g));
       CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
       least = std::min(least, free_bytes);
     }
@@ -162,8 +165,8 @@ std::string GptCuda::Impl::Init(int gpus) {
   replicas.resize(gpus);
   for (int g = 0; g < gpus; ++g) {
     Replica& r = replicas[g];
-    r.device = g;
-    CUDA_TRY(cudaSetDevice(g));
+    r.device = base + g;
+    CUDA_TRY(cudaSetDevice(r.device));
     CUDA_TRY(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
     CUBLAS_TRY(blas->create(&r.blas));
     CUBLAS_TRY(blas->set_stream(r.blas, r.stream));
@@ -255,7 +258,7 @@ std::string GptCuda::Impl::Init(int gpus) {
     if (nccl == nullptr) return "--gpus=" + std::to_string(gpus) + " needs NCCL: " + error;
     comms.resize(gpus);
     std::vector<int> devs(gpus);
-    for (int g = 0; g < gpus; ++g) devs[g] = g;
+    for (int g = 0; g < gpus; ++g) devs[g] = base + g;
     const ncclResult_t rc = nccl->comm_init_all(comms.data(), gpus, devs.data());
     if (rc != ncclSuccess) {
       comms.clear();
@@ -416,15 +419,22 @@ GptCuda::~GptCuda() = default;
 
 int GptCuda::gpus() const { return static_cast<int>(impl_->replicas.size()); }
 GpuAttention GptCuda::attention() const { return impl_->shape.attention; }
+std::string GptCuda::UseRanks(NcclRanks* ranks) {
+  if (gpus() != 1) return "an island's GPU rank trains on one GPU, not " + std::to_string(gpus());
+  impl_->ranks = ranks;
+  return "";
+}
 
 std::string GptCuda::Create(const GpuShape& shape, const GpuLayout& layout, int gpus,
                             std::unique_ptr<GptCuda>* out) {
   std::string why;
   const int have = DeviceCount(&why);
   if (have < 1) return "no CUDA device" + (why.empty() ? std::string() : " (" + why + ")");
-  if (gpus < 1 || gpus > have)
-    return "asked for " + std::to_string(gpus) + " GPUs, " + std::to_string(have) + " present";
   auto impl = std::make_unique<Impl>();
+  CUDA_TRY(cudaGetDevice(&impl->base));
+  if (gpus < 1 || impl->base + gpus > have)
+    return "asked for " + std::to_string(gpus) + " GPUs from device " + std::to_string(impl->base) +
+           ", " + std::to_string(have) + " present";
   impl->shape = shape;
   impl->layout = layout;
   TRY(impl->Init(gpus));
@@ -507,9 +517,17 @@ std::string GptCuda::TrainStep(const int32_t* inputs, const int32_t* targets, co
     if (end != ncclSuccess) return std::string("ncclGroupEnd: ") + nccl.error_string(end);
   }
 #endif
+  if (NcclRanks* ranks = im.ranks) {  // one replica: its gradients and loss over the ranks
+    CUDA_TRY(cudaSetDevice(im.replicas[0].device));
+    TRY(ranks->AllReduceSum(im.replicas[0].grads, im.layout.total, im.replicas[0].stream,
+                            "all-reduce of the gradients"));
+    TRY(ranks->AllReduceSum(im.replicas[0].scalars, 1, im.replicas[0].stream,
+                            "all-reduce of the loss"));
+  }
+  const int n = G * (im.ranks != nullptr ? im.ranks->size() : 1);
   const float bc1 = 1.f - std::pow(adamw.beta1, float(step));
   const float bc2 = 1.f - std::pow(adamw.beta2, float(step));
-  const float grad_scale = 1.f / G;
+  const float grad_scale = 1.f / n;
   for (int gi = 0; gi < G; ++gi) {
     Replica& r = im.replicas[gi];
     CUDA_TRY(cudaSetDevice(r.device));
@@ -534,7 +552,7 @@ std::string GptCuda::TrainStep(const int32_t* inputs, const int32_t* targets, co
     CUDA_TRY(cudaStreamSynchronize(r.stream));
     sum += *r.host_loss;
   }
-  *loss = static_cast<float>(sum / G);
+  *loss = static_cast<float>(sum / n);
   return "";
 }
 

@@ -1,8 +1,9 @@
 // The GPT on CUDA GPUs: one replica per GPU, data-parallel, gradients summed with an NCCL
-// all-reduce every step. Parameters, gradients, AdamW state and activations live on the devices,
-// allocated once. Matrix products run on cuBLAS in TF32 (fp32 storage and accumulation), the
-// other layers are the kernels of kernels.cuh. A step enqueues everything on the replicas'
-// streams and synchronises once at its end (to return the loss).
+// all-reduce every step (over one process's GPUs, or over an island's ranks: UseRanks). Parameters,
+// gradients, AdamW state and activations live on the devices, allocated once. Matrix products run
+// on cuBLAS in TF32 (fp32 storage and accumulation), the other layers are the kernels of
+// kernels.cuh. A step enqueues everything on the replicas' streams and synchronises once at its end
+// (to return the loss).
 //
 // Plain C++17 (no Abseil) so both nvcc and the C++20 trainer include it: errors are returned as
 // strings, empty on success.
@@ -79,8 +80,12 @@ struct GpuAdamW {
 // runtime's reason in *why when given.
 int DeviceCount(std::string* why = nullptr);
 
+class NcclRanks;
+
 class GptCuda {
  public:
+  // Replica g runs on device base + g, base the calling thread's current device (0 unless
+  // cudaSetDevice chose another: an island rank's local rank).
   static std::string Create(const GpuShape& shape, const GpuLayout& layout, int gpus,
                             std::unique_ptr<GptCuda>* out);
   ~GptCuda();
@@ -88,6 +93,10 @@ class GptCuda {
   GptCuda& operator=(const GptCuda&) = delete;
 
   int gpus() const;
+  // One GPU rank of an island (nccl_ranks.h; one replica only): from the next TrainStep on,
+  // the gradients and the loss are summed over `ranks` too and scaled by 1 / (ranks x gpus),
+  // so R ranks at batch B step as one replica at batch R x B. `ranks` must outlive this.
+  std::string UseRanks(NcclRanks* ranks);
   // The attention the replicas run (never kAuto: Create resolved it).
   GpuAttention attention() const;
   // Parameters host -> every replica, and replica 0 -> host (both synchronous). AdamW state is
@@ -101,7 +110,7 @@ class GptCuda {
 
   // One training step. inputs/targets hold gpus * batch * seq_len tokens (replica g takes slice
   // g). Forward, backward, all-reduce, global-norm clip and AdamW (step is 1-based); *loss is
-  // the mean loss over all replicas.
+  // the mean loss over all replicas (and ranks, with UseRanks).
   std::string TrainStep(const int32_t* inputs, const int32_t* targets, const GpuAdamW& adamw,
                         int64_t step, float grad_clip, float* loss);
   // Mean loss over `batches` batches (batch * seq_len tokens each, consecutive in inputs and

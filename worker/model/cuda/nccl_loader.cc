@@ -16,6 +16,10 @@ void Resolve(void* lib, NcclApi* a, std::string* missing) {
   ResolveSymbol(lib, "ncclGroupEnd", &a->group_end, missing);
   ResolveSymbol(lib, "ncclAllReduce", &a->all_reduce, missing);
   ResolveSymbol(lib, "ncclGetErrorString", &a->error_string, missing);
+  ResolveSymbol(lib, "ncclGetUniqueId", &a->get_unique_id, missing);
+  ResolveSymbol(lib, "ncclCommInitRankConfig", &a->comm_init_rank_config, missing);
+  ResolveSymbol(lib, "ncclCommAbort", &a->comm_abort, missing);
+  ResolveSymbol(lib, "ncclCommGetAsyncError", &a->comm_get_async_error, missing);
 }
 
 }  // namespace
