@@ -100,8 +100,9 @@ absl::StatusOr<ModelSource> TrainableModelFromFlags(absl::string_view what) {
   if (model->family.empty())
     return absl::InvalidArgumentError(
         absl::StrCat("--model=", model->spec, ": ", what,
-                     " needs the GPT the C++ trainer runs (a preset such as tiny or small, or a "
-                     "spec L=..,H=..,C=..,T=..,V=..), not a model declared by its tensors"));
+                     " needs a model of a family the C++ trainer runs (a preset such as tiny, "
+                     "small or llama-tiny, or a family's spec), not a model declared by its "
+                     "tensors"));
   return model;
 }
 

@@ -16,8 +16,8 @@
 #include "worker/data/source.h"
 #include "worker/data/token_file.h"
 #include "worker/model/evaluate.h"
-#include "worker/model/param_layout.h"
 #include "worker/model/safetensors.h"
+#include "worker/model/trainer_family.h"
 
 ABSL_FLAG(std::string, params, "",
           "eval: the model's .safetensors file (an export, diloco-worker --save_model); without "
@@ -59,16 +59,14 @@ int Eval(const Args& stores) {
     return Usage("--eval_batches applies to --data=synthetic only");
   auto trainable = TrainableModelFromFlags("eval");
   if (!trainable.ok()) return Fail(trainable.status());
-  auto cfg = GptConfigOf(*trainable, "eval");
-  if (!cfg.ok()) return Fail(cfg.status());
-  auto layout = model::MakeParamLayout(*cfg);
-  if (!layout.ok()) return Fail(layout.status());
+  auto trained = model::ResolveTrainerModel(trainable->family, trainable->config);
+  if (!trained.ok()) return Fail(trained.status());
 
   // The parameters, in manifest order.
   std::vector<float> params;
   std::string source;
   if (from_file) {
-    auto p = model::ReadSafetensorsParams(params_file, layout->manifest);
+    auto p = model::ReadSafetensorsParams(params_file, trainable->manifest);
     if (!p.ok()) return Fail(p.status());
     params = *std::move(p);
     source = params_file;
@@ -92,7 +90,7 @@ int Eval(const Args& stores) {
 
   if (synthetic) {
     model::TrainerOptions o;  // what diloco-worker evaluates with its default --data=synthetic
-    o.model = *cfg;
+    o.model = *trained;
     o.batch_size = batch;
     o.seq_len = seq_len;
     o.eval_batches = eval_batches;
@@ -117,10 +115,10 @@ int Eval(const Args& stores) {
     path = path.substr(5);
     text = true;
   }
-  auto toks = text ? data::ReadTextAsBytes(path) : data::ReadTokenFile(path, cfg->vocab);
+  auto toks = text ? data::ReadTextAsBytes(path) : data::ReadTokenFile(path, trained->vocab);
   if (!toks.ok()) return Fail(toks.status());
   // A file's loss does not depend on the batch: unless given, as many windows as fit in memory.
-  auto r = model::EvaluateTokens(*cfg, params, *toks, tokens, batch_flag.value_or(0), seq_len);
+  auto r = model::EvaluateTokens(*trained, params, *toks, tokens, batch_flag.value_or(0), seq_len);
   if (!r.ok()) return Fail(r.status());
   std::printf("%s on %s: loss %.6f over %lld tokens\n", source.c_str(), path.c_str(), r->loss,
               static_cast<long long>(r->tokens));

@@ -13,7 +13,6 @@
 #include "common/ema.h"
 #include "common/log.h"
 #include "common/model_family.h"
-#include "worker/model/gpt/gpt_config.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
 #include "worker/run_report.h"
@@ -23,7 +22,6 @@ namespace diloco::worker {
 int RunTraining(const RunParts& parts) {
   const WorkerOptions& w = parts.options;
   const island::IslandSpec& spec = parts.spec;
-  const GptConfig& cfg = w.trainer.model;
   const uint32_t wid = w.worker_id;
   Trainer& tr = parts.trainer;
   EventLog& log = parts.log;
@@ -198,11 +196,7 @@ int RunTraining(const RunParts& parts) {
   int rc = 0;
   if (const std::string& out = w.save_model; !out.empty()) {
     // The local model, in diloco-ctl export's names and layout.
-    std::map<std::string, std::string> meta =
-        ModelFileMetadata(w.gpt_model       ? GptConfigString(cfg)
-                          : w.trainer.llama ? LlamaConfigString(*w.trainer.llama)
-                                            : w.model_spec,
-                          tr.manifest());
+    std::map<std::string, std::string> meta = ModelFileMetadata(w.model_name(), tr.manifest());
     meta["diloco.source"] = absl::StrCat("diloco-worker ", wid, " local model");
     meta["diloco.steps"] = absl::StrCat(step);
     if (auto st = model::WriteSafetensors(out, tr.manifest(), tr.params(), meta); !st.ok())

@@ -84,8 +84,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const WorkerOptions& w) {
   if (w.device == Device::kCpu) return model::MakeCpuTrainer(to);
   if (w.device == Device::kSynthetic) {
     model::SyntheticOptions so;
-    so.model = to.model;
     so.manifest = w.manifest;
+    if (w.trains_family_model()) so.vocab = model::Vocab(to);
     so.inner_steps = w.inner_steps;
     so.step_time = w.synthetic_step_time;
     so.seed = to.seed;

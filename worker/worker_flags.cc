@@ -181,15 +181,11 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   if (!plan.ok()) return plan.status();
   w.model_spec = plan->model_spec;
   w.manifest = plan->manifest;
-  w.gpt_model = plan->family == "gpt";
-  if (w.gpt_model) {
-    absl::StatusOr<GptConfig> gpt = ParseGptConfig(plan->config);
-    if (!gpt.ok()) return gpt.status();
-    w.trainer.model = *gpt;
-  } else if (plan->family == "llama") {
-    absl::StatusOr<LlamaConfig> llama = ParseLlamaConfig(plan->config);
-    if (!llama.ok()) return llama.status();
-    w.trainer.llama = *llama;
+  // A family's preset or spec that the C++ trainer has: what it trains.
+  if (model::FindTrainerFamily(plan->family) != nullptr) {
+    absl::StatusOr<model::TrainerModel> m = model::ResolveTrainerModel(plan->family, plan->config);
+    if (!m.ok()) return m.status();
+    w.trainer.model = *std::move(m);
   }
   if (auto st = CadenceFromFlags(w); !st.ok()) return st;
   w.step_slowdown = absl::GetFlag(FLAGS_step_slowdown);
@@ -198,17 +194,18 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
         absl::StrCat("--step_slowdown=", w.step_slowdown, ": expected a finite factor >= 1"));
   w.worker_id = absl::GetFlag(FLAGS_worker_id);
   w.device = absl::GetFlag(FLAGS_device);
-  if (w.trainer.llama && w.device == Device::kCuda)
-    return absl::InvalidArgumentError(
-        absl::StrCat("--model=", w.model_spec,
-                     ": --device=cuda: the Llama family has no CUDA kernels yet; train it with "
-                     "--device=cpu (or in PyTorch, docs/pytorch.md)"));
-  if (!w.gpt_model && !w.trainer.llama && w.device != Device::kSynthetic)
+  if (!w.trains_family_model() && w.device != Device::kSynthetic)
     return absl::InvalidArgumentError(absl::StrCat(
         "--model=", w.model_spec, ": --device=", AbslUnparseFlag(w.device),
-        " trains the built-in GPT only (a preset such as tiny or small, or a spec "
-        "L=..,H=..,C=..,T=..,V=..) and cannot train a model declared by its tensors; run it "
-        "with --device=synthetic (no model math) or train it in PyTorch (docs/pytorch.md)"));
+        " trains the C++ trainer's model families only (", model::TrainerFamilyNames(),
+        ": a preset such as tiny, small or llama-tiny, or a family's spec) and cannot train a "
+        "model declared by its tensors; run it with --device=synthetic (no model math) or train "
+        "it in PyTorch (docs/pytorch.md)"));
+  if (w.device == Device::kCuda && w.trainer.model.family != "gpt")
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model=", w.model_spec, ": --device=cuda: the ", w.trainer.model.family,
+                     " family has no CUDA kernels yet (the CUDA trainer runs the gpt family); "
+                     "train it with --device=cpu (or in PyTorch, docs/pytorch.md)"));
   w.eval_every = absl::GetFlag(FLAGS_eval_every);
   if (!w.evaluates() && w.eval_every > 0)
     return absl::InvalidArgumentError(

@@ -29,7 +29,6 @@ struct WorkerOptions {
   model::TrainerOptions trainer;  // model, batch, AdamW, seeds, data, evaluation, threads, GPUs
   std::string model_spec;         // --model as given
   Manifest manifest;              // its tensors, whatever the source (common/model_source.h)
-  bool gpt_model = true;          // --model is a GPT preset or spec: trainer.model is it
   model::LrSchedule lr_schedule;
   kernels::Codec codec;       // the push codec (auto: the first it may choose)
   uint32_t inner_steps = 50;  // H (auto: the smallest it may choose)
@@ -56,6 +55,13 @@ struct WorkerOptions {
 
   // The synthetic learner has no model to evaluate: no held-out figures at all.
   bool evaluates() const { return device != Device::kSynthetic; }
+  // --model is a preset or spec of a family the C++ trainer has (trainer.model is it), not a
+  // model declared by its tensors.
+  bool trains_family_model() const { return !trainer.model.family.empty(); }
+  // The model as the logs and saved files name it: its family's config string, else --model.
+  const std::string& model_name() const {
+    return trains_family_model() ? trainer.model.config : model_spec;
+  }
 };
 
 // The flags as options; an error names the flag and the cause.

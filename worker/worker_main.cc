@@ -18,7 +18,6 @@
 #include "schema/transport.h"
 #include "schema/wire.h"
 #include "worker/island_run.h"
-#include "worker/model/gpt/gpt_config.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
 #include "worker/run_loop.h"
@@ -43,7 +42,6 @@ int main(int argc, char** argv) {
   const auto spec = worker::PrepareIsland(*options);
   if (!spec.ok()) return Fail(spec.status());
   const worker::WorkerOptions& w = *options;
-  const GptConfig& cfg = w.trainer.model;
   const uint32_t wid = w.worker_id;
   wire::TuneAllocatorForFrames();
 
@@ -78,11 +76,7 @@ int main(int argc, char** argv) {
   worker::CatchStopSignals();
   const worker::Baseline before = worker::EvaluateBaseline(w, *spec, tr);
   Logf(LogLevel::kInfo, "diloco-worker[%u]: model %s (%lu params), %s, codec %s, H=%s, %s; %s", wid,
-       (w.gpt_model       ? GptConfigString(cfg)
-        : w.trainer.llama ? LlamaConfigString(*w.trainer.llama)
-                          : w.model_spec)
-           .c_str(),
-       static_cast<unsigned long>(tr.manifest().total_elements()),
+       w.model_name().c_str(), static_cast<unsigned long>(tr.manifest().total_elements()),
        model::Describe(w.lr_schedule).c_str(), worker::CodecText(w).c_str(),
        worker::HText(w).c_str(),
        sync ? absl::StrCat("plan ", absl::Hex(sync->plan_fingerprint())).c_str() : "no sync",

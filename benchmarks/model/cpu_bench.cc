@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "worker/model/cpu_trainer.h"
+#include "worker/model/gpt/gpt_trainer_family.h"
 #include "worker/model/layers.h"
 #include "worker/model/presets.h"
 
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
     return 2;
   }
-  o.model = *config;
+  o.model = GptTrainerModel(*config);
   o.seq_len = o.model.context;
   if (threading == "pool") {
     o.threads = threads;
@@ -93,7 +94,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < steps; ++i) (*t)->Step();
   const double s = Seconds(t0);
   const double tokens = double(steps) * (*t)->tokens_per_step();
-  const GptConfig& c = o.model;
+  const GptConfig& c = *config;
   const double P = double((*t)->params().size());
   // Training FLOPs per token: 6 per parameter (forward + backward; wte counts once as the LM
   // head) plus attention scores and values, 12 * L * T * C (full T x T, as PyTorch's count).

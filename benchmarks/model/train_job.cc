@@ -10,9 +10,11 @@
 #include <cstring>
 #include <string>
 
+#include "common/model_source.h"
 #include "worker/model/cpu_trainer.h"
 #include "worker/model/evaluate.h"
 #include "worker/model/presets.h"
+#include "worker/model/trainer_family.h"
 
 using namespace diloco;
 using namespace diloco::model;
@@ -57,12 +59,16 @@ int main(int argc, char** argv) {
     else if (k == "warmup")
       o.warmup_steps = std::atoi(v.c_str());
     else if (k == "model") {
-      absl::StatusOr<GptConfig> c = ParseGptConfig(v);
-      if (!c.ok()) {
-        std::fprintf(stderr, "%s\n", c.status().ToString().c_str());
+      // Any family's preset or spec the C++ trainer has (tiny, small, llama-tiny, ...).
+      absl::StatusOr<ModelSource> source = LoadModelSource(v);
+      absl::StatusOr<TrainerModel> m = source.ok()
+                                           ? ResolveTrainerModel(source->family, source->config)
+                                           : absl::StatusOr<TrainerModel>(source.status());
+      if (!m.ok()) {
+        std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
         return 2;
       }
-      o.model = *c;
+      o.model = *std::move(m);
     } else {
       std::fprintf(stderr, "unknown key %s\n", k.c_str());
       return 2;
@@ -76,8 +82,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("model %s batch %d seq %d lr %g: held-out entropy %.4f nats/token\n",
-              GptConfigString(o.model).c_str(), o.batch_size,
-              o.seq_len ? o.seq_len : o.model.context, o.adamw.lr, oracle.ok() ? *oracle : -1.0);
+              o.model.config.c_str(), o.batch_size, o.seq_len ? o.seq_len : o.model.context,
+              o.adamw.lr, oracle.ok() ? *oracle : -1.0);
   const auto start = std::chrono::steady_clock::now();
   double train_s = 0;
   for (int s = 1; s <= steps; ++s) {

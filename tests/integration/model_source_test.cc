@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -147,8 +149,15 @@ TEST(ModelSourceTest, SyntheticWorkersTrainALlamaShapedModelAndAnotherModelIsNam
       << log;
 }
 
+// The number after `key` in `text` (NaN when absent).
+double NumberAfter(const std::string& text, const std::string& key) {
+  const size_t at = text.find(key);
+  return at == std::string::npos ? NAN : std::strtod(text.c_str() + at + key.size(), nullptr);
+}
+
 // --model=llama-tiny: the Llama family's CPU trainer behind diloco-worker (its canonical config
-// in the model line and in the saved file's diloco.model), and --device=cuda refused by name.
+// in the model line and in the saved file's diloco.model), the saved model scored by diloco-ctl
+// eval as the worker scored it (the family-neutral evaluator), and --device=cuda refused by name.
 TEST(ModelSourceTest, TheWorkerTrainsTheLlamaFamilyOnTheCpuAndRefusesCuda) {
   const auto dir = TestDir();
   const std::string saved = (dir / "llama.safetensors").string();
@@ -165,10 +174,17 @@ TEST(ModelSourceTest, TheWorkerTrainsTheLlamaFamilyOnTheCpuAndRefusesCuda) {
   EXPECT_EQ(file->metadata["diloco.model"], "llama:L=2,H=4,KV=2,C=64,F=172,T=64,V=256");
   EXPECT_EQ(file->tensors.front().name, "model.embed_tokens.weight");
   EXPECT_EQ(file->tensors.back().name, "lm_head.weight");
+  const double worker_loss = NumberAfter(text, " -> ");
+  auto [eval_rc, eval] =
+      Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval --model=llama-tiny --params=", saved,
+                         " --data=synthetic --batch=2"));
+  EXPECT_EQ(eval_rc, 0) << eval;
+  EXPECT_NE(eval.find("over 512 tokens"), std::string::npos) << eval;
+  EXPECT_NEAR(NumberAfter(eval, ": loss "), worker_loss, 1e-4) << text << eval;
   std::tie(rc, text) =
       Shell(absl::StrCat(WorkerBinary(), " --model=llama-tiny --device=cuda --steps=1"));
   EXPECT_EQ(rc, 2) << text;
-  EXPECT_NE(text.find("--device=cuda: the Llama family has no CUDA kernels yet"), std::string::npos)
+  EXPECT_NE(text.find("--device=cuda: the llama family has no CUDA kernels yet"), std::string::npos)
       << text;
 }
 
@@ -218,18 +234,21 @@ TEST(ModelSourceTest, ALlamaFleetExportsAHuggingFaceLlamaFolder) {
   }
 }
 
-TEST(ModelSourceTest, TheGptTrainerAndEvalRefuseADeclaredModel) {
+TEST(ModelSourceTest, TheTrainerAndEvalRefuseADeclaredModel) {
   const auto dir = TestDir();
   WriteText(dir / "llama.json", LlamaManifest(172));
   const std::string model = "--model=manifest:" + (dir / "llama.json").string();
   auto [rc, text] = Shell(absl::StrCat(WorkerBinary(), " ", model, " --steps=1"));
   EXPECT_EQ(rc, 2) << text;
-  EXPECT_NE(text.find("--device=cpu trains the built-in GPT only"), std::string::npos) << text;
+  EXPECT_NE(text.find("--device=cpu trains the C++ trainer's model families only"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("--device=synthetic"), std::string::npos) << text;
   std::tie(rc, text) =
       Shell(absl::StrCat(DILOCO_CTL_BINARY, " eval ", model, " --params=x --data=synthetic"));
   EXPECT_EQ(rc, 1) << text;
-  EXPECT_NE(text.find("eval needs the GPT the C++ trainer runs"), std::string::npos) << text;
+  EXPECT_NE(text.find("eval needs a model of a family the C++ trainer runs"), std::string::npos)
+      << text;
 }
 
 }  // namespace

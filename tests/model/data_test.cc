@@ -14,6 +14,7 @@
 #include "worker/data/token_file.h"
 #include "worker/model/evaluate.h"
 #include "worker/model/gpt/gpt_config.h"
+#include "worker/model/gpt/gpt_trainer_family.h"
 #include "worker/model/heldout.h"
 
 namespace diloco::data {
@@ -253,7 +254,7 @@ Coverage CountCoverage(const DataStreams& d, const Batcher& h, int batches) {
 
 model::TrainerOptions WorkerDefaults(const std::string& preset, int eval_batches) {
   model::TrainerOptions o;  // what diloco-worker builds from its default flags
-  o.model = *ParseGptConfig(preset);
+  o.model = model::GptTrainerModel(*ParseGptConfig(preset));
   o.batch_size = 8;
   o.seq_len = 0;
   o.eval_batches = eval_batches;

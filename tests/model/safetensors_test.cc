@@ -12,6 +12,7 @@
 #include "worker/data/token_file.h"
 #include "worker/model/evaluate.h"
 #include "worker/model/gpt.h"
+#include "worker/model/gpt/gpt_trainer_family.h"
 
 namespace diloco::model {
 namespace {
@@ -89,7 +90,7 @@ TEST_F(SafetensorsTest, EvaluateSafetensorsMatchesModel) {
   ASSERT_TRUE(data::WriteTokenFile(Path("d.bin"), toks).ok());
   ASSERT_TRUE(
       WriteSafetensors(Path("m.safetensors"), (*g)->layout().manifest, (*g)->params()).ok());
-  auto loss = SafetensorsLoss(Path("m.safetensors"), Path("d.bin"), c);
+  auto loss = SafetensorsLoss(Path("m.safetensors"), Path("d.bin"), GptTrainerModel(c));
   ASSERT_TRUE(loss.ok()) << loss.status();
   std::vector<int32_t> in(128), tg(128);
   for (int i = 0; i < 128; ++i) {
@@ -97,7 +98,7 @@ TEST_F(SafetensorsTest, EvaluateSafetensorsMatchesModel) {
     tg[i] = toks[i + 1];
   }
   EXPECT_NEAR(*loss, (*g)->Forward(in.data(), tg.data()), 1e-5);
-  EXPECT_TRUE(EvaluateSafetensors(Path("m.safetensors"), Path("d.bin"), c).ok());
+  EXPECT_TRUE(EvaluateSafetensors(Path("m.safetensors"), Path("d.bin"), GptTrainerModel(c)).ok());
 }
 
 }  // namespace

@@ -8,13 +8,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/model/gpt/gpt_config.h"
 
 namespace diloco::model {
 namespace {
 
 SyntheticOptions Options(uint32_t h, uint64_t seed, std::vector<absl::Duration>* waits) {
   SyntheticOptions o;
-  o.model = GptConfig{};  // tiny
+  o.manifest = *GptManifest(GptConfig{});  // tiny
   o.inner_steps = h;
   o.seed = seed;
   o.step_time = absl::Milliseconds(250);
@@ -131,7 +132,7 @@ TEST(SyntheticTrainerTest, RefusesBadOptions) {
   o.step_time = absl::Milliseconds(-1);
   EXPECT_FALSE(MakeSyntheticTrainer(o).ok());
   o = Options(4, 1, &waits);
-  o.model.vocab = 0;  // an empty tensor
+  o.manifest = Manifest();  // no parameters
   EXPECT_FALSE(MakeSyntheticTrainer(o).ok());
 }
 

@@ -12,6 +12,7 @@
 
 #include "worker/data/batcher.h"
 #include "worker/model/cpu_trainer.h"
+#include "worker/model/gpt/gpt_trainer_family.h"
 #include "worker/model/presets.h"
 #include "worker/optimizer_state.h"
 #include "worker/resume_state.h"
@@ -32,7 +33,8 @@ fs::path TempDir() {
 
 std::unique_ptr<Trainer> Tiny(int layers = 2) {
   model::TrainerOptions o = model::CiTrainingOptions();
-  o.model.layers = layers;
+  o.model = model::GptTrainerModel(
+      GptConfig{.vocab = 256, .context = 64, .layers = layers, .heads = 4, .width = 64});
   o.batch_size = 2;
   o.seq_len = 16;
   o.data.train_tokens = 1 << 14;

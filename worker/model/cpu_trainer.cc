@@ -7,31 +7,30 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/optim.h"
 #include "worker/data/batcher.h"
-#include "worker/model/gpt.h"
 #include "worker/model/heldout.h"
-#include "worker/model/llama/llama_trainer.h"
+#include "worker/model/trainer_family.h"
 
 namespace diloco::model {
 namespace {
 
 class CpuTrainer final : public Trainer {
  public:
-  CpuTrainer(const TrainerOptions& o, std::unique_ptr<Gpt<float>> gpt, data::DataStreams d)
+  CpuTrainer(const TrainerOptions& o, std::unique_ptr<CpuModel> model, data::DataStreams d)
       : o_(o),
-        gpt_(std::move(gpt)),
+        model_(std::move(model)),
         data_(std::move(d)),
         train_(data_.train, o.batch_size, o.seq_len, o.seed * 31 + o.data.worker_index + 1,
                o.data_slice, o.data_slices),
         heldout_(data_.heldout, o.batch_size, o.seq_len, 0),
-        m_(gpt_->params().size(), 0.0f),
-        v_(gpt_->params().size(), 0.0f),
+        m_(model_->params().size(), 0.0f),
+        v_(model_->params().size(), 0.0f),
         inputs_(size_t(o.batch_size) * o.seq_len),
         targets_(inputs_.size()) {
-    InitGpt2(gpt_->layout(), o.init_seed, gpt_->params());
+    model_->Init(o.init_seed);
   }
 
-  const Manifest& manifest() const override { return gpt_->layout().manifest; }
-  std::span<float> params() override { return gpt_->params(); }
+  const Manifest& manifest() const override { return model_->manifest(); }
+  std::span<float> params() override { return model_->params(); }
   uint64_t tokens_per_step() const override { return inputs_.size(); }
   void SetLearningRate(float lr) override { lr_ = lr; }
   absl::Status SetGradientReducer(GradientReducer reducer) override {
@@ -43,9 +42,9 @@ class CpuTrainer final : public Trainer {
   float Step() override {
     if (!error_.ok()) return std::nanf("");
     train_.Next(inputs_, targets_);
-    float loss = static_cast<float>(gpt_->Forward(inputs_.data(), targets_.data()));
-    gpt_->Backward();
-    std::span<float> g = gpt_->grads();
+    float loss = static_cast<float>(model_->Forward(inputs_.data(), targets_.data()));
+    model_->Backward();
+    std::span<float> g = model_->grads();
     if (reduce_) {
       if (absl::Status st = reduce_(g, loss); !st.ok()) {
         error_ = st;
@@ -64,7 +63,7 @@ class CpuTrainer final : public Trainer {
     ++step_;
     kernels::AdamWParams p = o_.adamw;
     p.lr = lr_ ? *lr_ : LearningRate(o_, step_);
-    std::span<float> w = gpt_->params();
+    std::span<float> w = model_->params();
     for (const TensorSpec& t : manifest().tensors()) {
       kernels::AdamWParams pt = p;
       if (!IsDecayed(t)) pt.weight_decay = 0;
@@ -96,12 +95,12 @@ class CpuTrainer final : public Trainer {
   }
 
   float EvalLoss() override {
-    return static_cast<float>(HeldoutLoss(*gpt_, heldout_, o_.eval_batches));
+    return static_cast<float>(HeldoutLoss(*model_, heldout_, o_.eval_batches));
   }
 
  private:
   TrainerOptions o_;
-  std::unique_ptr<Gpt<float>> gpt_;
+  std::unique_ptr<CpuModel> model_;
   data::DataStreams data_;
   data::Batcher train_, heldout_;
   std::vector<float> m_, v_;
@@ -115,20 +114,19 @@ class CpuTrainer final : public Trainer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> MakeCpuTrainer(const TrainerOptions& options) {
-  if (options.llama) return MakeLlamaCpuTrainer(options);
   absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
   if (!o.ok()) return o.status();
   if (o->threads > 0) SetCpuThreads(o->threads);
-  absl::StatusOr<std::unique_ptr<Gpt<float>>> gpt =
-      Gpt<float>::Create(o->model, o->batch_size, o->seq_len);
-  if (!gpt.ok()) return gpt.status();
+  absl::StatusOr<std::unique_ptr<CpuModel>> model =
+      MakeCpuModel(o->model, o->batch_size, o->seq_len);
+  if (!model.ok()) return model.status();
   absl::StatusOr<data::DataStreams> d = data::LoadData(o->data, o->model.vocab);
   if (!d.ok()) return d.status();
   if (d->train.size() <= size_t(o->seq_len) || d->heldout.size() <= size_t(o->seq_len))
     return absl::InvalidArgumentError(absl::StrCat(
         "data: need more than seq_len ", o->seq_len, " tokens to train and to hold out (have ",
         d->train.size(), " and ", d->heldout.size(), ")"));
-  return std::unique_ptr<Trainer>(new CpuTrainer(*o, *std::move(gpt), *std::move(d)));
+  return std::unique_ptr<Trainer>(new CpuTrainer(*o, *std::move(model), *std::move(d)));
 }
 
 }  // namespace diloco::model

@@ -1,5 +1,6 @@
-// The CPU trainer: the GPT of gpt.h in fp32 with OpenBLAS, AdamW from kernels/optim.h, on this
-// worker's data shard; the Llama family's (llama/llama_trainer.h) when options.llama is set.
+// The CPU trainer, one for every model family: the family's network (cpu_model.h, found by
+// options.model's family: trainer_family.h) in fp32 with OpenBLAS, global-norm clipping, AdamW
+// from kernels/optim.h (decay on matrices and embeddings only), on this worker's data shard.
 // params() is the live host parameter buffer in manifest order.
 #pragma once
 

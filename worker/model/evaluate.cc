@@ -5,15 +5,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_family.h"
 #include "worker/data/token_file.h"
 #include "worker/model/heldout.h"
 #include "worker/model/safetensors.h"
+#include "worker/model/trainer_family.h"
 
 namespace diloco::model {
 
-Evaluator::Evaluator(const TrainerOptions& o, std::unique_ptr<Gpt<float>> gpt, data::DataStreams d)
+Evaluator::Evaluator(const TrainerOptions& o, std::unique_ptr<CpuModel> model, data::DataStreams d)
     : o_(o),
-      gpt_(std::move(gpt)),
+      model_(std::move(model)),
       data_(std::move(d)),
       heldout_(data_.heldout, o.batch_size, o.seq_len, 0) {}
 
@@ -40,14 +42,14 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const TrainerOption
   auto loaded = LoadHeldout(options);
   if (!loaded.ok()) return loaded.status();
   auto& [o, d] = *loaded;
-  absl::StatusOr<std::unique_ptr<Gpt<float>>> gpt =
-      Gpt<float>::Create(o.model, o.batch_size, o.seq_len, /*training=*/false);
-  if (!gpt.ok()) return gpt.status();
-  return std::unique_ptr<Evaluator>(new Evaluator(o, *std::move(gpt), std::move(d)));
+  absl::StatusOr<std::unique_ptr<CpuModel>> model =
+      MakeCpuModel(o.model, o.batch_size, o.seq_len, /*training=*/false);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<Evaluator>(new Evaluator(o, *std::move(model), std::move(d)));
 }
 
 absl::Status Evaluator::Load(std::span<const float> params) {
-  std::span<float> p = gpt_->params();
+  std::span<float> p = model_->params();
   if (params.size() != p.size())
     return absl::InvalidArgumentError(
         absl::StrCat("evaluate: ", params.size(), " parameters, the model has ", p.size()));
@@ -57,12 +59,12 @@ absl::Status Evaluator::Load(std::span<const float> params) {
 
 absl::StatusOr<double> Evaluator::Evaluate(std::span<const float> params) {
   if (absl::Status s = Load(params); !s.ok()) return s;
-  return HeldoutLoss(*gpt_, heldout_, o_.eval_batches);
+  return HeldoutLoss(*model_, heldout_, o_.eval_batches);
 }
 
 absl::StatusOr<EvalResult> Evaluator::EvaluateInDetail(std::span<const float> params) {
   if (absl::Status s = Load(params); !s.ok()) return s;
-  const HeldoutLosses l = HeldoutLossByChain(*gpt_, data_, heldout_, o_.eval_batches);
+  const HeldoutLosses l = HeldoutLossByChain(*model_, data_, heldout_, o_.eval_batches);
   EvalResult r;
   r.loss = l.loss;
   r.tokens = HeldoutTokens(heldout_, o_.eval_batches);
@@ -91,13 +93,18 @@ absl::StatusOr<double> HeldoutOracle(const TrainerOptions& options) {
   return HeldoutOracleLoss(d, heldout, o.eval_batches);
 }
 
-absl::StatusOr<EvalResult> EvaluateTokens(const GptConfig& config, std::span<const float> params,
+absl::StatusOr<EvalResult> EvaluateTokens(const TrainerModel& model, std::span<const float> params,
                                           std::span<const uint16_t> tokens, int64_t max_tokens,
                                           int batch, int seq_len) {
-  if (seq_len == 0) seq_len = config.context;
-  if (seq_len < 1 || seq_len > config.context)
+  const TrainerFamily* family = FindTrainerFamily(model.family);
+  if (family == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("evaluate: the C++ trainer has no family \"",
+                                                   model.family, "\" (it has ",
+                                                   TrainerFamilyNames(), ")"));
+  if (seq_len == 0) seq_len = model.context;
+  if (seq_len < 1 || seq_len > model.context)
     return absl::InvalidArgumentError(
-        absl::StrCat("seq_len ", seq_len, " must be in [1, context ", config.context, "]"));
+        absl::StrCat("seq_len ", seq_len, " must be in [1, context ", model.context, "]"));
   if (batch < 0) return absl::InvalidArgumentError("batch must be >= 0");
   if (max_tokens < 0) return absl::InvalidArgumentError("the token count must be >= 0");
   if (tokens.size() < 2)
@@ -110,21 +117,21 @@ absl::StatusOr<EvalResult> EvaluateTokens(const GptConfig& config, std::span<con
                                                    " (", tokens.size(), " tokens)"));
   const int64_t n = max_tokens > 0 ? max_tokens : available;
   for (int64_t i = 0; i <= n; ++i)
-    if (tokens[i] >= config.vocab)
+    if (tokens[i] >= model.vocab)
       return absl::OutOfRangeError(absl::StrCat("token ", tokens[i], " at position ", i,
                                                 " is not in the model's vocabulary of ",
-                                                config.vocab));
+                                                model.vocab));
   const int T = seq_len;
   const int64_t windows = (n + T - 1) / T;
   if (batch == 0) {
-    const size_t per_window = Gpt<float>::ForwardActivationBytes(config, 1, seq_len);
+    const size_t per_window = std::max<size_t>(1, family->ForwardBytesPerSequence(model, seq_len));
     batch = static_cast<int>(std::clamp<size_t>((size_t{2} << 30) / per_window, 1, 8));
   }
   const int B = static_cast<int>(std::min<int64_t>(batch, windows));
-  absl::StatusOr<std::unique_ptr<Gpt<float>>> gpt =
-      Gpt<float>::Create(config, B, T, /*training=*/false);
-  if (!gpt.ok()) return gpt.status();
-  std::span<float> p = (*gpt)->params();
+  absl::StatusOr<std::unique_ptr<CpuModel>> m =
+      family->MakeCpuModel(model, B, T, /*training=*/false);
+  if (!m.ok()) return m.status();
+  std::span<float> p = (*m)->params();
   if (params.size() != p.size())
     return absl::InvalidArgumentError(
         absl::StrCat("evaluate: ", params.size(), " parameters, the model has ", p.size()));
@@ -142,8 +149,8 @@ absl::StatusOr<EvalResult> EvaluateTokens(const GptConfig& config, std::span<con
         tg[size_t(b) * T + t] = tokens[start + t + 1];
       }
     }
-    (*gpt)->Forward(in.data(), tg.data());
-    const std::span<const float> losses = (*gpt)->losses();
+    (*m)->Forward(in.data(), tg.data());
+    const std::span<const float> losses = (*m)->losses();
     for (int b = 0; b < B && w0 + b < windows; ++b) {
       const int64_t start = (w0 + b) * T;
       const int len = static_cast<int>(std::min<int64_t>(T, n - start));
@@ -159,28 +166,31 @@ absl::StatusOr<EvalResult> EvaluateTokens(const GptConfig& config, std::span<con
 namespace {
 
 absl::StatusOr<EvalResult> EvaluateFiles(const std::string& path, const std::string& bin_path,
-                                         const GptConfig& config) {
-  absl::StatusOr<ParamLayout> layout = MakeParamLayout(config);
-  if (!layout.ok()) return layout.status();
-  absl::StatusOr<std::vector<float>> params = ReadSafetensorsParams(path, layout->manifest);
+                                         const TrainerModel& model) {
+  const ModelFamily* family = FindModelFamily(model.family);
+  if (family == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("no model family \"", model.family, "\""));
+  absl::StatusOr<FamilyModel> m = family->Parse(model.config);
+  if (!m.ok()) return m.status();
+  absl::StatusOr<std::vector<float>> params = ReadSafetensorsParams(path, m->manifest);
   if (!params.ok()) return params.status();
-  absl::StatusOr<std::vector<uint16_t>> tokens = data::ReadTokenFile(bin_path, config.vocab);
+  absl::StatusOr<std::vector<uint16_t>> tokens = data::ReadTokenFile(bin_path, model.vocab);
   if (!tokens.ok()) return tokens.status();
-  return EvaluateTokens(config, *params, *tokens);
+  return EvaluateTokens(model, *params, *tokens);
 }
 
 }  // namespace
 
 absl::StatusOr<double> SafetensorsLoss(const std::string& path, const std::string& bin_path,
-                                       const GptConfig& config) {
-  absl::StatusOr<EvalResult> r = EvaluateFiles(path, bin_path, config);
+                                       const TrainerModel& model) {
+  absl::StatusOr<EvalResult> r = EvaluateFiles(path, bin_path, model);
   if (!r.ok()) return r.status();
   return r->loss;
 }
 
 absl::Status EvaluateSafetensors(const std::string& path, const std::string& bin_path,
-                                 const GptConfig& config) {
-  absl::StatusOr<EvalResult> r = EvaluateFiles(path, bin_path, config);
+                                 const TrainerModel& model) {
+  absl::StatusOr<EvalResult> r = EvaluateFiles(path, bin_path, model);
   if (!r.ok()) return r.status();
   std::printf("%s on %s: loss %.6f over %lld tokens\n", path.c_str(), bin_path.c_str(), r->loss,
               static_cast<long long>(r->tokens));

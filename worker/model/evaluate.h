@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/data/batcher.h"
-#include "worker/model/gpt.h"
+#include "worker/model/cpu_model.h"
 #include "worker/model/trainer_options.h"
 
 namespace diloco::model {
@@ -38,13 +38,13 @@ class Evaluator {
   // The same loss with the token count and, for synthetic data, the floor and the per-chain
   // figures.
   absl::StatusOr<EvalResult> EvaluateInDetail(std::span<const float> params);
-  const Manifest& manifest() const { return gpt_->layout().manifest; }
+  const Manifest& manifest() const { return model_->manifest(); }
 
  private:
-  Evaluator(const TrainerOptions& o, std::unique_ptr<Gpt<float>> gpt, data::DataStreams d);
+  Evaluator(const TrainerOptions& o, std::unique_ptr<CpuModel> model, data::DataStreams d);
   absl::Status Load(std::span<const float> params);
   TrainerOptions o_;
-  std::unique_ptr<Gpt<float>> gpt_;
+  std::unique_ptr<CpuModel> model_;
   data::DataStreams data_;
   data::Batcher heldout_;
 };
@@ -57,24 +57,25 @@ int64_t HeldoutTokens(const TrainerOptions& options);
 // the loss of an ideal model that knows which chain produced each token.
 absl::StatusOr<double> HeldoutOracle(const TrainerOptions& options);
 
-// Mean loss of `params` (GptManifest(config) order) over the first `max_tokens` predicted tokens
+// Mean loss of `params` (`model`'s manifest order) over the first `max_tokens` predicted tokens
 // of `tokens` (0: all of them, tokens.size() - 1), read as consecutive non-overlapping windows
 // of seq_len (0: the context) targets, `batch` windows per forward pass: memory is one
 // forward-only (batch, seq_len) model whatever the number of tokens (batch 0: as many windows
 // as fit in 2 GiB of activations, at most 8; GPT-2 124M at 1024 tokens takes 1.7 GB a window).
+// Every family the C++ trainer has (trainer_family.h).
 // The loss does not depend on the batch. A last, shorter window is evaluated too (attention is
 // causal: the padding after it changes nothing).
-absl::StatusOr<EvalResult> EvaluateTokens(const GptConfig& config, std::span<const float> params,
+absl::StatusOr<EvalResult> EvaluateTokens(const TrainerModel& model, std::span<const float> params,
                                           std::span<const uint16_t> tokens, int64_t max_tokens = 0,
                                           int batch = 0, int seq_len = 0);
 
-// Loads a safetensors file with the tensors of GptManifest(config) (F32, manifest names and
+// Loads a safetensors file with the tensors of `model`'s manifest (F32, manifest names and
 // shapes), evaluates it on every token of an llm.c .bin file (EvaluateTokens) and prints
 // "<path> on <bin>: loss <nats/token> over <n> tokens" to stdout.
 absl::Status EvaluateSafetensors(const std::string& path, const std::string& bin_path,
-                                 const GptConfig& config);
+                                 const TrainerModel& model);
 // The same, returning the loss.
 absl::StatusOr<double> SafetensorsLoss(const std::string& path, const std::string& bin_path,
-                                       const GptConfig& config);
+                                       const TrainerModel& model);
 
 }  // namespace diloco::model

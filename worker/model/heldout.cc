@@ -5,8 +5,8 @@
 
 namespace diloco::model {
 
-double HeldoutLoss(Gpt<float>& gpt, const data::Batcher& heldout, int batches) {
-  return HeldoutLossByChain(gpt, data::DataStreams{}, heldout, batches).loss;
+double HeldoutLoss(CpuModel& model, const data::Batcher& heldout, int batches) {
+  return HeldoutLossByChain(model, data::DataStreams{}, heldout, batches).loss;
 }
 
 double HeldoutOracleLoss(const data::DataStreams& d, const data::Batcher& heldout, int batches) {
@@ -39,7 +39,7 @@ std::vector<ChainShare> HeldoutOracleByChain(const data::DataStreams& d,
   return out;
 }
 
-HeldoutLosses HeldoutLossByChain(Gpt<float>& gpt, const data::DataStreams& d,
+HeldoutLosses HeldoutLossByChain(CpuModel& model, const data::DataStreams& d,
                                  const data::Batcher& heldout, int batches) {
   const int B = heldout.batch(), T = heldout.seq_len();
   const size_t n = size_t(B) * T;
@@ -51,9 +51,9 @@ HeldoutLosses HeldoutLossByChain(Gpt<float>& gpt, const data::DataStreams& d,
   double total = 0;
   for (int i = 0; i < batches; ++i) {
     heldout.Fixed(i, batches, in, tg);
-    total += gpt.Forward(in.data(), tg.data());
+    total += model.Forward(in.data(), tg.data());
     if (!by_chain) continue;
-    const std::span<const float> losses = gpt.losses();  // (B, T)
+    const std::span<const float> losses = model.losses();  // (B, T)
     for (int b = 0; b < B; ++b) {
       const int64_t start = heldout.FixedStart(i, b, batches);
       for (int t = 0; t < T; ++t) {

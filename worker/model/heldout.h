@@ -9,11 +9,11 @@
 
 #include "worker/data/batcher.h"
 #include "worker/data/source.h"
-#include "worker/model/gpt.h"
+#include "worker/model/cpu_model.h"
 
 namespace diloco::model {
 
-double HeldoutLoss(Gpt<float>& gpt, const data::Batcher& heldout, int batches);
+double HeldoutLoss(CpuModel& model, const data::Batcher& heldout, int batches);
 
 // The predicted (target) tokens those batches hold: batches * batch * seq_len.
 inline int64_t HeldoutTokens(const data::Batcher& heldout, int batches) {
@@ -38,7 +38,7 @@ struct HeldoutLosses {
   double loss = 0;
   std::vector<double> chain_loss;
 };
-HeldoutLosses HeldoutLossByChain(Gpt<float>& gpt, const data::DataStreams& d,
+HeldoutLosses HeldoutLossByChain(CpuModel& model, const data::DataStreams& d,
                                  const data::Batcher& heldout, int batches);
 
 }  // namespace diloco::model

@@ -72,8 +72,6 @@ absl::StatusOr<ParamLayout> MakeParamLayout(const GptConfig& c) {
   return p;
 }
 
-bool IsDecayed(const TensorSpec& t) { return t.shape.size() == 2; }
-
 void InitGpt2(const ParamLayout& layout, uint64_t seed, std::span<float> params) {
   uint64_t s = seed ^ 0x5DEECE66Dull;
   const double kTwoPi = 6.283185307179586;

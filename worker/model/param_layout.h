@@ -30,8 +30,4 @@ absl::StatusOr<ParamLayout> MakeParamLayout(const GptConfig& config);
 // gains 1. Normals come from a portable Box-Muller over splitmix64, identical on every platform.
 void InitGpt2(const ParamLayout& layout, uint64_t seed, std::span<float> params);
 
-// True for the tensors AdamW decays: the 2-D ones (matrices and embeddings), as in GPT-2/llm.c;
-// biases and LayerNorm parameters are not decayed.
-bool IsDecayed(const TensorSpec& t);
-
 }  // namespace diloco::model

@@ -1,10 +1,13 @@
 #include "worker/model/presets.h"
 
+#include "worker/model/gpt/gpt_trainer_family.h"
+
 namespace diloco::model {
 
 TrainerOptions DefaultJobOptions() {
   TrainerOptions o;
-  o.model = GptConfig{.vocab = 256, .context = 128, .layers = 4, .heads = 4, .width = 128};
+  o.model = GptTrainerModel(
+      GptConfig{.vocab = 256, .context = 128, .layers = 4, .heads = 4, .width = 128});
   o.batch_size = 8;
   o.seq_len = 128;
   o.adamw.lr = 1e-2f;
@@ -19,7 +22,8 @@ TrainerOptions DefaultJobOptions() {
 
 TrainerOptions CiTrainingOptions() {
   TrainerOptions o;
-  o.model = GptConfig{.vocab = 256, .context = 64, .layers = 2, .heads = 4, .width = 64};
+  o.model =
+      GptTrainerModel(GptConfig{.vocab = 256, .context = 64, .layers = 2, .heads = 4, .width = 64});
   o.batch_size = 8;
   o.seq_len = 64;
   o.adamw.lr = 1e-2f;

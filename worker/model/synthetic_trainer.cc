@@ -41,7 +41,7 @@ class SyntheticTrainer final : public Trainer {
     ++step_;
     // Something a progress line can show: ln(vocab) at the start, easing towards half of it.
     const double progress = static_cast<double>(step_) / static_cast<double>(h);
-    return static_cast<float>(std::log(o_.model.vocab) * (0.5 + 0.5 / std::sqrt(1 + progress)));
+    return static_cast<float>(std::log(o_.vocab) * (0.5 + 0.5 / std::sqrt(1 + progress)));
   }
 
  private:
@@ -76,10 +76,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeSyntheticTrainer(SyntheticOptions o
         absl::StrCat("--synthetic_step_time=", absl::FormatDuration(options.step_time),
                      ": expected a finite duration >= 0"));
   if (!options.sleep) return absl::InvalidArgumentError("synthetic learner: no sleep function");
-  auto m = options.manifest.tensors().empty() ? GptManifest(options.model)
-                                              : absl::StatusOr<Manifest>(options.manifest);
-  if (!m.ok()) return m.status();
-  return std::unique_ptr<Trainer>(new SyntheticTrainer(std::move(options), *std::move(m)));
+  if (options.vocab < 2)
+    return absl::InvalidArgumentError("synthetic learner: the vocabulary must be at least 2");
+  if (options.manifest.total_elements() == 0)
+    return absl::InvalidArgumentError("synthetic learner: the model has no parameters");
+  Manifest m = options.manifest;
+  return std::unique_ptr<Trainer>(new SyntheticTrainer(std::move(options), std::move(m)));
 }
 
 }  // namespace diloco::model

@@ -17,17 +17,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/model/gpt/gpt_config.h"
+#include "common/manifest.h"
 #include "worker/trainer.h"
 
 namespace diloco::model {
 
 struct SyntheticOptions {
-  // The tensors: `manifest` when not empty (any model: --model=hf:DIR, manifest:PATH, ...),
-  // else the GPT `model`'s.
-  GptConfig model;
+  // The tensors (any model: a family's preset, --model=hf:DIR, manifest:PATH, ...); at least
+  // one element.
   Manifest manifest;
-  uint32_t inner_steps = 50;                           // H: steps for the window to go round once
+  int vocab = 256;            // the "loss" a step reports: ln(vocab), easing towards half of it
+  uint32_t inner_steps = 50;  // H: steps for the window to go round once
   absl::Duration step_time = absl::Milliseconds(100);  // waited at the start of each Step()
   uint64_t seed = 1234;                                // perturbations and initial values
   float lr = 1e-3f;                                    // largest move of a parameter in one step

@@ -27,6 +27,10 @@ float LearningRate(const TrainerOptions& o, int64_t step) {
 
 absl::StatusOr<TrainerOptions> ResolveOptions(const TrainerOptions& options) {
   TrainerOptions o = options;
+  if (o.model.family.empty() || o.model.vocab < 1 || o.model.context < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("no model to train (family \"", o.model.family, "\", vocab ", o.model.vocab,
+                     ", context ", o.model.context, "): set TrainerOptions::model"));
   if (o.seq_len == 0) o.seq_len = Context(o);
   if (o.seq_len < 1 || o.seq_len > Context(o))
     return absl::InvalidArgumentError(

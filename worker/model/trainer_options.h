@@ -1,22 +1,19 @@
-// Everything a GPT trainer (CPU or CUDA) needs: the model, the batch, AdamW, the seed of the
-// initial parameters, the data and the held-out evaluation, threads and GPUs.
+// Everything a trainer (CPU or CUDA) needs: the model (a family's, by name: trainer_family.h),
+// the batch, AdamW, the seed of the initial parameters, the data and the held-out evaluation,
+// threads and GPUs.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 
 #include "kernels/optim.h"
 #include "worker/data/source.h"
-#include "worker/model/gpt/gpt_config.h"
-#include "worker/model/llama/llama_config.h"
+#include "worker/model/trainer_family.h"
 
 namespace diloco::model {
 
 struct TrainerOptions {
-  GptConfig model;
-  // Set when --model is the Llama family's: the CPU trainer trains this instead of `model`
-  // (llama/llama_trainer.h); Vocab and Context below read it.
-  std::optional<LlamaConfig> llama;
+  // The family and its config: ResolveTrainerModel, or a family's own helper (GptTrainerModel).
+  TrainerModel model;
   int batch_size = 8;  // sequences per step (per GPU on the CUDA backend)
   int seq_len = 0;     // tokens per sequence; 0 = model.context
   // AdamW. weight_decay applies to 2-D tensors only (matrices and embeddings); biases and
@@ -42,6 +39,10 @@ struct TrainerOptions {
   int data_slices = 1;
 };
 
+// True for the tensors AdamW decays, in every family: the 2-D ones (matrices and embeddings), as
+// in GPT-2/llm.c; biases and normalisation gains are not decayed.
+inline bool IsDecayed(const TensorSpec& t) { return t.shape.size() == 2; }
+
 // The learning rate of 1-based step `step` under the warm-up and decay above.
 float LearningRate(const TrainerOptions& options, int64_t step);
 
@@ -52,8 +53,8 @@ float CosineLearningRate(float peak, int warmup_steps, float min_fraction, int64
                          double progress);
 
 // The trained model's vocabulary (the data's token range) and context (the default seq_len).
-inline int Vocab(const TrainerOptions& o) { return o.llama ? o.llama->vocab : o.model.vocab; }
-inline int Context(const TrainerOptions& o) { return o.llama ? o.llama->context : o.model.context; }
+inline int Vocab(const TrainerOptions& o) { return o.model.vocab; }
+inline int Context(const TrainerOptions& o) { return o.model.context; }
 
 // seq_len resolved (0 -> context) and every field checked.
 absl::StatusOr<TrainerOptions> ResolveOptions(const TrainerOptions& options);

@@ -69,13 +69,4 @@ absl::StatusOr<Manifest> GptManifest(const GptConfig& c) {
   return Manifest::Create(std::move(t));
 }
 
-absl::StatusOr<GptConfig> GptConfigOf(const ModelSource& source, absl::string_view what) {
-  if (source.family != "gpt")
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--model=", source.spec, ": ", what,
-        " needs the GPT the C++ trainer runs (a preset such as tiny or small, or a spec "
-        "L=..,H=..,C=..,T=..,V=..)"));
-  return ParseGptConfig(source.config);
-}
-
 }  // namespace diloco

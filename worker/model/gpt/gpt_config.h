@@ -10,9 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "common/manifest.h"
-#include "common/model_source.h"
 
 namespace diloco {
 
@@ -30,7 +28,5 @@ struct GptConfig {
 absl::StatusOr<GptConfig> ParseGptConfig(const std::string& spec);
 std::string GptConfigString(const GptConfig& c);
 absl::StatusOr<Manifest> GptManifest(const GptConfig& c);
-// The GPT of `source` (family "gpt"); any other source is refused, naming `what` needs a GPT.
-absl::StatusOr<GptConfig> GptConfigOf(const ModelSource& source, absl::string_view what);
 
 }  // namespace diloco
