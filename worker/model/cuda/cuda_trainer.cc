@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "worker/model/gpt/gpt_trainer_family.h"
 
 namespace diloco::model {
 
@@ -90,18 +91,17 @@ float CudaTrainer::EvalLoss() {
 }
 
 absl::StatusOr<std::unique_ptr<CudaTrainer>> MakeCudaTrainer(const TrainerOptions& options) {
-  if (options.llama)
-    return absl::UnimplementedError(
-        "the CUDA trainer runs the GPT family only: the Llama family has no CUDA kernels yet");
+  absl::StatusOr<GptConfig> config = GptConfigOf(options.model, "the CUDA trainer");
+  if (!config.ok()) return config.status();
   absl::StatusOr<TrainerOptions> o = ResolveOptions(options);
   if (!o.ok()) return o.status();
-  absl::StatusOr<ParamLayout> layout = MakeParamLayout(o->model);
+  absl::StatusOr<ParamLayout> layout = MakeParamLayout(*config);
   if (!layout.ok()) return layout.status();
   std::unique_ptr<CudaTrainer> t(new CudaTrainer());
   t->o_ = *o;
   t->layout_ = *std::move(layout);
-  cuda::GpuShape shape{o->model.vocab, o->model.context, o->model.layers, o->model.heads,
-                       o->model.width, o->batch_size,    o->seq_len};
+  cuda::GpuShape shape{config->vocab, config->context, config->layers, config->heads,
+                       config->width, o->batch_size,   o->seq_len};
   cuda::GpuLayout gl;
   gl.wte = t->layout_.wte;
   gl.wpe = t->layout_.wpe;
