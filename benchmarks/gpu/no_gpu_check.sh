@@ -5,7 +5,8 @@
 #   PART: no GPU (N programs started: ...)
 # to stdout. Exits 3 when every program behaved so (the rehearsal's pass: rehearse.sh), 1 when
 # one did not start or did not say why.
-# Usage: benchmarks/gpu/no_gpu_check.sh BUNDLE OUT PART   (PART: kernels, model, cluster, learner)
+# Usage: benchmarks/gpu/no_gpu_check.sh BUNDLE OUT PART
+#   (PART: kernels, model, cluster, island, learner)
 set -u
 bundle=${1:?usage: no_gpu_check.sh BUNDLE OUT PART}
 out=${2:?usage: no_gpu_check.sh BUNDLE OUT PART}
@@ -47,6 +48,17 @@ case $part in
     expect diloco-worker-cuda 2 'CUDA GPUs usable on this machine' \
       "$bundle/worker/diloco-worker" --device=cuda --model=tiny --steps=1
     ;;
+  island)
+    # An island of one that meets, on the CPU (the path's gloo side), then the GPU rank, which
+    # must name the GPU it lacks before any rendezvous.
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    alone=(--island_rank=0 --island_size=1 --island_rendezvous_alone
+           --island_master="127.0.0.1:$port")
+    expect diloco-worker-island-cpu 0 'done after 5 steps' "$bundle/worker/diloco-worker" \
+      --device=cpu --model=tiny --steps=5 "${alone[@]}"
+    expect diloco-worker-island-cuda 2 'rank 0: .* but this node has 0 GPUs' \
+      "$bundle/worker/diloco-worker" --device=cuda --model=tiny --steps=1 "${alone[@]}"
+    ;;
   learner)
     # The part's own programs (the shard, and diloco-ctl for the data); the Python module is
     # built for the GPU machine's Python, not this one's.
@@ -55,7 +67,7 @@ case $part in
     expect diloco-server 0 'diloco-server' "$bundle/server/diloco-server" --version
     ;;
   *)
-    echo "no_gpu_check: unknown part $part (kernels, model, cluster, learner)" >&2
+    echo "no_gpu_check: unknown part $part (kernels, model, cluster, island, learner)" >&2
     exit 2
     ;;
 esac

@@ -39,9 +39,9 @@ if ! why=$(unshare -rm true 2>&1); then
   echo "rehearse: cannot hide $toolkit (unshare -rm: $why); it stays visible"
   hide=()
 fi
-declare -A limit=([kernels]=150 [model]=240 [cluster]=90 [learner]=180 [transport]=45
-                  [rejoin]=60)
-for part in kernels model cluster learner transport rejoin; do
+declare -A limit=([kernels]=150 [model]=240 [cluster]=90 [island]=60 [learner]=180
+                  [transport]=45 [rejoin]=60)
+for part in kernels model cluster island learner transport rejoin; do
   start=$SECONDS
   set +e
   "${hide[@]}" env DILOCO_REHEARSAL=1 benchmarks/gpu/run.sh "$work/machine/bundle.tgz" "$work/out" "$part" \

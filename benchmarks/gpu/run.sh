@@ -7,6 +7,7 @@
 #   kernels    CUDA kernel tests and benchmark                                 150 s (38 s)
 #   model      CUDA model tests, the GPT-2 benchmark, PyTorch eager alike      240 s (46 s)
 #   cluster    one shard, a --device=cuda worker and a CPU worker               90 s (41 s)
+#   island     an island's GPU rank through NCCL vs a lone GPU worker          60 s (not run yet)
 #   learner    the PyTorch learner on CUDA parameters (learner_check.sh)      180 s (142 s)
 #   transport  the transport and checksum benchmarks on 16 cores               45 s (29 s)
 #   rejoin     rejoin time at 124M and 1.26B in 128 GiB (rejoin_check.sh)     300 s (not run yet)
@@ -30,7 +31,7 @@ bundle=${1:?usage: run.sh BUNDLE OUT [PART...]}
 out=${2:?usage: run.sh BUNDLE OUT [PART...]}
 shift 2
 parts=("$@")
-((${#parts[@]} > 0)) || parts=(kernels model cluster learner transport rejoin)
+((${#parts[@]} > 0)) || parts=(kernels model cluster island learner transport rejoin)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 if [[ -f $bundle ]]; then  # the packed bundle: unpack it beside itself
@@ -100,9 +101,10 @@ for p in "${parts[@]}"; do
     kernels) part kernels 150 benchmarks/kernels/gpu_check.sh "$bundle" "$out/kernels" ;;
     model) part model 240 benchmarks/model/gpu_check.sh "$bundle" "$out/model" ;;
     cluster) part cluster 90 benchmarks/gpu/cluster_check.sh "$bundle" "$out/cluster" ;;
+    island) part island 60 benchmarks/gpu/island_check.sh "$bundle" "$out/island" ;;
     learner) part learner 180 benchmarks/gpu/learner_check.sh "$bundle" "$out/learner" ;;
     *)
-      echo "unknown part $p (kernels, model, cluster, learner, transport, rejoin)" |
+      echo "unknown part $p (kernels, model, cluster, island, learner, transport, rejoin)" |
         tee -a "$out/summary.txt"
       status=1
       ;;

@@ -347,6 +347,29 @@ TEST(IslandProcessTest, APlaintextRendezvousOffLoopbackIsRefused) {
       << ReadFile(dir / "a.log");
 }
 
+// --island_rendezvous_alone: an island of one rank that meets and runs its collectives (the GPU
+// check's way to take the NCCL path on one GPU, benchmarks/gpu/island_check.sh) trains as the
+// lone worker does, step for step.
+TEST(IslandProcessTest, AnIslandOfOneThatMeetsTrainsAsTheLoneWorker) {
+  const auto dir = TestDir();
+  const std::vector<std::string> common = {"--steps=10", "--progress_interval=0s", "--seed=5"};
+  std::vector<std::string> lone_args = TinyWorkerArgs(0, {}, dir / "lone.jsonl");
+  lone_args.insert(lone_args.end(), common.begin(), common.end());
+  Process lone(lone_args, (dir / "lone.log").string());
+  ASSERT_EQ(lone.Wait(absl::Seconds(60)), std::optional<int>(0)) << ReadFile(dir / "lone.log");
+  std::vector<std::string> extra = common;
+  extra.push_back("--island_rendezvous_alone");
+  Process r0(RankArgs(0, 1, FreePort(), {}, dir / "island.jsonl", extra),
+             (dir / "r0.log").string());
+  ASSERT_EQ(r0.Wait(absl::Seconds(60)), std::optional<int>(0)) << ReadFile(dir / "r0.log");
+  EXPECT_NE(ReadFile(dir / "r0.log").find("island rank 0 of 1 (flags)"), std::string::npos)
+      << ReadFile(dir / "r0.log");
+  const auto a = LossByStep(dir / "lone.jsonl"), b = LossByStep(dir / "island.jsonl");
+  ASSERT_EQ(a.size(), 10u);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(Done(dir / "island.jsonl").at("island_size"), 1);
+}
+
 // A refused rank: exits 2 within `bound` (before any rendezvous), its log returned.
 std::string Refused(const std::vector<std::string>& argv, const std::filesystem::path& log,
                     absl::Duration bound = absl::Seconds(20)) {
