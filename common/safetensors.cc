@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -147,6 +148,31 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
                    [](const auto& x, const auto& y) { return x.first < y.first; });
   for (auto& [off, t] : found) file.tensors.push_back(std::move(t));
   return file;
+}
+
+absl::StatusOr<std::vector<SafetensorsTensor>> ManifestTensors(const Manifest& manifest,
+                                                               std::span<const float> params) {
+  if (params.size() != manifest.total_elements())
+    return absl::InvalidArgumentError(absl::StrCat("safetensors: ", params.size(),
+                                                   " values for a model of ",
+                                                   manifest.total_elements(), " parameters"));
+  std::vector<SafetensorsTensor> tensors;
+  tensors.reserve(manifest.tensors().size());
+  for (const TensorSpec& t : manifest.tensors())
+    tensors.push_back({t.name, t.shape, params.subspan(t.offset, t.numel())});
+  return tensors;
+}
+
+absl::Status WriteHfFolder(const std::string& dir, const std::string& config_json,
+                           std::span<const SafetensorsTensor> tensors,
+                           std::map<std::string, std::string> metadata) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", dir, ": ", ec.message()));
+  const std::span<const char> pieces[] = {{config_json.data(), config_json.size()}};
+  if (absl::Status s = WriteFileAtomically(dir + "/config.json", pieces); !s.ok()) return s;
+  metadata["format"] = "pt";
+  return WriteSafetensors(dir + "/model.safetensors", tensors, metadata);
 }
 
 }  // namespace diloco

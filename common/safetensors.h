@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/manifest.h"
 
 namespace diloco {
 
@@ -28,6 +29,18 @@ struct SafetensorsTensor {
 // Writes to `path` atomically (a temp file renamed into place after fsync).
 absl::Status WriteSafetensors(const std::string& path, std::span<const SafetensorsTensor> tensors,
                               const std::map<std::string, std::string>& metadata);
+
+// The tensors of `manifest` as views into `params` (flat, manifest order); an error when the
+// sizes differ.
+absl::StatusOr<std::vector<SafetensorsTensor>> ManifestTensors(const Manifest& manifest,
+                                                               std::span<const float> params);
+
+// A Hugging Face model folder, what every family's export writes: `dir` (created if needed) with
+// config.json (`config_json`) and model.safetensors (`tensors`; `metadata` with "format": "pt"),
+// each file written atomically.
+absl::Status WriteHfFolder(const std::string& dir, const std::string& config_json,
+                           std::span<const SafetensorsTensor> tensors,
+                           std::map<std::string, std::string> metadata);
 
 struct LoadedTensor {
   std::string name;

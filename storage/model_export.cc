@@ -113,11 +113,9 @@ absl::StatusOr<AssembledModel> AssembleModel(const ExportRequest& req) {
 absl::StatusOr<ExportSummary> ExportModel(const ExportRequest& req) {
   absl::StatusOr<AssembledModel> m = AssembleModel(req);
   if (!m.ok()) return m.status();
-  std::vector<SafetensorsTensor> tensors;
-  for (const TensorSpec& t : m->manifest.tensors())
-    tensors.push_back(
-        {t.name, t.shape, std::span<const float>(m->params).subspan(t.offset, t.numel())});
-  if (absl::Status s = WriteSafetensors(req.out, tensors, m->metadata); !s.ok()) return s;
+  absl::StatusOr<std::vector<SafetensorsTensor>> tensors = ManifestTensors(m->manifest, m->params);
+  if (!tensors.ok()) return tensors.status();
+  if (absl::Status s = WriteSafetensors(req.out, *tensors, m->metadata); !s.ok()) return s;
   return m->summary;
 }
 

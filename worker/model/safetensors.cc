@@ -255,13 +255,9 @@ absl::Status ReadModelForInitInto(const std::string& path, const Manifest& manif
 absl::Status WriteSafetensors(const std::string& path, const Manifest& manifest,
                               std::span<const float> params,
                               const std::map<std::string, std::string>& metadata) {
-  if (params.size() != manifest.total_elements())
-    return absl::InvalidArgumentError(absl::StrCat(
-        "safetensors: ", params.size(), " values for a manifest of ", manifest.total_elements()));
-  std::vector<SafetensorsTensor> tensors;
-  for (const auto& t : manifest.tensors())
-    tensors.push_back({t.name, t.shape, params.subspan(t.offset, t.numel())});
-  return diloco::WriteSafetensors(path, tensors, metadata);
+  absl::StatusOr<std::vector<SafetensorsTensor>> tensors = ManifestTensors(manifest, params);
+  if (!tensors.ok()) return tensors.status();
+  return diloco::WriteSafetensors(path, *tensors, metadata);
 }
 
 absl::Status CheckWritable(const std::string& path) {

@@ -1,14 +1,11 @@
 #include "worker/model/gpt/gpt_hf.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
-#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/atomic_file.h"
 #include "common/event_log.h"
 
 namespace diloco {
@@ -117,16 +114,9 @@ absl::Status WriteHfModel(const std::string& dir, const GptConfig& config, const
   if (params.size() != manifest.total_elements())
     return absl::InvalidArgumentError(absl::StrCat(
         "hf export: ", params.size(), " parameters, the model has ", manifest.total_elements()));
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("creating ", dir, ": ", ec.message()));
-  const std::string json = HfConfigJson(config);
-  const std::span<const char> pieces[] = {{json.data(), json.size()}};
-  if (absl::Status s = WriteFileAtomically(dir + "/config.json", pieces); !s.ok()) return s;
   std::vector<std::vector<float>> scratch;
   const std::vector<SafetensorsTensor> tensors = HfTensors(manifest, params, &scratch);
-  metadata["format"] = "pt";
-  return WriteSafetensors(dir + "/model.safetensors", tensors, metadata);
+  return WriteHfFolder(dir, HfConfigJson(config), tensors, std::move(metadata));
 }
 
 }  // namespace diloco

@@ -1,13 +1,10 @@
 #include "worker/model/llama/llama_hf.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/atomic_file.h"
 #include "common/event_log.h"
 
 namespace diloco {
@@ -39,20 +36,9 @@ std::string LlamaHfConfigJson(const LlamaConfig& c) {
 absl::Status WriteLlamaHfModel(const std::string& dir, const LlamaConfig& config,
                                const Manifest& manifest, std::span<const float> params,
                                std::map<std::string, std::string> metadata) {
-  if (params.size() != manifest.total_elements())
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hf export: ", params.size(), " parameters, the model has ", manifest.total_elements()));
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("creating ", dir, ": ", ec.message()));
-  const std::string json = LlamaHfConfigJson(config);
-  const std::span<const char> pieces[] = {{json.data(), json.size()}};
-  if (absl::Status s = WriteFileAtomically(dir + "/config.json", pieces); !s.ok()) return s;
-  std::vector<SafetensorsTensor> tensors;
-  for (const TensorSpec& t : manifest.tensors())
-    tensors.push_back({t.name, t.shape, params.subspan(t.offset, t.numel())});
-  metadata["format"] = "pt";
-  return WriteSafetensors(dir + "/model.safetensors", tensors, metadata);
+  absl::StatusOr<std::vector<SafetensorsTensor>> tensors = ManifestTensors(manifest, params);
+  if (!tensors.ok()) return tensors.status();
+  return WriteHfFolder(dir, LlamaHfConfigJson(config), *tensors, std::move(metadata));
 }
 
 absl::StatusOr<std::vector<float>> FlatFromLlamaHf(const SafetensorsFile& file,
