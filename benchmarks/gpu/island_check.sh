@@ -5,7 +5,9 @@
 # unique id through the store, the communicator created non-blocking on the local rank's GPU,
 # the bounded all-reduces of gradients and loss every step, and the 1/ranks scaling. Its loss
 # at every step must equal a lone --device=cuda worker's at the same batch within fp tolerance
-# (the sum over one rank is the identity). The sums of several ranks need 2+ GPUs.
+# (the sum over one rank is the identity). The sums of several ranks need 2+ GPUs. First
+# island_nccl_test: the rank's communicator alone, and one whose peer never comes failing within
+# its timeout.
 # Usage: benchmarks/gpu/island_check.sh BUNDLE OUT
 # GPU_DEVICE=cpu runs both on the CPU, the rank over gloo: a dry run of this script where there
 # is no GPU.
@@ -16,6 +18,10 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib:${LD_LIBRARY_PATH:-}"
 worker=$bundle/worker/diloco-worker
 device=${GPU_DEVICE:-cuda}
+if [[ $device == cuda ]] && ! "$bundle/tests/island/island_nccl_test" >"$out/nccl_test.log" 2>&1; then
+  echo "island: island_nccl_test failed"; grep -E 'FAILED|Failure' -A3 "$out/nccl_test.log" | head
+  exit 1
+fi
 path="NCCL on GPU 0"
 [[ $device == cuda ]] || path=gloo
 common=(--device="$device" --gpus=1 --model=tiny --steps=40 --batch=8 --seed=5 --eval_batches=1

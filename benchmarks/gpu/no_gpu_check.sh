@@ -54,6 +54,7 @@ case $part in
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     alone=(--island_rank=0 --island_size=1 --island_rendezvous_alone
            --island_master="127.0.0.1:$port")
+    expect island_nccl_test 0 'SKIPPED' "$bundle/tests/island/island_nccl_test"
     expect diloco-worker-island-cpu 0 'done after 5 steps' "$bundle/worker/diloco-worker" \
       --device=cpu --model=tiny --steps=5 "${alone[@]}"
     expect diloco-worker-island-cuda 2 'rank 0: .* but this node has 0 GPUs' \

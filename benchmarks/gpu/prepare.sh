@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 bundle=${1:-build-gpu-bundle}
 build=${DILOCO_GPU_BUILD:-build-gpu}
 programs=(tests/kernels/kernels_cuda_test benchmarks/kernels/diloco-bench-kernels-gpu
-          tests/model/model_cuda_test benchmarks/model/model_gpu_bench
+          tests/model/model_cuda_test benchmarks/model/model_gpu_bench tests/island/island_nccl_test
           server/diloco-server worker/diloco-worker
           benchmarks/transport/diloco-bench-transport benchmarks/checksum/diloco-bench-checksum
           ctl/diloco-ctl)
