@@ -347,6 +347,31 @@ TEST(IslandProcessTest, APlaintextRendezvousOffLoopbackIsRefused) {
       << ReadFile(dir / "a.log");
 }
 
+// A CPU rank and a CUDA rank never form an island: the device is in the rendezvous config. Rank 1
+// is played by the test (a CUDA rank cannot start without a GPU), its description rank 0's with
+// device=cuda.
+TEST(IslandProcessTest, CpuAndCudaRanksAreRefusedAtTheRendezvous) {
+  const auto dir = TestDir();
+  const int port = FreePort();
+  const auto log = dir / "r0.log";
+  Process r0(RankArgs(0, 2, port, {}, dir / "a.jsonl", {"--steps=50"}), log.string());
+  island::StoreClient store("127.0.0.1", port, absl::Seconds(30), std::nullopt);
+  try {
+    const std::vector<char> zero = store.get(island::RankKey(0));
+    std::string me(zero.begin(), zero.end());
+    const size_t device = me.find(" device=cpu gpus=1 ");
+    ASSERT_NE(device, std::string::npos) << me;
+    me.replace(device, 12, " device=cuda");
+    store.set(island::RankKey(1), std::vector<char>(me.begin(), me.end()));
+    store.set(island::ReadKey(1), {'1'});
+  } catch (const gloo::Exception& e) {
+    FAIL() << e.what() << "\n" << ReadFile(log);
+  }
+  EXPECT_EQ(r0.Wait(absl::Seconds(30)), std::optional<int>(2)) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("rank 1 (host "), std::string::npos) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("in device cpu vs cuda"), std::string::npos) << ReadFile(log);
+}
+
 // --island_rendezvous_alone: an island of one rank that meets and runs its collectives (the GPU
 // check's way to take the NCCL path on one GPU, benchmarks/gpu/island_check.sh) trains as the
 // lone worker does, step for step.
