@@ -4,9 +4,12 @@
 # already in DIR are kept (a restarted job reuses them); ids of IDS (comma-separated) missing
 # from DIR are added. diloco-keygen makes the same layout where diloco-ctl has no keys command.
 make_keys() {
-  local build=$1 dir=$2 ids=$3 ctl=$1/ctl/diloco-ctl id
+  local build=$1 dir=$2 ids=$3 ctl=$1/ctl/diloco-ctl id usage
   [[ $ids =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "keys: bad worker ids '$ids'" >&2; return 1; }
-  if "$ctl" 2>&1 | grep -q "diloco-ctl keys --out"; then
+  # The usage text, read whole: diloco-ctl without a command exits 2, which under pipefail made
+  # a `diloco-ctl | grep -q` test false whatever it printed.
+  usage=$("$ctl" 2>&1 || true)
+  if [[ $usage == *"diloco-ctl keys --out"* ]]; then
     if [[ ! -s $dir/server.secret ]]; then
       "$ctl" keys --out="$dir" --worker_ids="$ids" >/dev/null || return 1
     fi
