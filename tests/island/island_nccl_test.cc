@@ -22,6 +22,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+#ifdef DILOCO_HAVE_NCCL
+#define SKIP_WITHOUT(gpus) \
+  if (CudaDeviceCount() < (gpus)) GTEST_SKIP() << "needs " << (gpus) << " GPU(s)"
+#else
+#define SKIP_WITHOUT(gpus) GTEST_SKIP() << "a build without NCCL"
+#endif
+
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -40,6 +47,9 @@ TEST(NcclRanksTest, TheLoaderResolvesTheRankEntryPoints) {
 #endif
 
 TEST(NcclRanksTest, TheUniqueIdIs128Bytes) {
+#ifndef DILOCO_HAVE_NCCL
+  GTEST_SKIP() << "a build without NCCL";
+#endif
   std::string id, why;
   if (!NcclAvailable(&why) && CudaDeviceCount() < 1) GTEST_SKIP() << "no GPU and " << why;
   const std::string e = NcclUniqueId(&id);
@@ -84,7 +94,7 @@ std::string Id() {
 }
 
 TEST(NcclRanksTest, ARankAloneSumsToItself) {
-  if (CudaDeviceCount() < 1) GTEST_SKIP() << "no CUDA GPU";
+  SKIP_WITHOUT(1);
   const std::string id = Id();
   ASSERT_EQ(id.size(), kNcclIdBytes);
   std::unique_ptr<NcclRanks> ranks;
@@ -96,7 +106,7 @@ TEST(NcclRanksTest, ARankAloneSumsToItself) {
 }
 
 TEST(NcclRanksTest, ACommunicatorWhosePeerNeverComesFailsWithinTheTimeout) {
-  if (CudaDeviceCount() < 1) GTEST_SKIP() << "no CUDA GPU";
+  SKIP_WITHOUT(1);
   std::unique_ptr<NcclRanks> ranks;
   const auto t0 = Clock::now();
   const std::string e = NcclRanks::Init(Id(), 0, 2, 0, 3, &ranks);
@@ -106,7 +116,7 @@ TEST(NcclRanksTest, ACommunicatorWhosePeerNeverComesFailsWithinTheTimeout) {
 }
 
 TEST(NcclRanksTest, TwoRanksSumAndARankWhosePeerStopsFailsWithinTheTimeout) {
-  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  SKIP_WITHOUT(2);
   const std::string id = Id();
   std::vector<std::unique_ptr<NcclRanks>> ranks(2);
   std::vector<std::string> init(2), sum(2), lost(2);
