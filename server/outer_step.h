@@ -33,6 +33,14 @@ enum class OuterMode { kRounds, kDelayedNesterov };
 //   kFull: every round is a whole Nesterov step on its normalised delta; a round holding one
 //     worker's push still takes a whole momentum step.
 enum class RoundStep { kPartial, kComposed, kFull };
+// Which learning rate and momentum the step takes (ShardOptions::outer_choice; docs/protocol.md
+// "Sparse top-k pushes"):
+//   kNesterov: ShardOptions::outer for every push;
+//   kSparse: ShardOptions::sparse_outer (no momentum, a larger lr) for every push;
+//   kAuto: each fragment takes the step its first push in this process asks for (top-k:
+//     sparse_outer, any other codec: outer) and refuses a push of the other kind, so a fleet
+//     of top-k pushes never steps with the dense codecs' momentum unasked.
+enum class OuterChoice { kAuto, kNesterov, kSparse };
 
 class OuterStep {
  public:

@@ -24,6 +24,9 @@ constexpr Choice<Durability> kDurabilities[] = {{"periodic", Durability::kPeriod
                                                 {"per-round", Durability::kPerRound}};
 constexpr Choice<OuterMode> kOuterModes[] = {{"rounds", OuterMode::kRounds},
                                              {"delayed-nesterov", OuterMode::kDelayedNesterov}};
+constexpr Choice<OuterChoice> kOuterChoices[] = {{"auto", OuterChoice::kAuto},
+                                                 {"nesterov", OuterChoice::kNesterov},
+                                                 {"sparse", OuterChoice::kSparse}};
 constexpr Choice<MergeRule> kMergeRules[] = {{"mean", MergeRule::kWeightedMean},
                                              {"rda", MergeRule::kRda}};
 constexpr Choice<MergeOrder> kMergeOrders[] = {{"arrival", MergeOrder::kArrival},
@@ -49,6 +52,10 @@ bool AbslParseFlag(absl::string_view text, OuterMode* v, std::string* error) {
   return ParseChoice(text, kOuterModes, v, error);
 }
 std::string AbslUnparseFlag(OuterMode v) { return UnparseChoice(v, kOuterModes); }
+bool AbslParseFlag(absl::string_view text, OuterChoice* v, std::string* error) {
+  return ParseChoice(text, kOuterChoices, v, error);
+}
+std::string AbslUnparseFlag(OuterChoice v) { return UnparseChoice(v, kOuterChoices); }
 bool AbslParseFlag(absl::string_view text, MergeRule* v, std::string* error) {
   return ParseChoice(text, kMergeRules, v, error);
 }
@@ -181,8 +188,15 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.worker_credit_bytes = absl::GetFlag(FLAGS_worker_credit_mib) << 20;
   o.keep_trains.time = absl::GetFlag(FLAGS_keep_cut_trains_for);
   o.keep_trains.bytes = absl::GetFlag(FLAGS_keep_cut_trains_mib) << 20;
-  o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
-  o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));
+  const std::optional<double> outer_lr = absl::GetFlag(FLAGS_outer_lr);
+  const std::optional<double> outer_momentum = absl::GetFlag(FLAGS_outer_momentum);
+  o.outer_choice = absl::GetFlag(FLAGS_outer_step);
+  if (o.outer_choice == OuterChoice::kAuto && (outer_lr || outer_momentum))
+    o.outer_choice = OuterChoice::kNesterov;  // the user chose the step
+  o.outer.lr = static_cast<float>(outer_lr.value_or(1.3));
+  o.outer.mu = static_cast<float>(outer_momentum.value_or(0.7));
+  o.sparse_outer.lr = static_cast<float>(outer_lr.value_or(o.sparse_outer.lr));
+  o.sparse_outer.mu = static_cast<float>(outer_momentum.value_or(o.sparse_outer.mu));
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   const std::string codec = absl::GetFlag(FLAGS_download_codec);
   auto download = kernels::ParseCodec(codec);

@@ -54,6 +54,8 @@ bool AbslParseFlag(absl::string_view text, Durability* v, std::string* error);
 std::string AbslUnparseFlag(Durability v);
 bool AbslParseFlag(absl::string_view text, OuterMode* v, std::string* error);
 std::string AbslUnparseFlag(OuterMode v);
+bool AbslParseFlag(absl::string_view text, OuterChoice* v, std::string* error);
+std::string AbslUnparseFlag(OuterChoice v);
 bool AbslParseFlag(absl::string_view text, MergeRule* v, std::string* error);
 std::string AbslUnparseFlag(MergeRule v);
 bool AbslParseFlag(absl::string_view text, MergeOrder* v, std::string* error);

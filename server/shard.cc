@@ -64,7 +64,9 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     f->merge = MakeRoundMerge(o.merge, f->spec->numel);
     f->steps_cap = MedianCap(o.push_steps_cap);
     f->norm_cap = MedianCap(o.push_norm_cap);
-    f->outer = MakeOuterStep(o.outer_mode, o.step, o.outer, o.dn_period, f->spec->numel);
+    f->outer = MakeOuterStep(o.outer_mode, o.step,
+                             o.outer_choice == OuterChoice::kSparse ? o.sparse_outer : o.outer,
+                             o.dn_period, f->spec->numel);
     s->fragments_[id] = std::move(f);
   }
   s->last_checkpoint_time_ = clock->Now();

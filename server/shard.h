@@ -91,6 +91,10 @@ struct ShardOptions {
   // so that the worker sends only its missing chunks (schema/kept_trains.h). 0 bytes: none kept.
   wire::KeepLimits keep_trains{absl::Minutes(5), uint64_t{256} << 20};
   kernels::NesterovParams outer;
+  // The step of sparse pushes (OuterChoice, server/outer_step.h): the study's best for top-k
+  // pushes with error feedback (benchmarks/quality/RESULTS.md, "The sparse pushes' outer step").
+  OuterChoice outer_choice = OuterChoice::kNesterov;
+  kernels::NesterovParams sparse_outer{2.0f, 0.0f};
   // How new versions travel to workers: fp32 (this struct's default; diloco-server's is int8)
   // sends every fragment whole; another codec (int8, int4) sends each version as a quantized update
   // from the previous one, with error feedback on the shard, and defines the published values as
@@ -275,6 +279,9 @@ class Shard {
   void OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing>* out);
+  // OuterChoice::kAuto: the fragment's step, chosen by its first push's codec; a push of the
+  // other kind is refused (BadCodec) naming both flags.
+  absl::Status PickOuterStep(FragmentState& f, const kernels::Codec& codec);
   const std::string& QueuedAnswerRid(const WorkerInfo& w, const std::string& data_rid) const;
   void OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -96,6 +97,9 @@ struct Shard::FragmentState {
   std::unique_ptr<RoundMerge> merge;         // how the round's pushes become its delta (into acc)
   std::unique_ptr<OuterStep> outer;          // how that delta moves theta and the momentum
   std::unique_ptr<DownloadChain> downloads;  // quantized downloads only
+  // OuterChoice::kAuto: whether `outer` is the sparse pushes' step, once a push has chosen it
+  // (not checkpointed: a restarted shard's first push chooses again).
+  std::optional<bool> sparse_step;
   // The push guard (server/push_guard.h): the steps cap on the I/O thread (OnPush), the norm
   // cap on the fragment's apply thread.
   MedianCap steps_cap;

@@ -129,6 +129,7 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
     return Refuse(rid, WireError(ErrorCode::BadCodec, s.message()), &h, out);
   if (auto s = wire::CheckEncodedPayload(m, codec, f.spec->numel); !s.ok())
     return Refuse(rid, s, &h, out);
+  if (auto s = PickOuterStep(f, codec); !s.ok()) return Refuse(rid, s, &h, out);
   if (h.tokens() == 0 || h.steps() == 0)
     return Refuse(rid, WireError(ErrorCode::Malformed, "push without tokens or steps"), &h, out);
 
@@ -188,6 +189,31 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   // Per-arrival mode: Tick publishes (after the checkpoint if due); a fragment whose theta is
   // being written takes this push in the round Tick closes after the write.
   if (f.outer->PerArrival() && !f.writing) CloseRound(f);
+}
+
+absl::Status Shard::PickOuterStep(FragmentState& f, const kernels::Codec& codec) {
+  if (opt_.outer_choice != OuterChoice::kAuto) return absl::OkStatus();
+  const bool sparse = kernels::IsTopK(codec.kind);
+  if (!f.sparse_step) {
+    // No round of this fragment has closed in this process yet: nothing holds the step.
+    f.outer = MakeOuterStep(opt_.outer_mode, opt_.step, sparse ? opt_.sparse_outer : opt_.outer,
+                            opt_.dn_period, f.spec->numel);
+    f.sparse_step = sparse;
+    const kernels::NesterovParams& p = sparse ? opt_.sparse_outer : opt_.outer;
+    log_lines_.push_back(absl::StrCat(
+        "fragment ", f.spec->id, ": outer step ", sparse ? "sparse" : "nesterov", " (lr ", p.lr,
+        ", momentum ", p.mu, "), chosen by its first push (", kernels::CodecName(codec), ")"));
+    return absl::OkStatus();
+  }
+  if (*f.sparse_step == sparse) return absl::OkStatus();
+  return WireError(
+      ErrorCode::BadCodec,
+      absl::StrCat("fragment ", f.spec->id, " takes the ",
+                   *f.sparse_step ? "sparse pushes' outer step (its first push was top-k)"
+                                  : "dense pushes' outer step (its first push was not top-k)",
+                   " and this push is ", kernels::CodecName(codec),
+                   ": push one kind of codec to a shard (the workers' --codec) or choose the "
+                   "shard's step with --outer_step=nesterov|sparse"));
 }
 
 }  // namespace diloco::server

@@ -2,6 +2,7 @@
 // window, push weights and staleness, the push guard, the merge and the outer Nesterov step. Read
 // by server_flags.cc (declared in server/flags/flags.h).
 #include <cstdint>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
@@ -9,6 +10,7 @@
 
 using diloco::server::MergeOrder;
 using diloco::server::MergeRule;
+using diloco::server::OuterChoice;
 using diloco::server::OuterMode;
 using diloco::server::RoundNorm;
 using diloco::server::RoundStep;
@@ -54,5 +56,12 @@ ABSL_FLAG(RoundStep, round_step, RoundStep::kPartial,
           "round's work advances the momentum by s of a step), composed (the same, such that "
           "rounds adding up to a full round take exactly one Nesterov step) or full (a whole "
           "step each)");
-ABSL_FLAG(double, outer_lr, 1.3, "outer Nesterov learning rate");
-ABSL_FLAG(double, outer_momentum, 0.7, "outer Nesterov momentum");
+ABSL_FLAG(OuterChoice, outer_step, OuterChoice::kAuto,
+          "the outer step's lr and momentum: nesterov (--outer_lr, --outer_momentum: 1.3, 0.7 "
+          "unless given), sparse (the step of top-k pushes: 2, 0 unless given) or auto (each "
+          "fragment takes the one its first push's codec asks for, top-k or not, and refuses "
+          "a push of the other kind; --outer_lr or --outer_momentum given makes it nesterov)");
+ABSL_FLAG(std::optional<double>, outer_lr, std::nullopt,
+          "outer learning rate (default 1.3, or 2 with the sparse step)");
+ABSL_FLAG(std::optional<double>, outer_momentum, std::nullopt,
+          "outer Nesterov momentum (default 0.7, or 0 with the sparse step)");
