@@ -188,15 +188,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.worker_credit_bytes = absl::GetFlag(FLAGS_worker_credit_mib) << 20;
   o.keep_trains.time = absl::GetFlag(FLAGS_keep_cut_trains_for);
   o.keep_trains.bytes = absl::GetFlag(FLAGS_keep_cut_trains_mib) << 20;
-  const std::optional<double> outer_lr = absl::GetFlag(FLAGS_outer_lr);
-  const std::optional<double> outer_momentum = absl::GetFlag(FLAGS_outer_momentum);
   o.outer_choice = absl::GetFlag(FLAGS_outer_step);
-  if (o.outer_choice == OuterChoice::kAuto && (outer_lr || outer_momentum))
-    o.outer_choice = OuterChoice::kNesterov;  // the user chose the step
-  o.outer.lr = static_cast<float>(outer_lr.value_or(1.3));
-  o.outer.mu = static_cast<float>(outer_momentum.value_or(0.7));
-  o.sparse_outer.lr = static_cast<float>(outer_lr.value_or(o.sparse_outer.lr));
-  o.sparse_outer.mu = static_cast<float>(outer_momentum.value_or(o.sparse_outer.mu));
+  o.outer.lr = static_cast<float>(absl::GetFlag(FLAGS_outer_lr));
+  o.outer.mu = static_cast<float>(absl::GetFlag(FLAGS_outer_momentum));
+  o.sparse_outer = {static_cast<float>(absl::GetFlag(FLAGS_sparse_outer_lr)), 0.0f};
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   const std::string codec = absl::GetFlag(FLAGS_download_codec);
   auto download = kernels::ParseCodec(codec);

@@ -22,6 +22,8 @@ absl::Status ValidateRounds(const ShardOptions& o) {
   if (o.round.quorum == 0) return Refuse("--quorum=0", "must be at least 1");
   if (o.outer_mode == OuterMode::kDelayedNesterov && o.merge == MergeRule::kRda)
     return Refuse("--merge=rda", "RDA merges a round, and --outer=delayed-nesterov has no rounds");
+  if (!(o.sparse_outer.lr > 0 && std::isfinite(o.sparse_outer.lr)))
+    return Refuse(absl::StrCat("--sparse_outer_lr=", o.sparse_outer.lr), "must be positive");
   if (o.dn_period < 1)
     return Refuse(absl::StrCat("--dn_period=", o.dn_period),
                   "the Delayed Nesterov period must be at least 1");

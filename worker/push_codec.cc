@@ -9,7 +9,8 @@
 
 namespace diloco::worker {
 
-EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::span<float> error) {
+EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::span<float> error,
+                       float decay) {
   const bool exact = error.empty();  // an exact codec without a residual: Q(delta) = delta
   assert(!exact || kernels::EntryOf(codec).exact);
   const wire::PayloadLayout layout(codec, delta.size());
@@ -17,6 +18,8 @@ EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::
   EncodedPush push;
   for (const wire::PayloadChunk& c : layout) {
     const std::span<uint8_t> out(bytes->data() + c.byte_offset, c.bytes);
+    if (!exact && decay != 1.0f)
+      for (float& e : error.subspan(c.offset, c.count)) e *= decay;
     auto s = exact ? kernels::Encode(codec, delta.subspan(c.offset, c.count), out)
                    : kernels::ErrorFeedbackEncode(codec, delta.subspan(c.offset, c.count),
                                                   error.subspan(c.offset, c.count), out);
@@ -33,13 +36,15 @@ EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::
 }
 
 void UndoErrorFeedback(kernels::Codec codec, std::span<const float> delta, std::span<float> error,
-                       const EncodedPush& push) {
+                       const EncodedPush& push, float decay) {
   if (push.poisoned || !push.bytes || error.empty()) return;
   for (const wire::PayloadChunk& c : wire::PayloadLayout(codec, delta.size())) {
     std::span<float> e = error.subspan(c.offset, c.count);
     for (uint64_t i = 0; i < c.count; ++i) e[i] -= delta[c.offset + i];
     (void)kernels::DecodeAccumulate(
         codec, std::span<const uint8_t>(push.bytes->data() + c.byte_offset, c.bytes), 1.0f, e);
+    if (decay != 1.0f)
+      for (float& v : e) v /= decay;
   }
 }
 

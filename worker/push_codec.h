@@ -21,18 +21,21 @@ struct EncodedPush {
   uint64_t poisoned_chunks = 0;
 };
 
-// Encodes `delta` with `codec`, chunk by chunk, with error feedback: per chunk e = error +
-// delta, payload = Q(e), error = e - deQ(payload) (`error` is updated in place; pass zeros for
-// no error feedback). A chunk whose e has a NaN or Inf (a diverged model) is sent as zeros and
-// its error reset, so nothing non-finite reaches the shard. fp32 is exact, so its error stays
-// zero: an fp32 push may pass an empty `error` (the sync client allocates the residual only
-// once a lossy codec is used: 4 B/param less for a learner that pushes fp32).
-EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::span<float> error);
+// Encodes `delta` with `codec`, chunk by chunk, with error feedback: per chunk e = decay x error
+// + delta, payload = Q(e), error = e - deQ(payload) (`error` is updated in place; pass zeros for
+// no error feedback). decay (SyncOptions::ef_decay, in (0, 1]) below 1 lets what waits in the
+// residual fade, as SparseLoCo's error feedback does for top-k pushes; 1 keeps all of it. A chunk
+// whose e has a NaN or Inf (a diverged model) is sent as zeros and its error reset, so nothing
+// non-finite reaches the shard. fp32 is exact, so its error stays zero: an fp32 push may pass an
+// empty `error` (the sync client allocates the residual only once a lossy codec is used: 4 B/param
+// less for a learner that pushes fp32).
+EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::span<float> error,
+                       float decay = 1.0f);
 
-// Takes a push that will never be applied back out of the error: error -= delta - deQ(payload),
-// returning it to what it was before EncodePush (up to float rounding). A poisoned push, and
-// one encoded without an error (fp32), has nothing to undo.
+// Takes a push that will never be applied back out of the error: error = (error - delta +
+// deQ(payload)) / decay, returning it to what it was before EncodePush (up to float rounding). A
+// poisoned push, and one encoded without an error (fp32), has nothing to undo.
 void UndoErrorFeedback(kernels::Codec codec, std::span<const float> delta, std::span<float> error,
-                       const EncodedPush& push);
+                       const EncodedPush& push, float decay = 1.0f);
 
 }  // namespace diloco::worker

@@ -53,6 +53,9 @@ struct SyncOptions {
   // Error feedback: a push's quantisation error goes into the next push. Off only to measure
   // what it is worth (the convergence study).
   bool error_feedback = true;
+  // What of the residual each push keeps (worker/push_codec.h, EncodePush): e = ef_decay x e +
+  // delta, in (0, 1]; 1 keeps it all. Below 1 for top-k pushes, as in SparseLoCo.
+  float ef_decay = 1.0f;
   absl::Duration lockstep_timeout = absl::Seconds(60);
   // Polled while a lockstep step waits for its answers (every 20 ms): true ends the wait at
   // once, so that a signal stops a worker whose round cannot close (a fleet member down) now,

@@ -94,6 +94,7 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
   so.carry_max = absl::GetFlag(FLAGS_carry_max);
   so.lockstep = absl::GetFlag(FLAGS_lockstep);
   so.error_feedback = absl::GetFlag(FLAGS_error_feedback);
+  so.ef_decay = static_cast<float>(absl::GetFlag(FLAGS_ef_decay));
   so.heartbeat = absl::GetFlag(FLAGS_heartbeat);
   so.shard_timeout = absl::GetFlag(FLAGS_shard_timeout);
   so.control_channel = absl::GetFlag(FLAGS_control_channel);

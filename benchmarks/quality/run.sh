@@ -417,7 +417,9 @@ sync4=(--lockstep --steps=$steps)
 # pushes give the same bits whatever order they arrive in, so these arms repeat exactly.
 sync_srv="--quorum=4 --grace_cap=60s --merge_order=worker"
 sync8_srv="--quorum=8 --grace_cap=60s --merge_order=worker"  # group e's 8 lockstep workers
-sparse_outer="--outer_momentum=0 --outer_lr=2"  # group i's top-k push arms
+# Group i's top-k push arms: the sparse step (lr 2, no momentum) that auto would pick, spelt as
+# a Nesterov step so that --server_flags="--outer_lr=LR" still sets it.
+sparse_outer="--outer_step=nesterov --outer_momentum=0 --outer_lr=2"
 
 if [[ $groups == *[acdis]* ]]; then
   echo "== a/c/d: synchronous DiLoCo, 4 workers, int8 pushes"
@@ -528,6 +530,9 @@ if [[ $groups == *i* ]]; then
   run_fleet i.topk0.0429-h5 i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:0.0429 \
     --inner_steps=5
   run_fleet i.int4-h100 i 4 2 "$sync_srv" "${sync4[@]}" --codec=int4 --inner_steps=100
+  # Top-k pushes to shards left at their default outer step (--outer_step=auto): the first push
+  # picks the sparse step, so this ends where i.topk0.0429 does, bit for bit.
+  run_fleet i.topk0.0429-auto i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:0.0429
   # Downloads that follow: the shards' updates sparse (top-k, 2-bit values), int8 pushes.
   for f in 0.25 0.1; do
     run_fleet "i.down-topk$f" i 4 2 "$sync_srv --download_codec=topk:$f" "${sync4[@]}"

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "absl/flags/declare.h"
@@ -43,8 +42,9 @@ ABSL_DECLARE_FLAG(diloco::server::MergeOrder, merge_order);
 ABSL_DECLARE_FLAG(diloco::server::RoundNorm, round_norm);
 ABSL_DECLARE_FLAG(diloco::server::RoundStep, round_step);
 ABSL_DECLARE_FLAG(diloco::server::OuterChoice, outer_step);
-ABSL_DECLARE_FLAG(std::optional<double>, outer_lr);
-ABSL_DECLARE_FLAG(std::optional<double>, outer_momentum);
+ABSL_DECLARE_FLAG(double, outer_lr);
+ABSL_DECLARE_FLAG(double, outer_momentum);
+ABSL_DECLARE_FLAG(double, sparse_outer_lr);
 
 // server/flags/storage.cc
 ABSL_DECLARE_FLAG(std::string, store);

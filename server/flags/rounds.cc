@@ -2,7 +2,6 @@
 // window, push weights and staleness, the push guard, the merge and the outer Nesterov step. Read
 // by server_flags.cc (declared in server/flags/flags.h).
 #include <cstdint>
-#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
@@ -57,11 +56,12 @@ ABSL_FLAG(RoundStep, round_step, RoundStep::kPartial,
           "rounds adding up to a full round take exactly one Nesterov step) or full (a whole "
           "step each)");
 ABSL_FLAG(OuterChoice, outer_step, OuterChoice::kAuto,
-          "the outer step's lr and momentum: nesterov (--outer_lr, --outer_momentum: 1.3, 0.7 "
-          "unless given), sparse (the step of top-k pushes: 2, 0 unless given) or auto (each "
-          "fragment takes the one its first push's codec asks for, top-k or not, and refuses "
-          "a push of the other kind; --outer_lr or --outer_momentum given makes it nesterov)");
-ABSL_FLAG(std::optional<double>, outer_lr, std::nullopt,
-          "outer learning rate (default 1.3, or 2 with the sparse step)");
-ABSL_FLAG(std::optional<double>, outer_momentum, std::nullopt,
-          "outer Nesterov momentum (default 0.7, or 0 with the sparse step)");
+          "the outer step: nesterov (--outer_lr, --outer_momentum) for every push, sparse (no "
+          "momentum, --sparse_outer_lr: the step of top-k pushes with error feedback) for every "
+          "push, or auto: each fragment takes the one its first push asks for (top-k: sparse, "
+          "any other codec: nesterov) and refuses a push of the other kind");
+ABSL_FLAG(double, outer_lr, 1.3, "outer Nesterov learning rate");
+ABSL_FLAG(double, outer_momentum, 0.7, "outer Nesterov momentum");
+ABSL_FLAG(double, sparse_outer_lr, 2.0,
+          "the sparse outer step's learning rate (--outer_step=sparse, or auto with top-k "
+          "pushes; no momentum)");

@@ -71,6 +71,32 @@ TEST(PushCodecTest, ErrorFeedbackKeepsWhatQuantisationLostAndUndoRestoresIt) {
   EXPECT_LT(back, 1e-8);
 }
 
+// With decay b, a push encodes b x error + delta: what the payload and the new error hold
+// together, and the undo gives the old error back. Top-k keeps most of it in the error.
+TEST(PushCodecTest, DecayedErrorFeedbackFadesTheResidualAndUndoRestoresIt) {
+  const auto codec = *kernels::ParseCodec("topk:0.05:256");
+  constexpr size_t kN = 4096;
+  constexpr float kDecay = 0.9f;
+  const std::vector<float> delta = Random(kN, 4, 1e-3f);
+  const std::vector<float> error0 = Random(kN, 5, 1e-3f);
+  std::vector<float> error = error0;
+  const EncodedPush p = EncodePush(codec, delta, error, kDecay);
+  std::vector<float> decoded(kN, 0.0f);
+  ASSERT_TRUE(kernels::Decode(codec, *p.bytes, decoded).ok());
+  double worst = 0, kept = 0;
+  for (size_t i = 0; i < kN; ++i) {
+    worst =
+        std::max<double>(worst, std::fabs(decoded[i] + error[i] - (kDecay * error0[i] + delta[i])));
+    kept = std::max<double>(kept, std::fabs(decoded[i] + error[i] - (error0[i] + delta[i])));
+  }
+  EXPECT_LT(worst, 1e-8);
+  EXPECT_GT(kept, 1e-5) << "a tenth of the old residual must be gone";
+  UndoErrorFeedback(codec, delta, error, p, kDecay);
+  double back = 0;
+  for (size_t i = 0; i < kN; ++i) back = std::max<double>(back, std::fabs(error[i] - error0[i]));
+  EXPECT_LT(back, 1e-8);
+}
+
 TEST(PushCodecTest, ANonFiniteChunkIsSentAsZerosAndItsErrorReset) {
   const auto codec = *kernels::ParseCodec("int8:256");
   std::vector<float> delta = Random(kNumel, 4, 1e-3f), error(kNumel, 1e-4f);

@@ -26,6 +26,7 @@ ABSL_DECLARE_FLAG(double, adopt_alpha);
 ABSL_DECLARE_FLAG(uint32_t, carry_max);
 ABSL_DECLARE_FLAG(bool, lockstep);
 ABSL_DECLARE_FLAG(bool, error_feedback);
+ABSL_DECLARE_FLAG(double, ef_decay);
 ABSL_DECLARE_FLAG(absl::Duration, join_timeout);
 ABSL_DECLARE_FLAG(bool, train_unjoined);
 ABSL_DECLARE_FLAG(absl::Duration, drain_timeout);

@@ -40,6 +40,9 @@ ABSL_FLAG(bool, lockstep, false,
           "synchronous DiLoCo)");
 ABSL_FLAG(bool, error_feedback, true,
           "keep each push's quantisation error and add it to the next push (false: study only)");
+ABSL_FLAG(double, ef_decay, 1.0,
+          "error feedback's decay: each push encodes ef_decay x the residual + its delta, in "
+          "(0, 1]; 1 keeps the whole residual (below 1: SparseLoCo's, for top-k pushes)");
 ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(60),
           "wait this long for the join before training starts");
 ABSL_FLAG(bool, train_unjoined, true,
