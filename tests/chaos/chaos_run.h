@@ -21,7 +21,9 @@
 //
 // Checked afterwards:
 //   1. during every fault of a worker or shard lasting >= 3 s, every worker untouched by a fault
-//      kept stepping at >= 0.2 of its own median rate, and every untouched shard closed rounds
+//      kept stepping, its training thread in steps for >= 0.5 of its own median share of the
+//      time (it did not wait on the fleet; its step rate, which follows its share of the CPU,
+//      is reported), and every untouched shard closed rounds
 //      during every such worker fault; a run in which no such window was checked fails;
 //   2, 3, 6. the shards' audit trails and the workers' Applied answers (invariants.h);
 //   4. every store passes diloco-ctl show's vetting at the end, and every restart came up: the
@@ -82,7 +84,8 @@ struct ChaosReport {
   FaultCounts messages;            // over every proxy
   std::vector<Violation> violations;
   std::map<std::string, std::string> facts;  // figures for the report, e.g. "final_loss"
-  double min_step_ratio = 1e9;               // invariant 1's tightest margin
+  double min_step_ratio = 1e9;               // invariant 1's tightest step rate (reported)
+  double min_busy_ratio = 1e9;               // invariant 1's tightest margin: time in steps
   std::string Text() const;                  // the table printed at the end
   std::string Json() const;
 };
