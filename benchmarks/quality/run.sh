@@ -27,9 +27,11 @@
 #   i  the bytes frontier: group d's fleet (synchronous, 4 workers) pushing fp32 / int8 / int4 /
 #      topk:0.0429 (the most entries within 0.05 B/param/round) / topk:0.03 / topk:0.01, top-k
 #      3% at H = 10 and int4 at H = 100 (equal bytes over the run), top-k 4.3% at H = 5
-#      (--inner_steps does not change these three), and int8 pushes with int4 or top-k 25% / 10%
-#      downloads; each arm's held-out loss against the bytes sent up and down per parameter per
-#      round and up over the whole run, measured by the workers' and shards' own counters
+#      (--inner_steps does not change these three), top-k 4.3% to shards at their default outer
+#      step (i.topk0.0429-auto) and with a decaying residual (i.topk0.0429-ef0.6), and int8
+#      pushes with int4 or top-k 25% / 10% downloads; each arm's held-out loss against the bytes
+#      sent up and down per parameter per round and up over the whole run, measured by the
+#      workers' and shards' own counters
 #      (bytes.tsv; int8: a.sync4, fp32 and int4: d.fp32 and d.int4, int4 downloads:
 #      h.down-int4, each run here when its own group is not)
 #
@@ -533,6 +535,11 @@ if [[ $groups == *i* ]]; then
   # Top-k pushes to shards left at their default outer step (--outer_step=auto): the first push
   # picks the sparse step, so this ends where i.topk0.0429 does, bit for bit.
   run_fleet i.topk0.0429-auto i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:0.0429
+  # SparseLoCo's decaying residual (each push sends from 0.6 x residual + delta) with the sparse
+  # step at lr 5: the best of group i's top-k 4.3% recipes at H = 50 (RESULTS.md, "Top-k pushes
+  # at H = 50").
+  run_fleet i.topk0.0429-ef0.6 i 4 2 "$sync_srv --outer_step=sparse --sparse_outer_lr=5" \
+    "${sync4[@]}" --codec=topk:0.0429 --ef_decay=0.6
   # Downloads that follow: the shards' updates sparse (top-k, 2-bit values), int8 pushes.
   for f in 0.25 0.1; do
     run_fleet "i.down-topk$f" i 4 2 "$sync_srv --download_codec=topk:$f" "${sync4[@]}"
