@@ -467,7 +467,10 @@ TEST(WorkerSyncTest, ALockstepFleetWaitsForAWorkerThatStartsLate) {
 // selection turns a last-bit difference in the merged model into other entries sent).
 std::vector<std::pair<double, double>> LockstepLosses(const std::string& merge_order) {
   Fleet f;
-  f.StartShards(2, {"--quorum=3", "--grace_cap=600s", "--merge_order=" + merge_order});
+  // The dense codecs' Nesterov step, which these 8 rounds learn fastest with (the sparse step
+  // that top-k pushes choose by default, lr 2 without momentum, ends above 5 here).
+  f.StartShards(2, {"--quorum=3", "--grace_cap=600s", "--merge_order=" + merge_order,
+                    "--outer_step=nesterov"});
   for (int w = 0; w < 3; ++w)
     f.workers.push_back(f.StartWorker(w, {"--lockstep", "--steps=80", "--inner_steps=10",
                                           "--codec=topk:0.05:256", "--eval_batches=8"}));
