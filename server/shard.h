@@ -94,7 +94,7 @@ struct ShardOptions {
   // The step of sparse pushes (OuterChoice, server/outer_step.h): the study's best for top-k
   // pushes with error feedback (benchmarks/quality/RESULTS.md, "The sparse pushes' outer step").
   OuterChoice outer_choice = OuterChoice::kNesterov;
-  kernels::NesterovParams sparse_outer{2.0f, 0.0f};
+  kernels::NesterovParams sparse_outer{4.0f, 0.0f};
   // How new versions travel to workers: fp32 (this struct's default; diloco-server's is int8)
   // sends every fragment whole; another codec (int8, int4) sends each version as a quantized update
   // from the previous one, with error feedback on the shard, and defines the published values as

@@ -48,4 +48,9 @@ void UndoErrorFeedback(kernels::Codec codec, std::span<const float> delta, std::
   }
 }
 
+float EfDecayFor(kernels::Codec codec, float option) {
+  if (option > 0) return option;
+  return kernels::IsTopK(codec.kind) ? kTopKEfDecay : 1.0f;
+}
+
 }  // namespace diloco::worker

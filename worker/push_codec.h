@@ -32,6 +32,14 @@ struct EncodedPush {
 EncodedPush EncodePush(kernels::Codec codec, std::span<const float> delta, std::span<float> error,
                        float decay = 1.0f);
 
+// The residual's decay a push of `codec` takes under SyncOptions::ef_decay `option`: the option
+// when it is set (in (0, 1]), else (0, the default) kTopKEfDecay for top-k pushes and 1 for every
+// other codec. A top-k fleet at H = 50 ended 1.194x the int8 fleet with the whole residual kept
+// and 1.052x with 0.8 and the shards' sparse step at lr 4 (benchmarks/quality/RESULTS.md, "Top-k
+// pushes at H = 50"); the dense codecs' residual is a quantisation error, kept whole.
+inline constexpr float kTopKEfDecay = 0.8f;
+float EfDecayFor(kernels::Codec codec, float option);
+
 // Takes a push that will never be applied back out of the error: error = (error - delta +
 // deQ(payload)) / decay, returning it to what it was before EncodePush (up to float rounding). A
 // poisoned push, and one encoded without an error (fp32), has nothing to undo.

@@ -26,7 +26,7 @@ void ShardSession::AddPush(PushJob job) {
   if (f.error.empty() && !kernels::EntryOf(job.codec).exact)
     f.error.assign(plan_.fragment(job.fragment).numel, 0.0f);  // the first lossy push
   if (!opt_.error_feedback) std::fill(f.error.begin(), f.error.end(), 0.0f);  // e = delta only
-  job.push = EncodePush(job.codec, job.delta, f.error, opt_.ef_decay);
+  job.push = EncodePush(job.codec, job.delta, f.error, EfDecayFor(job.codec, opt_.ef_decay));
   if (job.push.poisoned) shared_.Add(&SyncStats::errors, job.push.poisoned_chunks);
   job.resend_interval = opt_.resend_after;
   const auto key = std::make_pair(job.fragment, job.seq);
@@ -40,7 +40,8 @@ void ShardSession::Finish(Kept::iterator it, bool applied) {
   const PushJob& job = it->second;
   // e was e0 + delta - deQ(q); back to e0, as if the push had never been taken.
   if (!applied)
-    UndoErrorFeedback(job.codec, job.delta, frags_.at(job.fragment).error, job.push, opt_.ef_decay);
+    UndoErrorFeedback(job.codec, job.delta, frags_.at(job.fragment).error, job.push,
+                      EfDecayFor(job.codec, opt_.ef_decay));
   copies_.erase(it->first);
   resume_.erase(it->first);
   unacked_.erase(it);

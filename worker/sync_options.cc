@@ -58,9 +58,9 @@ absl::Status ValidateAdoption(const SyncOptions& o, const Names& n) {
     return Refuse(alpha,
                   absl::StrCat("applies to ", n("adopt"), "=lerp only (", n("adopt"), "=keep)"));
   if (!(o.adopt_alpha >= 0.0f && o.adopt_alpha <= 1.0f)) return Refuse(alpha, "must be in [0, 1]");
-  if (!(o.ef_decay > 0.0f && o.ef_decay <= 1.0f))
+  if (!(o.ef_decay >= 0.0f && o.ef_decay <= 1.0f))
     return Refuse(absl::StrCat(n("ef_decay"), "=", o.ef_decay),
-                  "must be in (0, 1] (1 keeps the whole residual)");
+                  "must be in (0, 1] (1 keeps the whole residual), or 0 for the codec's own");
   if (o.carry_max == 0)
     return Refuse(n("carry_max") + "=0",
                   "must be at least 1 (the local steps a push may carry, in units of H)");

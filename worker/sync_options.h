@@ -54,8 +54,9 @@ struct SyncOptions {
   // what it is worth (the convergence study).
   bool error_feedback = true;
   // What of the residual each push keeps (worker/push_codec.h, EncodePush): e = ef_decay x e +
-  // delta, in (0, 1]; 1 keeps it all. Below 1 for top-k pushes, as in SparseLoCo.
-  float ef_decay = 1.0f;
+  // delta, in (0, 1]; 1 keeps it all. 0 (the default): per codec (EfDecayFor: 0.8 for top-k
+  // pushes, as SparseLoCo decays its residual; 1 for the others).
+  float ef_decay = 0.0f;
   absl::Duration lockstep_timeout = absl::Seconds(60);
   // Polled while a lockstep step waits for its answers (every 20 ms): true ends the wait at
   // once, so that a signal stops a worker whose round cannot close (a fleet member down) now,

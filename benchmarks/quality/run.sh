@@ -519,21 +519,25 @@ if [[ $groups == *i* ]]; then
   # Top-k pushes take their own outer step, no momentum and lr 2 (benchmarks/quality/RESULTS.md,
   # "The sparse pushes' outer step"): error feedback already carries what a round did not send into
   # later rounds, and momentum on top of it re-applies that delayed mass.
+  # These arms keep the whole residual (--ef_decay=1), as when they were measured; the workers'
+  # default decays a top-k residual (i.topk0.0429-auto).
   for f in 0.0429 0.03 0.01; do
-    run_fleet "i.topk$f" i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:$f
+    run_fleet "i.topk$f" i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:$f \
+      --ef_decay=1
   done
   # Equal bytes over the run rather than per round: top-k 3% pushed every 10 steps (5x the
   # rounds; the best H for it of 5, 10, 15, 20 and 50) against int4 every 100 (half the rounds):
   # each sends about 8 B up per parameter per worker in the 1500 steps, int8 at H = 50 30.
   run_fleet i.topk0.03-h10 i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:0.03 \
-    --inner_steps=10
+    --inner_steps=10 --ef_decay=1
   # The most entries within 0.05 B/param/round at H = 5: 300 rounds per fragment in the 1500
   # steps, half int8's bytes up over the run.
   run_fleet i.topk0.0429-h5 i 4 2 "$sync_srv $sparse_outer" "${sync4[@]}" --codec=topk:0.0429 \
-    --inner_steps=5
+    --inner_steps=5 --ef_decay=1
   run_fleet i.int4-h100 i 4 2 "$sync_srv" "${sync4[@]}" --codec=int4 --inner_steps=100
-  # Top-k pushes to shards left at their default outer step (--outer_step=auto): the first push
-  # picks the sparse step, so this ends where i.topk0.0429 does, bit for bit.
+  # Top-k pushes with every default: the shards' --outer_step=auto picks the sparse step (no
+  # momentum, --sparse_outer_lr 4) by the first push, the workers decay the residual by 0.8
+  # (--ef_decay 0: the codec's own).
   run_fleet i.topk0.0429-auto i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:0.0429
   # SparseLoCo's decaying residual (each push sends from 0.6 x residual + delta) with the sparse
   # step at lr 5: the best of group i's top-k 4.3% recipes at H = 50 (RESULTS.md, "Top-k pushes

@@ -62,6 +62,6 @@ ABSL_FLAG(OuterChoice, outer_step, OuterChoice::kAuto,
           "any other codec: nesterov) and refuses a push of the other kind");
 ABSL_FLAG(double, outer_lr, 1.3, "outer Nesterov learning rate");
 ABSL_FLAG(double, outer_momentum, 0.7, "outer Nesterov momentum");
-ABSL_FLAG(double, sparse_outer_lr, 2.0,
+ABSL_FLAG(double, sparse_outer_lr, 4.0,
           "the sparse outer step's learning rate (--outer_step=sparse, or auto with top-k "
           "pushes; no momentum)");

@@ -97,6 +97,18 @@ TEST(PushCodecTest, DecayedErrorFeedbackFadesTheResidualAndUndoRestoresIt) {
   EXPECT_LT(back, 1e-8);
 }
 
+// --ef_decay left at 0: top-k pushes decay their residual, the dense codecs keep it whole; a
+// decay given applies to every codec.
+TEST(PushCodecTest, TheResidualsDecayFollowsTheCodecUnlessGiven) {
+  const auto topk = *kernels::ParseCodec("topk:0.05"), int8 = *kernels::ParseCodec("int8");
+  EXPECT_EQ(EfDecayFor(topk, 0), kTopKEfDecay);
+  EXPECT_LT(kTopKEfDecay, 1.0f);
+  EXPECT_EQ(EfDecayFor(int8, 0), 1.0f);
+  EXPECT_EQ(EfDecayFor(*kernels::ParseCodec("int4"), 0), 1.0f);
+  EXPECT_EQ(EfDecayFor(topk, 1.0f), 1.0f);
+  EXPECT_EQ(EfDecayFor(int8, 0.6f), 0.6f);
+}
+
 TEST(PushCodecTest, ANonFiniteChunkIsSentAsZerosAndItsErrorReset) {
   const auto codec = *kernels::ParseCodec("int8:256");
   std::vector<float> delta = Random(kNumel, 4, 1e-3f), error(kNumel, 1e-4f);

@@ -94,8 +94,8 @@ TEST(SyncOptionsTest, EachRuleRefusesABadValueNamingTheOption) {
          o.adopt_alpha = -0.25f;
        },
        "--adopt_alpha=-0.25: must be in [0, 1]", "adopt_alpha=-0.25: must be in [0, 1]"},
-      {"decay of 0", [](SyncOptions& o) { o.ef_decay = 0; }, "--ef_decay=0: must be in (0, 1]",
-       "ef_decay=0: must be in (0, 1]"},
+      {"negative decay", [](SyncOptions& o) { o.ef_decay = -0.5f; },
+       "--ef_decay=-0.5: must be in (0, 1]", "ef_decay=-0.5: must be in (0, 1]"},
       {"decay above 1", [](SyncOptions& o) { o.ef_decay = 1.5f; },
        "--ef_decay=1.5: must be in (0, 1]", "ef_decay=1.5: must be in (0, 1]"},
       {"carry of 0", [](SyncOptions& o) { o.carry_max = 0; }, "--carry_max=0: must be at least 1",

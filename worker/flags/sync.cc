@@ -40,9 +40,10 @@ ABSL_FLAG(bool, lockstep, false,
           "synchronous DiLoCo)");
 ABSL_FLAG(bool, error_feedback, true,
           "keep each push's quantisation error and add it to the next push (false: study only)");
-ABSL_FLAG(double, ef_decay, 1.0,
+ABSL_FLAG(double, ef_decay, 0.0,
           "error feedback's decay: each push encodes ef_decay x the residual + its delta, in "
-          "(0, 1]; 1 keeps the whole residual (below 1: SparseLoCo's, for top-k pushes)");
+          "(0, 1]; 1 keeps the whole residual. 0: the codec's own (0.8 for top-k pushes, as "
+          "SparseLoCo decays its residual; 1 for the others)");
 ABSL_FLAG(absl::Duration, join_timeout, absl::Seconds(60),
           "wait this long for the join before training starts");
 ABSL_FLAG(bool, train_unjoined, true,
