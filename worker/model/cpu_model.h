@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <utility>
 
 #include "common/manifest.h"
 
@@ -30,6 +32,32 @@ class CpuModel {
   virtual void Backward() = 0;
   // The family's initial parameters theta(0) from `seed`.
   virtual void Init(uint64_t seed) = 0;
+};
+
+// A family's model type M (params(), grads(), Forward, losses(), Backward, batch(), seq_len())
+// as a CpuModel: `manifest` is M's own (it lives as long as the model), `init` writes theta(0).
+template <typename M>
+class CpuModelOf final : public CpuModel {
+ public:
+  using InitFn = void (*)(M& model, uint64_t seed);
+  CpuModelOf(std::unique_ptr<M> m, const Manifest& manifest, InitFn init)
+      : m_(std::move(m)), manifest_(manifest), init_(init) {}
+  const Manifest& manifest() const override { return manifest_; }
+  int batch() const override { return m_->batch(); }
+  int seq_len() const override { return m_->seq_len(); }
+  std::span<float> params() override { return m_->params(); }
+  std::span<float> grads() override { return m_->grads(); }
+  double Forward(const int32_t* inputs, const int32_t* targets) override {
+    return m_->Forward(inputs, targets);
+  }
+  std::span<const float> losses() const override { return m_->losses(); }
+  void Backward() override { m_->Backward(); }
+  void Init(uint64_t seed) override { init_(*m_, seed); }
+
+ private:
+  std::unique_ptr<M> m_;
+  const Manifest& manifest_;
+  InitFn init_;
 };
 
 }  // namespace diloco::model

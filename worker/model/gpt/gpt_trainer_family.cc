@@ -6,24 +6,7 @@
 namespace diloco::model {
 namespace {
 
-class GptCpuModel final : public CpuModel {
- public:
-  explicit GptCpuModel(std::unique_ptr<Gpt<float>> gpt) : gpt_(std::move(gpt)) {}
-  const Manifest& manifest() const override { return gpt_->layout().manifest; }
-  int batch() const override { return gpt_->batch(); }
-  int seq_len() const override { return gpt_->seq_len(); }
-  std::span<float> params() override { return gpt_->params(); }
-  std::span<float> grads() override { return gpt_->grads(); }
-  double Forward(const int32_t* inputs, const int32_t* targets) override {
-    return gpt_->Forward(inputs, targets);
-  }
-  std::span<const float> losses() const override { return gpt_->losses(); }
-  void Backward() override { gpt_->Backward(); }
-  void Init(uint64_t seed) override { InitGpt2(gpt_->layout(), seed, gpt_->params()); }
-
- private:
-  std::unique_ptr<Gpt<float>> gpt_;
-};
+void InitGpt(Gpt<float>& gpt, uint64_t seed) { InitGpt2(gpt.layout(), seed, gpt.params()); }
 
 class Family final : public TrainerFamily {
  public:
@@ -41,7 +24,9 @@ class Family final : public TrainerFamily {
     absl::StatusOr<std::unique_ptr<Gpt<float>>> gpt =
         Gpt<float>::Create(*c, batch, seq_len, training);
     if (!gpt.ok()) return gpt.status();
-    return std::unique_ptr<CpuModel>(new GptCpuModel(*std::move(gpt)));
+    const Manifest& manifest = (*gpt)->layout().manifest;
+    return std::unique_ptr<CpuModel>(
+        new CpuModelOf<Gpt<float>>(*std::move(gpt), manifest, &InitGpt));
   }
   size_t ForwardBytesPerSequence(const TrainerModel& model, int seq_len) const override {
     absl::StatusOr<GptConfig> c = ParseGptConfig(model.config);

@@ -6,24 +6,9 @@
 namespace diloco::model {
 namespace {
 
-class LlamaCpuModel final : public CpuModel {
- public:
-  explicit LlamaCpuModel(std::unique_ptr<LlamaModel<float>> m) : m_(std::move(m)) {}
-  const Manifest& manifest() const override { return m_->manifest(); }
-  int batch() const override { return m_->batch(); }
-  int seq_len() const override { return m_->seq_len(); }
-  std::span<float> params() override { return m_->params(); }
-  std::span<float> grads() override { return m_->grads(); }
-  double Forward(const int32_t* inputs, const int32_t* targets) override {
-    return m_->Forward(inputs, targets);
-  }
-  std::span<const float> losses() const override { return m_->losses(); }
-  void Backward() override { m_->Backward(); }
-  void Init(uint64_t seed) override { InitLlama(m_->manifest(), seed, m_->params()); }
-
- private:
-  std::unique_ptr<LlamaModel<float>> m_;
-};
+void InitLlamaModel(LlamaModel<float>& m, uint64_t seed) {
+  InitLlama(m.manifest(), seed, m.params());
+}
 
 class Family final : public TrainerFamily {
  public:
@@ -40,7 +25,9 @@ class Family final : public TrainerFamily {
     if (!c.ok()) return c.status();
     auto m = LlamaModel<float>::Create(*c, batch, seq_len);
     if (!m.ok()) return m.status();
-    return std::unique_ptr<CpuModel>(new LlamaCpuModel(*std::move(m)));
+    const Manifest& manifest = (*m)->manifest();
+    return std::unique_ptr<CpuModel>(
+        new CpuModelOf<LlamaModel<float>>(*std::move(m), manifest, &InitLlamaModel));
   }
   // What LlamaModel::Create allocates per sequence besides the parameters and gradients: the
   // layers' activations and the readout's, and the backward's buffers (llama_model.cc).
