@@ -63,6 +63,16 @@ float StalenessDiscount(int64_t staleness, float alpha) {
   return static_cast<float>(std::pow(1.0 + static_cast<double>(staleness), -alpha));
 }
 
+absl::Status SgdStep(float lr, std::span<float> theta, std::span<const float> d) {
+  if (theta.size() != d.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("SGD step on spans of ", theta.size(), ", ", d.size()));
+  ParallelFor(theta.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) theta[i] = theta[i] - lr * d[i];
+  });
+  return absl::OkStatus();
+}
+
 absl::Status PartialNesterovStep(const NesterovParams& p, double share, std::span<float> theta,
                                  std::span<float> m, std::span<const float> d) {
   if (theta.size() != m.size() || theta.size() != d.size())

@@ -1,6 +1,7 @@
 // Server-side merge and outer-step rules beyond the plain Nesterov step of optim.h:
 //
-// RDA merge (an option beside the weighted mean): given K dense fp32 deltas d_k with weights w_k >= 0,
+// RDA merge (an option beside the weighted mean): given K dense fp32 deltas d_k with weights w_k >=
+// 0,
 //     W     = sum_k w_k                              (must be > 0)
 //     n_k   = ||d_k||_2                              (computed in double)
 //     nbar  = sum_k w_k n_k / W                      weighted mean of the norms
@@ -61,6 +62,11 @@ absl::Status RdaMerge(std::span<const std::span<const float>> deltas,
                       std::span<const float> weights, std::span<float> out);
 
 float StalenessDiscount(int64_t staleness, float alpha);
+
+// theta -= lr * d, no momentum: the top-k pushes' outer step beside a dense one
+// (server/outer_step.h). On theta, exactly the Nesterov step with mu = 0 (d + 0 * m is d).
+// theta and d must have the same size (InvalidArgument otherwise, nothing changed).
+absl::Status SgdStep(float lr, std::span<float> theta, std::span<const float> d);
 
 // theta, m and d must have the same size; share in (0, 1] (InvalidArgument otherwise).
 absl::Status PartialNesterovStep(const NesterovParams& p, double share, std::span<float> theta,

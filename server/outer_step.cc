@@ -67,7 +67,22 @@ class Delayed final : public OuterStep {
   kernels::DelayedNesterov dn_;
 };
 
+class Sparse final : public OuterStep {
+ public:
+  explicit Sparse(float lr) : lr_(lr) {}
+
+  void StepPart(double, std::span<float> theta, std::span<float>,
+                std::span<const float> d) override {
+    (void)kernels::SgdStep(lr_, theta, d);
+  }
+
+ private:
+  float lr_;
+};
+
 }  // namespace
+
+std::unique_ptr<OuterStep> MakeSparseStep(float lr) { return std::make_unique<Sparse>(lr); }
 
 std::unique_ptr<OuterStep> MakeOuterStep(OuterMode mode, RoundStep step,
                                          const kernels::NesterovParams& p, int dn_period,

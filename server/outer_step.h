@@ -37,9 +37,12 @@ enum class RoundStep { kPartial, kComposed, kFull };
 // "Sparse top-k pushes"):
 //   kNesterov: ShardOptions::outer for every push;
 //   kSparse: ShardOptions::sparse_outer (no momentum, a larger lr) for every push;
-//   kAuto: each fragment takes the step its first push in this process asks for (top-k:
-//     sparse_outer, any other codec: outer) and refuses a push of the other kind, so a fleet
-//     of top-k pushes never steps with the dense codecs' momentum unasked.
+//   kAuto: each push takes the step its codec asks for, so a fleet of top-k pushes never steps
+//     with the dense codecs' momentum unasked and a worker may switch between the kinds (its
+//     --codec=auto): with rounds, a round's top-k pushes merge apart from its dense ones and step
+//     by sparse_outer's lr without momentum (MakeSparseStep) after the dense ones' Nesterov step
+//     by outer; per arrival (Delayed Nesterov) each fragment takes the step its first push in
+//     this process asks for and refuses a push of the other kind.
 enum class OuterChoice { kAuto, kNesterov, kSparse };
 
 class OuterStep {
@@ -73,5 +76,11 @@ class OuterStep {
 std::unique_ptr<OuterStep> MakeOuterStep(OuterMode mode, RoundStep step,
                                          const kernels::NesterovParams& p, int dn_period,
                                          uint64_t numel);
+
+// The top-k pushes' step beside a dense lane in the same round (OuterChoice::kAuto with rounds,
+// Shard::LaneOf): theta -= lr x d, without momentum and without touching m, which is the dense
+// lane's; the round's share is already in d. On theta, bit for bit the Nesterov steps with
+// momentum 0 that kSparse takes.
+std::unique_ptr<OuterStep> MakeSparseStep(float lr);
 
 }  // namespace diloco::server

@@ -61,12 +61,16 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     s->owned_params_ += f->spec->numel;
     if (!kernels::EntryOf(o.download).exact)
       f->downloads = std::make_unique<DownloadChain>(o.download, f->spec->numel);
-    f->merge = MakeRoundMerge(o.merge, f->spec->numel);
     f->steps_cap = MedianCap(o.push_steps_cap);
     f->norm_cap = MedianCap(o.push_norm_cap);
-    f->outer = MakeOuterStep(o.outer_mode, o.step,
-                             o.outer_choice == OuterChoice::kSparse ? o.sparse_outer : o.outer,
-                             o.dn_period, f->spec->numel);
+    f->dense.merge = MakeRoundMerge(o.merge, f->spec->numel);
+    f->dense.outer = MakeOuterStep(
+        o.outer_mode, o.step, o.outer_choice == OuterChoice::kSparse ? o.sparse_outer : o.outer,
+        o.dn_period, f->spec->numel);
+    if (o.outer_choice == OuterChoice::kAuto && !f->dense.outer->PerArrival()) {
+      f->sparse.merge = MakeRoundMerge(o.merge, f->spec->numel);
+      f->sparse.outer = MakeSparseStep(o.sparse_outer.lr);
+    }
     s->fragments_[id] = std::move(f);
   }
   s->last_checkpoint_time_ = clock->Now();

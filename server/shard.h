@@ -256,6 +256,7 @@ class Shard {
 
  private:
   struct FragmentState;
+  struct RoundLane;
   struct HeldPush;
   Shard(const ShardOptions& o, const Clock* clock, Plan plan);
 
@@ -279,9 +280,12 @@ class Shard {
   void OnHello(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnInit(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing>* out);
-  // OuterChoice::kAuto: the fragment's step, chosen by its first push's codec; a push of the
-  // other kind is refused (BadCodec) naming both flags.
+  // OuterChoice::kAuto. With rounds: logs a fragment's first top-k push (every push steps as
+  // its codec asks, LaneOf). Per arrival: the fragment's step, chosen by its first push's codec;
+  // a push of the other kind is refused (BadCodec) naming both flags.
   absl::Status PickOuterStep(FragmentState& f, const kernels::Codec& codec);
+  // The lane of f's round a push of `codec` merges into (FragmentState::dense / sparse).
+  static RoundLane& LaneOf(FragmentState& f, const kernels::Codec& codec);
   const std::string& QueuedAnswerRid(const WorkerInfo& w, const std::string& data_rid) const;
   void OnPull(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
   void OnHeartbeat(const std::string& rid, const wire::Message& m, std::vector<Outgoing>* out);
@@ -296,11 +300,11 @@ class Shard {
   // Hands f's held pushes (MergeOrder::kWorker) to its merge, in worker order.
   void MergeHeld(FragmentState& f);
   void Publish(FragmentState& f, std::vector<Outgoing>* out);
-  // The round's outer step on f's merged delta (f.acc()), of `share` of a full round. A theta
+  // One lane's outer step on its merged delta (lane.acc()), of `share` of a full round. A theta
   // the published snapshot (or a send) still holds is not copied first: the step writes the new
   // theta into the accumulator's buffer, which becomes theta, so a burst of rounds closing
-  // together needs one buffer per open round and no more.
-  void StepRound(FragmentState& f, double share);
+  // together needs one buffer per open round and lane and no more.
+  void StepRound(FragmentState& f, RoundLane& lane, double share);
   // Before theta changes in place (Delayed Nesterov): a theta the published snapshot (or a
   // send) still holds is copied to a pooled buffer first, and the copy becomes the live theta.
   void MakeThetaWritable(FragmentState& f);

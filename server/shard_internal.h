@@ -59,6 +59,17 @@ struct Shard::HeldPush {
   double weight = 0;  // PushWeight, after the weight cap
 };
 
+// One kind of push's part of a fragment's open round (FragmentState::dense / sparse).
+struct Shard::RoundLane {
+  std::unique_ptr<RoundMerge> merge;  // how the lane's pushes become its delta (into acc)
+  std::unique_ptr<OuterStep> outer;   // how that delta moves theta (and the momentum)
+  // The lane's accumulator, from the shard's pool while it has pushes this round (else null).
+  std::shared_ptr<wire::Bytes> acc_buf;
+  std::span<float> acc() const { return Floats(*acc_buf); }
+  double weight_sum = 0;  // merged pushes' weights, relative to the round's first
+  uint32_t merged = 0;    // pushes merged into acc this round
+};
+
 struct Shard::FragmentState {
   const Fragment* spec = nullptr;
   uint64_t version = 0;    // applied
@@ -72,13 +83,15 @@ struct Shard::FragmentState {
   // zero-copy), and the next round that changes it writes a new buffer (StepRound).
   std::shared_ptr<wire::Bytes> theta_buf;
   std::vector<float> momentum;
-  // The round's accumulator, from the shard's pool while the round is open (null otherwise).
-  std::shared_ptr<wire::Bytes> acc_buf;
   std::span<float> theta() const { return Floats(*theta_buf); }
-  std::span<float> acc() const { return Floats(*acc_buf); }
-  double weight_sum = 0, weight_ref = 0;  // merged pushes' weights, relative to the first's
-  uint32_t merged = 0;                    // pushes merged into acc this round
-  std::vector<HeldPush> held;             // MergeOrder::kWorker: the round's pushes, unmerged
+  // Where a round's pushes merge and how their delta steps: every push in `dense`, except that
+  // under OuterChoice::kAuto with rounds a top-k push goes to `sparse` (Shard::LaneOf), whose
+  // step takes no momentum and follows the dense lane's in the same round (Shard::CloseRound).
+  RoundLane dense, sparse;
+  double weight_ref = 0;  // the weight of the round's first merged push, in either lane
+  uint32_t merged() const { return dense.merged + sparse.merged; }
+  double weight_sum() const { return dense.weight_sum + sparse.weight_sum; }
+  std::vector<HeldPush> held;  // MergeOrder::kWorker: the round's pushes, unmerged
   OpenRound round;
   struct Contribution {
     std::string rid;
@@ -94,11 +107,10 @@ struct Shard::FragmentState {
   std::vector<Contribution> unacked;            // applied, Applied ack held until published
   std::shared_ptr<const wire::Bytes> snapshot;  // published theta, shared by every send
   std::shared_ptr<const std::vector<uint64_t>> snapshot_sums;  // per chunk, hashed once
-  std::unique_ptr<RoundMerge> merge;         // how the round's pushes become its delta (into acc)
-  std::unique_ptr<OuterStep> outer;          // how that delta moves theta and the momentum
-  std::unique_ptr<DownloadChain> downloads;  // quantized downloads only
-  // OuterChoice::kAuto: whether `outer` is the sparse pushes' step, once a push has chosen it
-  // (not checkpointed: a restarted shard's first push chooses again).
+  std::unique_ptr<DownloadChain> downloads;                    // quantized downloads only
+  // OuterChoice::kAuto with a step per arrival (Delayed Nesterov, one lane): whether the dense
+  // lane's step is the sparse pushes', once a push has chosen it (not checkpointed: a restarted
+  // shard's first push chooses again). With rounds: whether a top-k push was logged.
   std::optional<bool> sparse_step;
   // The push guard (server/push_guard.h): the steps cap on the I/O thread (OnPush), the norm
   // cap on the fragment's apply thread.

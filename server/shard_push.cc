@@ -188,16 +188,27 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
   out->push_back(std::move(ack));
   // Per-arrival mode: Tick publishes (after the checkpoint if due); a fragment whose theta is
   // being written takes this push in the round Tick closes after the write.
-  if (f.outer->PerArrival() && !f.writing) CloseRound(f);
+  if (f.dense.outer->PerArrival() && !f.writing) CloseRound(f);
 }
 
 absl::Status Shard::PickOuterStep(FragmentState& f, const kernels::Codec& codec) {
   if (opt_.outer_choice != OuterChoice::kAuto) return absl::OkStatus();
   const bool sparse = kernels::IsTopK(codec.kind);
+  if (f.sparse.outer) {
+    // Rounds: every push steps as its codec asks (Shard::LaneOf); said once per fragment.
+    if (sparse && !f.sparse_step) {
+      f.sparse_step = true;
+      log_lines_.push_back(absl::StrCat("fragment ", f.spec->id, ": top-k pushes (",
+                                        kernels::CodecName(codec), ") take the sparse step (lr ",
+                                        opt_.sparse_outer.lr, ", no momentum)"));
+    }
+    return absl::OkStatus();
+  }
   if (!f.sparse_step) {
     // No round of this fragment has closed in this process yet: nothing holds the step.
-    f.outer = MakeOuterStep(opt_.outer_mode, opt_.step, sparse ? opt_.sparse_outer : opt_.outer,
-                            opt_.dn_period, f.spec->numel);
+    f.dense.outer =
+        MakeOuterStep(opt_.outer_mode, opt_.step, sparse ? opt_.sparse_outer : opt_.outer,
+                      opt_.dn_period, f.spec->numel);
     f.sparse_step = sparse;
     const kernels::NesterovParams& p = sparse ? opt_.sparse_outer : opt_.outer;
     log_lines_.push_back(absl::StrCat(
@@ -208,7 +219,7 @@ absl::Status Shard::PickOuterStep(FragmentState& f, const kernels::Codec& codec)
   if (*f.sparse_step == sparse) return absl::OkStatus();
   return WireError(
       ErrorCode::BadCodec,
-      absl::StrCat("fragment ", f.spec->id, " takes the ",
+      absl::StrCat("fragment ", f.spec->id, " steps per arrival and takes the ",
                    *f.sparse_step ? "sparse pushes' outer step (its first push was top-k)"
                                   : "dense pushes' outer step (its first push was not top-k)",
                    " and this push is ", kernels::CodecName(codec),

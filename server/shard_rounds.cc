@@ -85,11 +85,16 @@ absl::Duration Shard::Grace() const {
   return GraceWindow(opt_.round, t);
 }
 
+Shard::RoundLane& Shard::LaneOf(FragmentState& f, const kernels::Codec& codec) {
+  return f.sparse.outer && kernels::IsTopK(codec.kind) ? f.sparse : f.dense;
+}
+
 void Shard::MergePush(FragmentState& f, const HeldPush& p) {
   // Weights are relative to the round's first merged push (kept near 1 in float).
   if (f.weight_ref == 0) f.weight_ref = p.weight;
   const float rel = static_cast<float>(p.weight / f.weight_ref);
-  const RoundMerge::Target t = f.merge->Admit(rel, f.merged == 0, f.acc_buf, pool_);
+  RoundLane& lane = LaneOf(f, p.codec);
+  const RoundMerge::Target t = lane.merge->Admit(rel, lane.merged == 0, lane.acc_buf, pool_);
   // Decoded and merged on the fragment's apply thread, where the merge rule says; the norm cap
   // (server/push_guard.h) measures and clips the delta there.
   FragmentState* fs = &f;
@@ -101,8 +106,8 @@ void Shard::MergePush(FragmentState& f, const HeldPush& p) {
     if (d.admitted.capped) fs->norm_clips.push_back({worker, seq, d.norm, d.admitted.value});
     fs->last_apply_ns.store(absl::ToInt64Nanoseconds(absl::Now() - t0));
   });
-  ++f.merged;
-  f.weight_sum += rel;
+  ++lane.merged;
+  lane.weight_sum += rel;
 }
 
 void Shard::MergeHeld(FragmentState& f) {
@@ -123,31 +128,38 @@ void Shard::CloseRound(FragmentState& f) {
   CountNormClips(f);
   // The merged weight over what a full round would weigh: with kExpected a live worker missing
   // from the round counts as a zero delta. A dropped push (test flag) counts as neither: the
-  // round is the mean of the pushes that survived, as in DiLoCo's dropped-gradient study.
-  double total = f.weight_sum;
-  if (!f.outer->PerArrival() && opt_.norm == RoundNorm::kExpected && f.weight_ref > 0)
+  // round is the mean of the pushes that survived, as in DiLoCo's dropped-gradient study. Each
+  // lane's share is its part of that weight: its delta is its pushes' sum over the same total.
+  const double weight_sum = f.weight_sum();
+  double total = weight_sum;
+  if (!f.dense.outer->PerArrival() && opt_.norm == RoundNorm::kExpected && f.weight_ref > 0)
     total += workers_.ExpectedMissingWeight(clock_->Now(), f.spec->id, InRound(f)) / f.weight_ref;
-  const double share = f.merged > 0 ? f.weight_sum / total : 0;
+  const double share = f.merged() > 0 ? weight_sum / total : 0;
   counters_.round_share = counters_.rounds == 0 ? share : Ema(counters_.round_share, share, 0.05);
-  f.merge->Close(share, f.weight_sum, f.merged, f.acc_buf, pool_);
+  for (RoundLane* lane : {&f.dense, &f.sparse})
+    if (lane->merged > 0)
+      lane->merge->Close(lane->weight_sum / total, lane->weight_sum, lane->merged, lane->acc_buf,
+                         pool_);
   // Quantized downloads: the published values P_{v-1} stay as they are (holding them makes the
   // step write a new theta) until the update to the new version is taken from them.
   std::shared_ptr<wire::Bytes> previous;
   if (f.downloads) previous = f.theta_buf;
-  if (f.merged == 0) {
+  if (f.merged() == 0) {
     // Every push of the round was dropped: nothing to step on; the version still moves so that
     // the contributors' pushes are answered (with quantized downloads: the residual's update).
     if (f.downloads) MakeThetaWritable(f);
-  } else {
-    StepRound(f, share);
   }
+  // The dense pushes' step first (it owns the momentum), then the top-k pushes' on its result.
+  for (RoundLane* lane : {&f.dense, &f.sparse})
+    if (lane->merged > 0) StepRound(f, *lane, lane->weight_sum / total);
   if (previous) {
     QuantizeDownload(f, Floats(*previous));
     previous.reset();
     BudgetPool();  // the chain grew: what the pool may keep shrinks before it takes buffers back
   }
-  // The round is closed: its accumulator goes back.
-  pool_.Give(std::move(f.acc_buf), clock_->Now());
+  // The round is closed: its accumulators go back.
+  for (RoundLane* lane : {&f.dense, &f.sparse})
+    if (lane->acc_buf) pool_.Give(std::move(lane->acc_buf), clock_->Now());
   ++f.version;
   ++counters_.rounds;
   for (const auto& c : f.contributors) {
@@ -160,18 +172,21 @@ void Shard::CloseRound(FragmentState& f) {
   }
   f.contributors.clear();
   f.round = OpenRound{};
-  f.weight_sum = f.weight_ref = 0;
-  f.merged = 0;
+  for (RoundLane* lane : {&f.dense, &f.sparse}) {
+    lane->weight_sum = 0;
+    lane->merged = 0;
+  }
+  f.weight_ref = 0;
   dirty_ = true;
 }
 
-void Shard::StepRound(FragmentState& f, double share) {
-  OuterStep& outer = *f.outer;
+void Shard::StepRound(FragmentState& f, RoundLane& lane, double share) {
+  OuterStep& outer = *lane.outer;
   if (f.theta_buf.use_count() == 1 || !outer.Splits()) {
-    // Neither published nor being sent: step in place. A step taken whole only (Delayed
-    // Nesterov) on a theta still sent steps in a copy of it.
+    // Neither published nor being sent (nor stepped by another lane this round): step in place.
+    // A step taken whole only (Delayed Nesterov) on a theta still sent steps in a copy of it.
     MakeThetaWritable(f);
-    outer.Step(share, f.theta(), f.momentum, f.acc());
+    outer.Step(share, f.theta(), f.momentum, lane.acc());
     return;
   }
   // The accumulator becomes the new theta: chunk by chunk, its delta moves to a scratch buffer,
@@ -179,7 +194,7 @@ void Shard::StepRound(FragmentState& f, double share) {
   // (every chunk steps from the state the round found, OuterStep::StepPart; Commit advances it
   // once), so the result is the in-place step's, bit for bit.
   const std::span<const float> old = f.theta();
-  const std::span<float> out = f.acc();
+  const std::span<float> out = lane.acc();
   const std::span<float> m = f.momentum;
   constexpr size_t kChunk = size_t{1} << 18;  // 1 MiB of floats: large enough for ParallelFor
   step_scratch_.resize(std::min(kChunk, out.size()));
@@ -192,7 +207,7 @@ void Shard::StepRound(FragmentState& f, double share) {
   }
   outer.Commit();
   // The old theta is reused once no send or snapshot holds it.
-  pool_.Give(std::exchange(f.theta_buf, std::move(f.acc_buf)), clock_->Now());
+  pool_.Give(std::exchange(f.theta_buf, std::move(lane.acc_buf)), clock_->Now());
 }
 
 void Shard::MakeThetaWritable(FragmentState& f) {
@@ -264,7 +279,7 @@ void Shard::Tick(std::vector<Outgoing>* out) {
     f.round.live_workers_missing = workers_.LiveMissing(now, InRound(f));
     if (f.writing) continue;  // its theta is being written: the round closes after the write
     // Delayed Nesterov has no rounds: every arrival is applied on its own.
-    if (f.outer->PerArrival() ? f.round.pushes > 0 : ShouldClose(policy, grace, f.round, now))
+    if (f.dense.outer->PerArrival() ? f.round.pushes > 0 : ShouldClose(policy, grace, f.round, now))
       due_.push_back(at);
   }
   // Held pushes (MergeOrder::kWorker) of every due round go to the apply threads before the

@@ -58,8 +58,10 @@ ABSL_FLAG(RoundStep, round_step, RoundStep::kPartial,
 ABSL_FLAG(OuterChoice, outer_step, OuterChoice::kAuto,
           "the outer step: nesterov (--outer_lr, --outer_momentum) for every push, sparse (no "
           "momentum, --sparse_outer_lr: the step of top-k pushes with error feedback) for every "
-          "push, or auto: each fragment takes the one its first push asks for (top-k: sparse, "
-          "any other codec: nesterov) and refuses a push of the other kind");
+          "push, or auto: each push takes the one its codec asks for (top-k: sparse, any other "
+          "codec: nesterov; with --outer=delayed-nesterov the first push of a fragment chooses and "
+          "a push of "
+          "the other kind is refused)");
 ABSL_FLAG(double, outer_lr, 1.3, "outer Nesterov learning rate");
 ABSL_FLAG(double, outer_momentum, 0.7, "outer Nesterov momentum");
 ABSL_FLAG(double, sparse_outer_lr, 4.0,

@@ -1,4 +1,4 @@
-// RDA merge, the partial and composed Nesterov steps and the staleness discount.
+// RDA merge, the SGD step, the partial and composed Nesterov steps and the staleness discount.
 #include "kernels/outer.h"
 
 #include <gtest/gtest.h>
@@ -61,6 +61,31 @@ TEST(RdaMerge, ZeroDeltaAndErrors) {
   EXPECT_FALSE(RdaMerge(deltas, neg_w, out).ok());
   std::vector<float> short_out(7);
   EXPECT_FALSE(RdaMerge(deltas, w, short_out).ok());
+}
+
+TEST(SgdStep, IsTheNesterovStepWithoutMomentumOnThetaAndLeavesNoState) {
+  // Mixed signs and magnitudes, and a momentum buffer of any content: theta moves exactly as the
+  // Nesterov steps with mu = 0 move it, and SgdStep has no momentum to write.
+  const NesterovParams p{.lr = 4.0f, .mu = 0.0f};
+  std::vector<float> theta(300), m(300), d(300);
+  for (int i = 0; i < 300; ++i) {
+    theta[i] = 0.01f * float(i % 37) - 0.2f;
+    m[i] = 0.5f * float(i % 5) - 1.0f;
+    d[i] = 0.003f * float((i * 7) % 41) - 0.06f;
+  }
+  std::vector<float> sgd = theta, full = theta, partial = theta, m_full = m, m_partial = m;
+  ASSERT_TRUE(SgdStep(p.lr, sgd, d).ok());
+  NesterovStep(p, full, m_full, d);
+  ASSERT_TRUE(PartialNesterovStep(p, 0.3, partial, m_partial, d).ok());
+  EXPECT_EQ(sgd, full);
+  EXPECT_EQ(sgd, partial);
+  EXPECT_NEAR(theta[1] - sgd[1], 4.0 * d[1], 1e-6);
+}
+
+TEST(SgdStep, MismatchedSizesAreRefusedAndChangeNothing) {
+  std::vector<float> theta(4, 1.0f), short_d(3, 0.1f);
+  EXPECT_EQ(SgdStep(1.0f, theta, short_d).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(theta, std::vector<float>(4, 1.0f));
 }
 
 TEST(PartialNesterovStep, AFullShareIsTheNesterovStep) {

@@ -1,14 +1,18 @@
 // The outer step a shard left to choose it (OuterChoice::kAuto, diloco-server's default) takes:
-// a fragment whose first push is top-k steps as the sparse step (no momentum, lr 2) does, bit for
-// bit, one whose first push is dense as the dense step does, and a push of the other kind after
-// that is refused BadCodec naming both flags, with nothing merged (docs/protocol.md, "Sparse
-// top-k pushes").
+// top-k pushes step as the sparse step (no momentum, lr 2) does, bit for bit, dense ones as the
+// dense step does; a worker that switches kinds (--codec=auto) has each push stepped as its codec
+// asks, and a round holding both kinds takes the dense pushes' Nesterov step on their share and
+// then the top-k pushes' plain step, leaving the momentum to the dense ones. Per arrival (Delayed
+// Nesterov) the first push chooses and a push of the other kind is refused BadCodec naming both
+// flags, with nothing merged (docs/protocol.md, "Sparse top-k pushes").
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "kernels/codec.h"
+#include "kernels/optim.h"
+#include "kernels/outer.h"
 #include "tests/server/shard_harness.h"
 
 namespace diloco::server::testing {
@@ -25,8 +29,9 @@ const kernels::NesterovParams kSparse{2.0f, 0.0f};
 
 class Fleet {
  public:
-  Fleet(OuterChoice choice, kernels::NesterovParams dense) {
+  Fleet(OuterChoice choice, kernels::NesterovParams dense, OuterMode mode = OuterMode::kRounds) {
     ShardOptions o = TinyOptions();
+    o.outer_mode = mode;
     o.download = wire::kFragmentCodec;  // theta is what the shard publishes, bit for bit
     o.outer_choice = choice;
     o.outer = dense;
@@ -60,6 +65,7 @@ class Fleet {
   }
 
   std::vector<float> theta() const { return h_->shard().params(0); }
+  uint64_t numel() const { return n_; }
   ShardHarness& harness() { return *h_; }
 
  private:
@@ -88,9 +94,72 @@ TEST(ShardOuterChoiceTest, DensePushesKeepTheDenseStep) {
   EXPECT_EQ(chosen.theta(), dense.theta());
 }
 
-TEST(ShardOuterChoiceTest, APushOfTheOtherKindIsRefusedNamingBothFlags) {
+// What the shard decodes from a push of `values` with codec c (one chunk: the fragment is small).
+std::vector<float> Decoded(kernels::Codec c, const std::vector<float>& values) {
+  const auto enc = ShardHarness::Encode(c, values);
+  EXPECT_EQ(enc.size(), 1u);
+  std::vector<float> out(values.size());
+  EXPECT_TRUE(kernels::Decode(c, enc[0], out).ok());
+  return out;
+}
+
+TEST(ShardOuterChoiceTest, AWorkerThatSwitchesKindsHasEachPushSteppedAsItsCodecAsks) {
+  Fleet f(OuterChoice::kAuto, kDense);
+  std::vector<float> theta(f.numel(), 1.0f), m(f.numel(), 0.0f);
+  const kernels::Codec kinds[] = {kInt8, kTopK, kTopK, kInt8};
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    const kernels::Codec c = kinds[seq - 1];
+    ASSERT_EQ(f.Round(seq, c), "") << seq;
+    const std::vector<float> d = Decoded(c, f.Delta(seq));
+    if (kernels::IsTopK(c.kind))
+      ASSERT_TRUE(kernels::SgdStep(kSparse.lr, theta, d).ok());
+    else
+      kernels::NesterovStep(kDense, theta, m, d);
+    EXPECT_EQ(f.theta(), theta) << "after push " << seq << " (" << kernels::CodecName(c) << ")";
+  }
+}
+
+TEST(ShardOuterChoiceTest, ARoundOfBothKindsStepsEachOnItsShareAndLeavesTheMomentumToTheDense) {
+  ShardOptions o = TinyOptions();
+  o.download = wire::kFragmentCodec;
+  o.outer_choice = OuterChoice::kAuto;
+  o.outer = kDense;
+  o.sparse_outer = kSparse;
+  o.round.quorum = 2;
+  ShardHarness h(o);
+  const uint64_t n = h.fragment(0).numel;
+  h.Hello("a", 1);
+  h.Hello("b", 2);
+  ASSERT_EQ(Only(h.Init("a", 1, 0, std::vector<float>(n, 1.0f)), MsgType::PushAck)->header.ack,
+            AckStatus::Initialized);
+  std::vector<float> theta(n, 1.0f), m(n, 0.0f);
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    std::vector<float> dense(n), sparse(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      dense[i] = 0.001f * (float((i * 13 + seq * 7) % 97) - 48.0f);
+      sparse[i] = 0.002f * (float((i * 29 + seq * 5) % 89) - 44.0f);
+    }
+    ASSERT_EQ(
+        Only(h.Push("a", 1, 0, seq, seq, dense, 100, 10, kInt8), MsgType::PushAck)->header.ack,
+        AckStatus::Queued);
+    ASSERT_EQ(
+        Only(h.Push("b", 2, 0, seq, seq, sparse, 100, 10, kTopK), MsgType::PushAck)->header.ack,
+        AckStatus::Queued);
+    EXPECT_FALSE(h.Tick().empty());
+    ASSERT_EQ(h.shard().published_version(0), seq + 1);
+    // Equal weights: each lane holds half of the round, its delta its pushes' over the two.
+    std::vector<float> dd = Decoded(kInt8, dense), ds = Decoded(kTopK, sparse);
+    for (float& v : dd) v *= 0.5f;
+    for (float& v : ds) v *= 0.5f;
+    ASSERT_TRUE(kernels::PartialNesterovStep(kDense, 0.5, theta, m, dd).ok());
+    ASSERT_TRUE(kernels::SgdStep(kSparse.lr, theta, ds).ok());
+    EXPECT_EQ(h.shard().params(0), theta) << "round " << seq;
+  }
+}
+
+TEST(ShardOuterChoiceTest, PerArrivalAPushOfTheOtherKindIsRefusedNamingBothFlags) {
   for (const bool topk_first : {true, false}) {
-    Fleet f(OuterChoice::kAuto, kDense);
+    Fleet f(OuterChoice::kAuto, kDense, OuterMode::kDelayedNesterov);
     ASSERT_EQ(f.Round(1, topk_first ? kTopK : kInt8), "");
     const std::vector<float> before = f.theta();
     const std::string why = f.Round(2, topk_first ? kInt8 : kTopK);
