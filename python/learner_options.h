@@ -25,7 +25,7 @@ struct LearnerOptions {
   double adopt_alpha = 0;
   bool lockstep = false;
   bool error_feedback = true;
-  std::string auto_codecs = "int8:256,int4:256";
+  std::string auto_codecs = "int8:256,int4:256,topk:0.0429";
   uint32_t inner_steps_min = 50;
   uint32_t inner_steps_max = 2000;
   double link_margin = 1.5;

@@ -539,6 +539,10 @@ if [[ $groups == *i* ]]; then
   # momentum, --sparse_outer_lr 4) by the first push, the workers decay the residual by 0.8
   # (--ef_decay 0: the codec's own).
   run_fleet i.topk0.0429-auto i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:0.0429
+  # The same every 10 steps: int4 every 100's bytes over the run (i.int4-h100), the rung that
+  # --codec=auto takes before a larger H (RESULTS.md, "Top-k at shorter H").
+  run_fleet i.topk0.0429-auto-h10 i 4 2 "$sync_srv" "${sync4[@]}" --codec=topk:0.0429 \
+    --inner_steps=10
   # SparseLoCo's decaying residual (each push sends from 0.6 x residual + delta) with the sparse
   # step at lr 5: the best of group i's top-k 4.3% recipes at H = 50 (RESULTS.md, "Top-k pushes
   # at H = 50").

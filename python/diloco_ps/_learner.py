@@ -52,7 +52,7 @@ class Learner:
       lockstep=False         deterministic mode: after_step returns once its pushes are answered
                              and adopted (a fixed codec and H, not auto)
       error_feedback=True    a push's quantisation error goes into the next push (off: study only)
-      auto_codecs="int8:256,int4:256"
+      auto_codecs="int8:256,int4:256,topk:0.0429"
                              codec="auto": the codecs to choose from, finest first
       inner_steps_min=50     inner_steps="auto": the smallest H
       inner_steps_max=2000   inner_steps="auto": the largest H

@@ -111,6 +111,29 @@ TEST(LinkPlanTest, ASlowerUplinkTakesInt4BeforeALargerH) {
   EXPECT_EQ(p.choice().h, 100u);
 }
 
+TEST(LinkPlanTest, TopKComesAfterInt4AtTheSmallestHBeforeALargerH) {
+  // The default ladder: int8, int4, then top-k 4.3% at the smallest H before any larger H (at
+  // equal bytes over a run, top-k every 10 steps beat int4 every 100 in the study).
+  LinkPlanOptions o = Ladder(100, 1000);
+  o.codecs.push_back(C("topk:0.0429"));
+  LinkPlanner p(o, std::vector<uint64_t>(4, kFragment));
+  ASSERT_EQ(p.rungs(), 2u + 12u);  // int8 and int4 at 100, top-k at 100, 125, 157, ..., 1000
+  EXPECT_EQ(p.Rung(1).codec.kind, kernels::CodecKind::kInt4);
+  EXPECT_EQ(p.Rung(1).h, 100u);
+  EXPECT_EQ(p.Rung(2).codec.kind, kernels::CodecKind::kTopK);
+  EXPECT_EQ(p.Rung(2).h, 100u);
+  EXPECT_EQ(p.Rung(3).codec.kind, kernels::CodecKind::kTopK);
+  EXPECT_EQ(p.Rung(3).h, 125u);
+  // Round: 100 x 0.1 s = 10 s. Down: 4M x 1 B at 10 MB/s = 0.4 s. Up at 0.25 MB/s: int4 ~8.3 s
+  // (x 1.5 > 10 s), top-k ~0.8 s: top-k at H = 100, not int4 at a larger H.
+  EXPECT_TRUE(p.Update(Link(2, 80, 0.1, 1.0)));
+  EXPECT_EQ(p.choice().codec.kind, kernels::CodecKind::kTopK);
+  EXPECT_EQ(p.choice().h, 100u);
+  // A faster uplink (1 MB/s: int8 ~4.5 s, within 10 s at 1.5 / 0.7) goes back to int8.
+  EXPECT_TRUE(p.Update(Link(8, 80, 0.1, 1.0)));
+  EXPECT_EQ(p.choice().codec.kind, kernels::CodecKind::kInt8);
+}
+
 TEST(LinkPlanTest, ASlowLinkRaisesHUntilARoundFits) {
   LinkPlanner p = Planner(100, 10000);
   const LinkMeasure slow = Link(10, 10, 0.1, 4.0);  // fp32 updates: 16 MB down at 1.25 MB/s

@@ -17,7 +17,7 @@ ABSL_FLAG(std::string, codec, "int8:256",
           "push codec: fp32, bf16, fp8, int8, int4 [:block], topk:<fraction>[:block] (sparse, "
           "kernels/topk.h), or auto: one of --auto_codecs, chosen from the measured link "
           "(worker/link_plan.h)");
-ABSL_FLAG(std::string, auto_codecs, "int8:256,int4:256",
+ABSL_FLAG(std::string, auto_codecs, "int8:256,int4:256,topk:0.0429",
           "--codec=auto: the codecs to choose from, finest first");
 ABSL_FLAG(std::string, inner_steps, "50",
           "H: inner steps between pushes of a fragment, or auto: from --inner_steps_min to "
