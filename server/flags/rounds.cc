@@ -25,7 +25,9 @@ ABSL_FLAG(double, grace_gamma, 1.0,
           "time to its quorum) for the workers not yet in it");
 ABSL_FLAG(WeightScheme, weights, WeightScheme::kTokensSqOverSteps,
           "tokens2_over_steps, tokens or uniform");
-ABSL_FLAG(double, staleness_alpha, 0.0, "staleness discount (1+s)^-alpha; 0 = off");
+ABSL_FLAG(double, staleness_alpha, 1.0,
+          "staleness discount: a push s versions stale weighs (1+s)^-alpha of its weight; 0 = "
+          "off");
 ABSL_FLAG(uint64_t, max_staleness, 16, "pushes staler than this are refused");
 ABSL_FLAG(double, push_steps_cap, 4,
           "push guard: a push claiming more than this many times the median steps of the "
