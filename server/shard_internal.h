@@ -110,8 +110,9 @@ struct Shard::FragmentState {
   std::unique_ptr<DownloadChain> downloads;                    // quantized downloads only
   // OuterChoice::kAuto with a step per arrival (Delayed Nesterov, one lane): whether the dense
   // lane's step is the sparse pushes', once a push has chosen it (not checkpointed: a restarted
-  // shard's first push chooses again). With rounds: whether a top-k push was logged.
+  // shard's first push chooses again).
   std::optional<bool> sparse_step;
+  bool topk_logged = false;  // OuterChoice::kAuto with rounds: its first top-k push was logged
   // The push guard (server/push_guard.h): the steps cap on the I/O thread (OnPush), the norm
   // cap on the fragment's apply thread.
   MedianCap steps_cap;

@@ -196,8 +196,8 @@ absl::Status Shard::PickOuterStep(FragmentState& f, const kernels::Codec& codec)
   const bool sparse = kernels::IsTopK(codec.kind);
   if (f.sparse.outer) {
     // Rounds: every push steps as its codec asks (Shard::LaneOf); said once per fragment.
-    if (sparse && !f.sparse_step) {
-      f.sparse_step = true;
+    if (sparse && !f.topk_logged) {
+      f.topk_logged = true;
       log_lines_.push_back(absl::StrCat("fragment ", f.spec->id, ": top-k pushes (",
                                         kernels::CodecName(codec), ") take the sparse step (lr ",
                                         opt_.sparse_outer.lr, ", no momentum)"));
