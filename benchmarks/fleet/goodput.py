@@ -36,6 +36,7 @@ goodput at the highest rate) and exits 1 when one fails. Speed is never checked.
 
   benchmarks/fleet/goodput.py --build=BUILD [--quick] [--out=DIR] [--workers=8,16,32]
       [--rates=0,0.1,0.3,1,3] [--duration=30] [--recovery=5] [--detect=2] [--seed=1]
+      [--modes=async,rigid,elastic]
 
 --rates: fleet failures per round (one round = H x step time); a learner's mean time to failure is
 M = N x round / rate (rate 0: M = infinity, no failures).
@@ -333,8 +334,8 @@ def check(rows, a):
     for n in a.workers:
         for rate in a.rates:
             got = {r["mode"]: r for r in rows if r["workers"] == n and r["rate_per_round"] == rate}
-            if sorted(got) != sorted(MODES):
-                bad.append(f"N={n} rate {rate}: modes {sorted(got)}, expected {MODES}")
+            if sorted(got) != sorted(a.modes):
+                bad.append(f"N={n} rate {rate}: modes {sorted(got)}, expected {a.modes}")
                 continue
             plans = {json.dumps([r["schedule"], r["shard_schedule"]]) for r in got.values()}
             if len(plans) != 1:
@@ -370,7 +371,7 @@ def plot(rows, path):
     markers = ["o", "s", "^", "D"]
     ns = sorted({r["workers"] for r in rows})
     for i, n in enumerate(ns):
-        for m in MODES:
+        for m in [m for m in MODES if any(r["mode"] == m for r in rows)]:
             pts = sorted((r["failures_per_round"], r["goodput"]) for r in rows
                          if r["workers"] == n and r["mode"] == m and r["goodput"] is not None)
             ax.plot(*zip(*pts), marker=markers[i % 4], color=colors[m], label=f"{m}, N={n}")
@@ -379,9 +380,9 @@ def plot(rows, path):
             for r in rows:
                 if r["workers"] != n or r["mode"] != "async" or not r["rate_per_round"]:
                     continue
-                s = next(x for x in rows if x["workers"] == n and x["mode"] == m and
-                         x["rate_per_round"] == r["rate_per_round"])
-                if s["goodput"]:
+                s = next((x for x in rows if x["workers"] == n and x["mode"] == m and
+                          x["rate_per_round"] == r["rate_per_round"]), None)
+                if s and s["goodput"]:
                     pairs.append((r["failures_per_round"], r["goodput"] / s["goodput"]))
             if pairs:
                 bx.plot(*zip(*sorted(pairs)), style, marker=markers[i % 4], color=colors[m],
@@ -437,7 +438,11 @@ def main():
                     help="shards fail too (mean --shard_mttf, down --shard_recovery)")
     ap.add_argument("--shard_mttf", type=float, default=20.0)
     ap.add_argument("--shard_recovery", type=float, default=2.0)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1,
+                    help="the failure schedules' seed: rows of one seed share their failure times")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="which of async, rigid, elastic to run (async always: its row at rate "
+                         "0 is r0)")
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--step_time", default="50ms")
     ap.add_argument("--inner_steps", type=int, default=20)
@@ -447,6 +452,13 @@ def main():
         a.workers, a.rates, a.duration = "4", "0,1", 15.0
     a.workers = [int(x) for x in a.workers.split(",")]
     a.rates = sorted(float(x) for x in a.rates.split(","))
+    a.modes = [m for m in a.modes.split(",") if m]
+    if "async" not in a.modes or not set(a.modes) <= set(MODES) or \
+            len(set(a.modes)) != len(a.modes):
+        print(f"goodput: --modes={','.join(a.modes)}: a subset of {','.join(MODES)} with async "
+              "(its row at rate 0 is r0), each once", file=sys.stderr)
+        return 2
+    a.modes = [m for m in MODES if m in a.modes]
     if a.rates[0] != 0:
         print("goodput: --rates needs 0 (the reference rate r0)", file=sys.stderr)
         return 2
@@ -469,7 +481,7 @@ def main():
         for n in a.workers:
             r0 = None
             for rate in a.rates:
-                for mode in MODES:
+                for mode in a.modes:
                     try:
                         r = run_row(a, work, mode, n, rate, r0)
                     except (RuntimeError, OSError, ValueError) as e:
