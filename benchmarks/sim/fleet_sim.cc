@@ -52,6 +52,7 @@ FleetSim::FleetSim(FleetConfig c)
   secured_cut_.assign(np, 0);
   last_admit_.assign(np, -1);
   stamp_.assign(np, 0);
+  stamp_gen_.assign(np, 0);
   held_version_.assign(np, 0);
   outstanding_.assign(np, 0);
   pending_.assign(np, 0);
@@ -206,9 +207,11 @@ void FleetSim::Admit(uint32_t l, uint32_t gen, uint32_t p, double t) {
   if (gen != gen_[l] || state_[l] != State::kUp) return;
   Fragment& f = frags_[p];
   const size_t i = At(l, p);
-  // The shard holds one push of a worker per fragment in an open round: a restarted learner's
-  // push waits while its previous incarnation's is still in the round.
-  if (stamp_[i] == f.round_id + 1) {
+  // The shard holds one push of a worker generation per fragment in an open round; a restarted
+  // learner's push joins the round beside its dead incarnation's and counts towards the quorum
+  // as a push of its own (ShardTest.ARestartedWorkersPushJoinsTheRoundHoldingItsDeadProcesssPush).
+  const bool in_round = stamp_[i] == f.round_id + 1;
+  if (in_round && stamp_gen_[i] == gen) {
     f.deferred.emplace_back(l, gen);
     return;
   }
@@ -230,7 +233,8 @@ void FleetSim::Admit(uint32_t l, uint32_t gen, uint32_t p, double t) {
   }
   f.weight_sum += w;
   stamp_[i] = f.round_id + 1;
-  if (live_[l]) ++f.live_in_round;
+  stamp_gen_[i] = gen;
+  if (live_[l] && !in_round) ++f.live_in_round;
   f.contributors.emplace_back(l, gen);
   Evaluate(p, T(t));
 }

@@ -36,7 +36,7 @@ class FleetSim {
     double weight_sum = 0;
     absl::Time deadline = absl::InfiniteFuture();             // the kDeadline event pending
     std::vector<std::pair<uint32_t, uint32_t>> contributors;  // (learner, generation)
-    std::vector<std::pair<uint32_t, uint32_t>> deferred;      // a second push of a learner in round
+    std::vector<std::pair<uint32_t, uint32_t>> deferred;      // a generation's second push
   };
   struct ShardTimings {  // the shard's moving averages (server/shard.cc's timings_)
     double inner_steps = 0;
@@ -90,6 +90,7 @@ class FleetSim {
   std::vector<double> secured_cut_;  // ... the last push a shard took
   std::vector<double> last_admit_;   // when a shard last took this learner's push of p
   std::vector<uint32_t> stamp_;      // round_id + 1 of the round its push is in
+  std::vector<uint32_t> stamp_gen_;  // ... and the generation that pushed it
   std::vector<uint64_t> held_version_;
   std::vector<uint8_t> outstanding_, pending_;
 

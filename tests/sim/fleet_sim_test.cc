@@ -96,6 +96,29 @@ TEST(FleetSimTest, RigidWaitsOutARecoveryLongerThanTheGraceCapOnlyUncapped) {
     for (const FleetConfig& s : sweep) EXPECT_TRUE(std::isinf(s.sync_grace_cap_s));
 }
 
+// The shard takes a restarted learner's push into the round that still holds its dead
+// incarnation's, as a push of its own (ShardTest.ARestartedWorkersPushJoinsTheRoundHoldingIts
+// DeadProcesssPush). Three rigid learners, rounds of 1 s, recovery 5 s: learner 1 fails before
+// its push of round 2 (at 1.5 s) and again just after it is back, away until 11.6 s; learner 0
+// fails after pushing into round 2 (at 2.2 s) and pushes again at 8.2 s. That push is the quorum's
+// third: round 2 closes at the grace window's floor (20 ms, the quorum took far longer than a
+// cycle), and learners 0 and 2 train one more round while learner 1 is away. Held back for the next
+// round instead, they would idle until 12.6 s.
+TEST(FleetSimTest, ARestartedLearnersPushJoinsTheRoundHoldingItsDeadIncarnations) {
+  FleetConfig c = RigidOneFailure(/*round_s=*/1, /*rounds=*/14, /*tau=*/1.2, /*recovery=*/5);
+  c.learners = 3;
+  c.schedule = {{1.2}, {0.5, 5.6}, {}};
+  const SimResult r = FleetSim(c).Run();
+  EXPECT_EQ(r.failures, 3u);
+  // Useful seconds of training. Learner 0: 1 s pushed before its failure; from 7.2 s 1 s to
+  // its push, 20 ms idle, 1 s, idle until round 3 closes at 12.6 s, 2.4 s to the window's end.
+  // Learner 1: its first two incarnations' 0.5 s and 0.1 s never pushed, then 1 s from 11.6 s
+  // and 2.4 s. Learner 2: 1 s, idle until round 2 closes at 8.22 s, 1 s, idle, 2.4 s.
+  const double steps = (1 + 1 + 1 + 2.4) + (1 + 2.4) + (1 + 1 + 2.4);
+  EXPECT_NEAR(r.goodput, steps / (3 * c.window_s), 0.002);
+  EXPECT_EQ(r.lost_pushes, 0u);
+}
+
 TEST(FleetSimTest, TheSameSeedGivesTheSameRun) {
   for (Mode m : kModes) {
     FleetConfig c;
