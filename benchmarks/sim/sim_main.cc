@@ -1,6 +1,7 @@
 // diloco-sim: the discrete-event simulation of a fleet under learner failures
-// (benchmarks/sim/fleet_sim.h). One run prints one JSON line; --sweep=fleet|scale|recovery|all runs
-// the sweep configurations (benchmarks/sim/sweeps.h) and writes their lines to --out as well;
+// (benchmarks/sim/fleet_sim.h). One run prints one JSON line;
+// --sweep=fleet|scale|recovery|paper|all runs the sweep configurations (benchmarks/sim/sweeps.h)
+// and writes their lines to --out as well;
 // --quick runs the self-checking quick form and exits 1 when a check fails.
 #include <cstdio>
 #include <fstream>
@@ -44,7 +45,7 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the failure process and the jitter");
 ABSL_FLAG(std::string, schedule, "",
           "file of 'learner seconds' lines: failure times after the window opens, replacing the "
           "seeded process");
-ABSL_FLAG(std::string, sweep, "", "fleet, scale, recovery or all");
+ABSL_FLAG(std::string, sweep, "", "fleet, scale, recovery, paper or all");
 ABSL_FLAG(std::string, out, "", "with --sweep: also write the lines here");
 ABSL_FLAG(bool, quick, false, "the quick form: small runs checked against their expectations");
 
@@ -69,7 +70,9 @@ int Main() {
       for (FleetConfig& c : ScaleSweep()) runs.push_back(std::move(c));
     if (s == "recovery" || s == "all")
       for (FleetConfig& c : RecoverySweep()) runs.push_back(std::move(c));
-    if (runs.empty()) return Fail("--sweep: expected fleet, scale, recovery or all");
+    if (s == "paper" || s == "all")
+      for (FleetConfig& c : PaperSweep()) runs.push_back(std::move(c));
+    if (runs.empty()) return Fail("--sweep: expected fleet, scale, recovery, paper or all");
     std::ofstream out;
     if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
       out.open(path);

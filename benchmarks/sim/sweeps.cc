@@ -87,6 +87,26 @@ std::vector<FleetConfig> RecoverySweep() {
   return out;
 }
 
+std::vector<FleetConfig> PaperSweep() {
+  struct Variant {
+    uint32_t chips_per_learner;
+    double round_s;
+  };
+  std::vector<FleetConfig> out;
+  for (Variant v : {Variant{2048, 30}, Variant{4096, 30}, Variant{2048, 100}})
+    for (Mode m : kModes) {
+      FleetConfig c = ScaleFleet(kPaperChips / v.chips_per_learner, m);
+      c.step_time_s = v.round_s / c.inner_steps;
+      c.mttf_s = kChipMttfYears * kYear / v.chips_per_learner;
+      c.recovery_s = kTorchftRecoveryS;
+      c.async_grace_cap_s = v.round_s / 2;
+      c.warmup_s = 2 * v.round_s;
+      c.window_s = 10 * 3600;
+      out.push_back(c);
+    }
+  return out;
+}
+
 bool QuickCheck() {
   bool ok = true;
   auto fail = [&](const std::string& what) {

@@ -8,6 +8,11 @@
 //   recovery: the scale sweep's fleet at N = 1,000 and 1 or 3 fleet failures per round, the
 //          recovery time from 1 to 32 rounds: what bounds async over synchronous (a rigid
 //          fleet stalls for a failed member's recovery; async learners lose only their own).
+//   paper: the goodput headline in one setting, each figure's source in
+//          benchmarks/sim/RESULTS.md ("The headline in one setting"): 1.5 M chips failing once a
+//          year each, grouped in learners of 2,048 chips (732 learners; 4,096 as a variant),
+//          torchft's 948 s from fault to recovery, rounds of 30 s (100 s as a variant),
+//          synchronous rounds without a grace cap.
 #pragma once
 
 #include <string>
@@ -23,6 +28,12 @@ double MttfForRate(const FleetConfig& c, double rate);
 std::vector<FleetConfig> FleetSweep();
 std::vector<FleetConfig> ScaleSweep();
 std::vector<FleetConfig> RecoverySweep();
+std::vector<FleetConfig> PaperSweep();  // its first three runs (async, rigid, elastic): the row
+
+// The paper sweep's figures (where each comes from: benchmarks/sim/RESULTS.md).
+inline constexpr uint32_t kPaperChips = 1'500'000;
+inline constexpr double kChipMttfYears = 1;
+inline constexpr double kTorchftRecoveryS = 948;
 
 // The quick form: a few small runs whose output is checked (no-failure goodput 1 in every mode,
 // async >= elastic >= rigid under failures, a run repeated gives the same line, a 10,000-learner

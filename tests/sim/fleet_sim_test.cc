@@ -119,6 +119,24 @@ TEST(FleetSimTest, ARestartedLearnersPushJoinsTheRoundHoldingItsDeadIncarnations
   EXPECT_EQ(r.lost_pushes, 0u);
 }
 
+// The headline in one setting (benchmarks/sim/RESULTS.md): the paper sweep's first row keeps
+// async at 0.88 or more and 20x rigid synchronous or more; rigid sits near one round per
+// recovery, 1 / (1 + 948 s / 30 s).
+TEST(FleetSimTest, ThePaperRowKeepsAsyncAbove088And20xRigid) {
+  std::vector<FleetConfig> sweep = PaperSweep();
+  ASSERT_GE(sweep.size(), 3u);
+  ASSERT_EQ(sweep[0].mode, Mode::kAsync);
+  ASSERT_EQ(sweep[1].mode, Mode::kRigid);
+  for (FleetConfig& c : sweep) c.window_s = 3 * 3600;  // of the sweep's 10 h: CI time
+  const SimResult async = FleetSim(sweep[0]).Run();
+  const SimResult rigid = FleetSim(sweep[1]).Run();
+  EXPECT_GT(async.failures, 300u);
+  EXPECT_EQ(async.failures, rigid.failures) << "one failure process for both";
+  EXPECT_GE(async.goodput, 0.88);
+  EXPECT_GE(async.goodput, 20 * rigid.goodput);
+  EXPECT_NEAR(rigid.goodput, 1 / (1 + kTorchftRecoveryS / 30), 0.01);
+}
+
 TEST(FleetSimTest, TheSameSeedGivesTheSameRun) {
   for (Mode m : kModes) {
     FleetConfig c;
