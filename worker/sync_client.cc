@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
+#include <vector>
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -67,6 +69,20 @@ struct SyncClient::Impl {
   void Process(SyncClient::ParamsFn params, Arrival& a);
   // Lockstep: processes arrivals until none of `fragments` has a push outstanding.
   void AwaitAnswers(SyncClient::ParamsFn params, const std::vector<uint32_t>& fragments);
+  // Lockstep with a fixed overlap (SyncOptions::lockstep_overlap): a push queued at step s is
+  // awaited, and its answer adopted, at step s + overlap; an answer that comes earlier waits in
+  // `deferred`, so the step of every adoption is fixed whatever the timing.
+  struct Awaited {
+    uint32_t fragment;
+    uint64_t due;
+  };
+  std::vector<Awaited> awaited;
+  std::vector<Arrival> deferred;
+  uint64_t steps = 0;
+  // Processes `a` now, or defers it when its fragment's push is awaited at a later step.
+  void Take(SyncClient::ParamsFn params, Arrival& a);
+  // Adopts the answers due at this step (the overlap's await point).
+  void AwaitDue(SyncClient::ParamsFn params);
 
   // I/O thread: one session and one ZeroMQ link per shard.
   std::atomic<bool> stop{false};
@@ -168,6 +184,8 @@ absl::Status SyncClient::Join(std::span<float> params, absl::Duration deadline) 
 
 absl::Status SyncClient::Drain(std::span<float> params, absl::Duration timeout) {
   Impl& im = *impl_;
+  im.awaited.clear();
+  for (auto& a : std::exchange(im.deferred, {})) im.Process(Whole(params), a);
   absl::Time end = absl::Now() + timeout;
   for (;;) {
     auto d =
@@ -208,7 +226,35 @@ void SyncClient::Impl::AwaitAnswers(SyncClient::ParamsFn params,
   };
   const auto interrupted = [&] { return opt.interrupted && opt.interrupted(); };
   while (pending() && absl::Now() < end && !stop && !interrupted())
-    for (auto& a : shared.TakeArrivals(absl::Milliseconds(20))) Process(params, a);
+    for (auto& a : shared.TakeArrivals(absl::Milliseconds(20))) Take(params, a);
+}
+
+void SyncClient::Impl::Take(SyncClient::ParamsFn params, Arrival& a) {
+  for (const Awaited& w : awaited)
+    if (w.fragment == a.fragment && w.due > steps) {
+      deferred.push_back(std::move(a));
+      return;
+    }
+  Process(params, a);
+}
+
+void SyncClient::Impl::AwaitDue(SyncClient::ParamsFn params) {
+  std::vector<uint32_t> due;
+  std::erase_if(awaited, [&](const Awaited& w) {
+    if (w.due > steps) return false;
+    due.push_back(w.fragment);
+    return true;
+  });
+  if (due.empty()) return;
+  std::vector<Arrival> later;
+  for (auto& a : deferred) {
+    if (std::find(due.begin(), due.end(), a.fragment) != due.end())
+      Process(params, a);
+    else
+      later.push_back(std::move(a));
+  }
+  deferred = std::move(later);
+  AwaitAnswers(params, due);
 }
 
 std::pair<kernels::Codec, uint32_t> SyncClient::Impl::Cadence(double step_us) {
@@ -252,7 +298,8 @@ void SyncClient::AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step
   const double step_us = Ema(static_cast<double>(im.shared.step_time_us()),
                              absl::ToDoubleMicroseconds(step_time), 0.1);
   im.shared.set_step_time_us(static_cast<uint64_t>(step_us));
-  for (auto& a : im.shared.TakeArrivals()) im.Process(params, a);
+  ++im.steps;
+  for (auto& a : im.shared.TakeArrivals()) im.Take(params, a);
   const bool draining = im.shared.draining();  // set by Drain, on this thread
   // Named, not a structured binding: the lambda below captures it (clang before 16 refuses).
   const auto [chosen_codec, h_link] = im.Cadence(step_us);
@@ -273,7 +320,13 @@ void SyncClient::AfterStep(ParamsFn params, uint64_t tokens, absl::Duration step
   std::vector<uint32_t> pushed;
   for (const PushJob& j : due) pushed.push_back(j.fragment);
   im.shared.QueuePushes(std::move(due));
-  if (im.opt.lockstep && !pushed.empty()) im.AwaitAnswers(params, pushed);
+  if (!im.opt.lockstep) return;
+  if (im.opt.lockstep_overlap == 0) {
+    if (!pushed.empty()) im.AwaitAnswers(params, pushed);
+    return;
+  }
+  for (uint32_t f : pushed) im.awaited.push_back({f, im.steps + im.opt.lockstep_overlap});
+  im.AwaitDue(params);
 }
 
 // ---- I/O thread -------------------------------------------------------------------------

@@ -47,6 +47,16 @@ absl::Status ValidateCadence(const SyncOptions& o, const Names& n) {
         absl::StrCat(n("lockstep"), " with ", n(o.auto_codec ? "codec" : "inner_steps"), "=auto"),
         "lockstep runs are deterministic and take a fixed codec and H, not auto (a "
         "choice made from measured rates would differ from run to run)");
+  if (o.lockstep_overlap > 0) {
+    const std::string overlap = absl::StrCat(n("lockstep_overlap"), "=", o.lockstep_overlap);
+    if (!o.lockstep)
+      return Refuse(overlap, absl::StrCat("applies to ", n("lockstep"),
+                                          " only (an asynchronous worker adopts each answer as "
+                                          "it comes)"));
+    if (o.lockstep_overlap >= o.inner_steps)
+      return Refuse(overlap, absl::StrCat("must be below ", n("inner_steps"), "=", o.inner_steps,
+                                          " (a push is adopted before its fragment's next one)"));
+  }
   if (!(o.link_margin >= 1))
     return Refuse(absl::StrCat(n("link_margin"), "=", o.link_margin), "expected a factor >= 1");
   return absl::OkStatus();

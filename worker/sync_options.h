@@ -40,6 +40,8 @@ struct SyncOptions {
   enum class Adopt { kKeep, kLerp };
   Adopt adopt = Adopt::kKeep;
   float adopt_alpha = 0.0f;
+  float adopt_keep = 1.0f;
+  bool adopt_eager = false;
   // The most local steps a fragment carries into a push, as a multiple of inner_steps (H): a
   // push answered late leaves every step taken since in the local model, and one push holding
   // them all would outweigh the fleet's round with a drift taken on a long-gone model. Past
@@ -50,6 +52,10 @@ struct SyncOptions {
   // results adopted (or lockstep_timeout passed), so a run is a fixed sequence of steps and
   // rounds whatever the timing (tests; with quorum = all workers, synchronous DiLoCo).
   bool lockstep = false;
+  // Lockstep only: a push is awaited this many steps after it is queued, its answer adopted
+  // then (never earlier), so that the overlap of training with a round is fixed and a run
+  // still repeats exactly: what an asynchronous worker's overlap costs, without its timing.
+  uint32_t lockstep_overlap = 0;
   // Error feedback: a push's quantisation error goes into the next push. Off only to measure
   // what it is worth (the convergence study).
   bool error_feedback = true;

@@ -91,6 +91,9 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
   so.stream = absl::GetFlag(FLAGS_stream);
   so.adopt = absl::GetFlag(FLAGS_adopt);
   so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
+  so.adopt_keep = static_cast<float>(absl::GetFlag(FLAGS_adopt_keep));
+  so.adopt_eager = absl::GetFlag(FLAGS_adopt_eager);
+  so.lockstep_overlap = absl::GetFlag(FLAGS_lockstep_overlap);
   so.carry_max = absl::GetFlag(FLAGS_carry_max);
   so.lockstep = absl::GetFlag(FLAGS_lockstep);
   so.error_feedback = absl::GetFlag(FLAGS_error_feedback);

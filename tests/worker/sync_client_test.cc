@@ -197,6 +197,45 @@ TEST(DamagedPushHeaderTest, IsRecoveredByTheLostPushResend) {
   EXPECT_EQ(st.duplicates, 0u);
 }
 
+// Lockstep with a fixed overlap: each push is adopted exactly `lockstep_overlap` steps after it
+// left, never earlier, even when its answer is already in (the pause after each push step makes
+// sure it is), so that a study of what overlap costs repeats exactly. H = 5, overlap 3, all four
+// fragments due together: pushes at steps 5, 10, 15, 20, adoptions at 8, 13, 18 and the last
+// one at Drain.
+TEST(SyncClientTest, ALockstepOverlapAdoptsEachAnswerItsStepsAfterThePush) {
+  LocalShards shards;
+  worker::SyncOptions o = OneShardOptions(shards, 5);
+  o.lockstep = true;
+  o.lockstep_overlap = 3;
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::vector<float> params(manifest->total_elements(), 1.0f);
+  auto client = worker::SyncClient::Create(o, *manifest);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
+  const uint64_t joined = (*client)->stats().adoptions;
+  std::vector<int> adopted_at;
+  for (int step = 1; step <= 20; ++step) {
+    for (float& p : params) p -= 1e-4f;
+    const uint64_t before = (*client)->stats().adoptions;
+    (*client)->AfterStep(params, 64, absl::Milliseconds(1));
+    const worker::SyncStats st = (*client)->stats();
+    if (st.adoptions != before) {
+      adopted_at.push_back(step);
+      EXPECT_EQ(st.adoptions - before, 4u) << "step " << step;
+    }
+    if (step % 5 == 0) {
+      absl::SleepFor(absl::Milliseconds(300));  // the answers arrive before the next step
+      EXPECT_EQ((*client)->stats().pushes, static_cast<uint64_t>(step / 5 * 4)) << "step " << step;
+    }
+  }
+  EXPECT_EQ(adopted_at, (std::vector<int>{8, 13, 18}));
+  ASSERT_TRUE((*client)->Drain(params, absl::Seconds(20)).ok());
+  const worker::SyncStats st = (*client)->stats();
+  EXPECT_EQ(st.applied, 16u);
+  EXPECT_EQ(st.adoptions, joined + 16);
+}
+
 // An applied push whose Applied answer was lost (the shard killed between making it durable and
 // sending it, then restarted on its store) is answered Duplicate after the resend; the update
 // the worker then pulls is that push's answer, and adoption takes its delta out exactly once.

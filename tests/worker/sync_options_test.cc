@@ -76,6 +76,16 @@ TEST(SyncOptionsTest, EachRuleRefusesABadValueNamingTheOption) {
        },
        "--lockstep with --inner_steps=auto: lockstep runs are deterministic",
        "lockstep with inner_steps=auto: lockstep runs are deterministic"},
+      {"overlap without lockstep", [](SyncOptions& o) { o.lockstep_overlap = 5; },
+       "--lockstep_overlap=5: applies to --lockstep only",
+       "lockstep_overlap=5: applies to lockstep only"},
+      {"overlap of a whole round",
+       [](SyncOptions& o) {
+         o.lockstep = true;
+         o.lockstep_overlap = o.inner_steps;
+       },
+       "--lockstep_overlap=50: must be below --inner_steps=50",
+       "lockstep_overlap=50: must be below inner_steps=50"},
       {"link margin below 1", [](SyncOptions& o) { o.link_margin = 0.5; },
        "--link_margin=0.5: expected a factor >= 1", "link_margin=0.5: expected a factor >= 1"},
       {"link margin NaN", [](SyncOptions& o) { o.link_margin = std::nan(""); },
