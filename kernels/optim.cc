@@ -44,16 +44,16 @@ void LerpAdopt(std::span<const float> global, std::span<float> local, float alph
 }
 
 void RebaseAdopt(std::span<const float> global, std::span<float> anchor, std::span<float> local,
-                 std::span<const float> pushed, float keep) {
+                 std::span<const float> pushed) {
   const float* g = global.data();
   const float* d = pushed.empty() ? nullptr : pushed.data();
   float* a = anchor.data();
   float* l = local.data();
   ParallelFor(local.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
     if (d) {
-      for (size_t i = lo; i < hi; ++i) l[i] = g[i] + keep * ((l[i] - a[i]) + d[i]);
+      for (size_t i = lo; i < hi; ++i) l[i] = g[i] + ((l[i] - a[i]) + d[i]);
     } else {
-      for (size_t i = lo; i < hi; ++i) l[i] = g[i] + keep * (l[i] - a[i]);
+      for (size_t i = lo; i < hi; ++i) l[i] = g[i] + (l[i] - a[i]);
     }
     for (size_t i = lo; i < hi; ++i) a[i] = g[i];
   });

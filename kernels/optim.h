@@ -31,6 +31,6 @@ void LerpAdopt(std::span<const float> global, std::span<float> local, float alph
 // empty when they include none of this worker's work since `anchor`. So local ends as
 // global + (local - local_at_push): nothing trained after the push is thrown away.
 void RebaseAdopt(std::span<const float> global, std::span<float> anchor, std::span<float> local,
-                 std::span<const float> pushed, float keep = 1.0f);
+                 std::span<const float> pushed);
 
 }  // namespace diloco::kernels

@@ -40,8 +40,6 @@ struct SyncOptions {
   enum class Adopt { kKeep, kLerp };
   Adopt adopt = Adopt::kKeep;
   float adopt_alpha = 0.0f;
-  float adopt_keep = 1.0f;
-  bool adopt_eager = false;
   // The most local steps a fragment carries into a push, as a multiple of inner_steps (H): a
   // push answered late leaves every step taken since in the local model, and one push holding
   // them all would outweigh the fleet's round with a drift taken on a long-gone model. Past

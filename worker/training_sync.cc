@@ -13,7 +13,6 @@ namespace diloco::worker {
 TrainingSync::TrainingSync(const SyncOptions& opt, const Plan& plan, SyncShared& shared)
     : opt_(opt), plan_(plan), shared_(shared) {
   anchor_.assign(plan.total_elements(), 0.0f);
-  if (opt.adopt_eager) back_.assign(plan.total_elements(), 0.0f);
   frags_.resize(plan.fragments().size());
   for (uint32_t i = 0; i < frags_.size(); ++i) frags_[i].spec = &plan.fragment(i);
 }
@@ -119,21 +118,10 @@ void TrainingSync::Adopt(ParamsFn params, Arrival& a) {
       const std::span<const float> global = values.subspan(at - pos, take);
       const std::span<float> anc(anchor_.data() + flat, take);
       const std::span<float> local = params(flat, take);
-      if (keep && opt_.adopt_eager) {
-        float* back = back_.data() + flat;
-        const float* pushed = take_delta && !f.jumped ? f.delta.data.get() + at : nullptr;
-        for (uint64_t i = 0; i < take; ++i) {
-          const float a0 = anc[i], g = global[i];
-          const float d = take_delta ? (f.jumped ? back[i] : pushed[i]) : 0.0f;
-          local[i] = g + ((local[i] - a0) + d);
-          anc[i] = g;
-          back[i] = a0 - g;
-        }
-      } else if (keep) {
+      if (keep) {
         kernels::RebaseAdopt(global, anc, local,
                              take_delta ? std::span<const float>(f.delta.data.get() + at, take)
-                                        : std::span<const float>(),
-                             opt_.adopt_keep);
+                                        : std::span<const float>());
       } else {
         std::memcpy(anc.data(), global.data(), take * sizeof(float));
         kernels::LerpAdopt(anc, local, alpha);
@@ -144,8 +132,6 @@ void TrainingSync::Adopt(ParamsFn params, Arrival& a) {
   const bool mismatch = chain && (!read.ok() || *read != m.header().values_checksum());
   // A re-anchor dropped the outstanding push's delta with the rest of the local work.
   f.delta_taken = f.outstanding && (f.delta_taken || take_delta || too_long);
-  f.moved = keep && opt_.adopt_eager;
-  f.jumped = false;
   if (!f.joined) {
     f.joined = true;
     // Streaming: fragment i first pushes after (1 + i/P) * H steps, so pushes spread evenly.
@@ -243,15 +229,6 @@ std::vector<PushJob> TrainingSync::Step(ParamsFn params, uint64_t tokens, uint32
                      params(p.flat_offset, p.length), std::span<float>(d, p.length));
       d += p.length;
     }
-    // Eager (SyncOptions::adopt_eager): the steps taken while the push is out start from where
-    // the fleet's model is expected to be, anchor + its last move, not from the pushed values.
-    f.jumped = opt_.adopt_eager && f.moved && opt_.adopt == SyncOptions::Adopt::kKeep;
-    if (f.jumped)
-      for (const Piece& p : f.spec->pieces) {
-        const std::span<float> local = params(p.flat_offset, p.length);
-        for (uint64_t i = 0; i < p.length; ++i)
-          local[i] = anchor_[p.flat_offset + i] - back_[p.flat_offset + i];
-      }
     f.outstanding = true;
     f.delta_taken = false;
     f.offset = 0;

@@ -85,8 +85,6 @@ class TrainingSync {
     bool delta_taken = false;
     int64_t pushed_steps = 0;  // what the outstanding push claimed
     uint64_t pushed_tokens = 0;
-    bool moved = false;   // back_ holds the fragment's last move (anchor before - after)
-    bool jumped = false;  // the outstanding push's fragment jumped to anchor - back_
     // Taken from the pool and written in Step when a push is due; read by the fragment's shard
     // session while the push is outstanding (PushJob::delta); back to the pool when it ends.
     DeltaPool::Buffer delta;
@@ -103,7 +101,6 @@ class TrainingSync {
   const Plan& plan_;
   SyncShared& shared_;
   std::vector<float> anchor_;  // flat: global values adopted last
-  std::vector<float> back_;    // flat, adopt_eager: anchor before the last adoption - after it
   DeltaPool pool_;
   std::vector<Fragment> frags_;
   uint32_t joined_count_ = 0;

@@ -91,8 +91,6 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
   so.stream = absl::GetFlag(FLAGS_stream);
   so.adopt = absl::GetFlag(FLAGS_adopt);
   so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
-  so.adopt_keep = static_cast<float>(absl::GetFlag(FLAGS_adopt_keep));
-  so.adopt_eager = absl::GetFlag(FLAGS_adopt_eager);
   so.lockstep_overlap = absl::GetFlag(FLAGS_lockstep_overlap);
   so.carry_max = absl::GetFlag(FLAGS_carry_max);
   so.lockstep = absl::GetFlag(FLAGS_lockstep);

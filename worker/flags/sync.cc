@@ -29,10 +29,6 @@ ABSL_FLAG(bool, stream, true, "stagger fragments' pushes across the H steps");
 ABSL_FLAG(SyncOptions::Adopt, adopt, SyncOptions::Adopt::kKeep,
           "adoption of new global values: keep (local = global + the steps taken since the "
           "push) or lerp (local = global + adopt_alpha*(local - global); alpha 0 replaces)");
-ABSL_FLAG(uint32_t, lockstep_overlap, 0,
-          "--lockstep: await each push this many steps after it is queued (a fixed overlap)");
-ABSL_FLAG(bool, adopt_eager, false, "--adopt=keep: train the overlap from anchor + last move");
-ABSL_FLAG(double, adopt_keep, 1.0, "--adopt=keep: the fraction of the steps since the push kept");
 ABSL_FLAG(double, adopt_alpha, 0.0, "--adopt=lerp: local = global + alpha*(local - global)");
 ABSL_FLAG(uint32_t, carry_max, 8,
           "the most local steps a fragment carries into a push, in units of --inner_steps: a "
@@ -42,6 +38,10 @@ ABSL_FLAG(bool, lockstep, false,
           "deterministic mode: after a push, wait for its answer and adopt it before the next "
           "step (a fixed sequence of steps and rounds; with the shards' --quorum = workers, "
           "synchronous DiLoCo)");
+ABSL_FLAG(uint32_t, lockstep_overlap, 0,
+          "--lockstep only: adopt each push's answer exactly this many steps after the push, "
+          "training meanwhile (a fixed overlap, as an asynchronous worker's, in a run that "
+          "repeats exactly; below --inner_steps)");
 ABSL_FLAG(bool, error_feedback, true,
           "keep each push's quantisation error and add it to the next push (false: study only)");
 ABSL_FLAG(double, ef_decay, 0.0,
