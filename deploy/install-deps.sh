@@ -24,7 +24,7 @@ pkgs=(
   python3-dev pybind11-dev python3-pip python3-setuptools python3-matplotlib
 )
 if [[ "${1:-}" == "--with-python-tests" ]]; then
-  pkgs+=(python3-torch python3-numpy python3-zmq python3-flatbuffers python3-xxhash
+  pkgs+=(python3-torch python3-numpy python3-zmq python3-flatbuffers python3-xxhash python3-venv
          gdb slurm-wlm munge tmux)
 fi
 

@@ -40,6 +40,21 @@ worker::SyncOptions OneShardOptions(LocalShards& shards, uint32_t inner_steps,
   return o;
 }
 
+// A tiny-GPT sync client for `o` with every parameter at `init`, joined.
+struct JoinedClient {
+  std::vector<float> params;
+  std::unique_ptr<worker::SyncClient> client;
+};
+void JoinTiny(const worker::SyncOptions& o, float init, JoinedClient* out) {
+  auto manifest = GptManifest(*ParseGptConfig("tiny"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  out->params.assign(manifest->total_elements(), init);
+  auto client = worker::SyncClient::Create(o, *manifest);
+  ASSERT_TRUE(client.ok()) << client.status();
+  out->client = std::move(*client);
+  ASSERT_TRUE(out->client->Join(out->params, absl::Seconds(20)).ok());
+}
+
 // AfterStep reaches the parameters only on steps that adopt or push, and then only the pieces
 // of the fragments concerned: each range asked for lies inside one piece of the plan, a step
 // reaches a fragment at most twice (its push's delta read, its adoption written), and over the
@@ -128,20 +143,16 @@ class DamagedPushTest : public ::testing::TestWithParam<uint32_t> {};
 // load), drained. Its stats and events go to `stats` and `events`.
 void PushTwoRounds(const worker::SyncOptions& o, worker::SyncStats* stats,
                    std::vector<worker::SyncEvent>* events) {
-  auto manifest = GptManifest(*ParseGptConfig("tiny"));
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  std::vector<float> params(manifest->total_elements(), 0.01f);
-  auto client = worker::SyncClient::Create(o, *manifest);
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
-  for (int s = 0; s < 1000 && (s < 30 || (*client)->stats().pushes < 8); ++s) {
-    for (float& p : params) p -= 1e-4f;
-    (*client)->AfterStep(params, 64, absl::Milliseconds(5));
+  JoinedClient c;
+  ASSERT_NO_FATAL_FAILURE(JoinTiny(o, 0.01f, &c));
+  for (int s = 0; s < 1000 && (s < 30 || c.client->stats().pushes < 8); ++s) {
+    for (float& p : c.params) p -= 1e-4f;
+    c.client->AfterStep(c.params, 64, absl::Milliseconds(5));
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_TRUE((*client)->Drain(params, absl::Seconds(20)).ok());
-  *stats = (*client)->stats();
-  *events = (*client)->TakeEvents();
+  ASSERT_TRUE(c.client->Drain(c.params, absl::Seconds(20)).ok());
+  *stats = c.client->stats();
+  *events = c.client->TakeEvents();
 }
 
 TEST_P(DamagedPushTest, IsSentAgainOnceThenGivenUp) {
@@ -207,31 +218,27 @@ TEST(SyncClientTest, ALockstepOverlapAdoptsEachAnswerItsStepsAfterThePush) {
   worker::SyncOptions o = OneShardOptions(shards, 5);
   o.lockstep = true;
   o.lockstep_overlap = 3;
-  auto manifest = GptManifest(*ParseGptConfig("tiny"));
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  std::vector<float> params(manifest->total_elements(), 1.0f);
-  auto client = worker::SyncClient::Create(o, *manifest);
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
-  const uint64_t joined = (*client)->stats().adoptions;
+  JoinedClient c;
+  ASSERT_NO_FATAL_FAILURE(JoinTiny(o, 1.0f, &c));
+  const uint64_t joined = c.client->stats().adoptions;
   std::vector<int> adopted_at;
   for (int step = 1; step <= 20; ++step) {
-    for (float& p : params) p -= 1e-4f;
-    const uint64_t before = (*client)->stats().adoptions;
-    (*client)->AfterStep(params, 64, absl::Milliseconds(1));
-    const worker::SyncStats st = (*client)->stats();
+    for (float& p : c.params) p -= 1e-4f;
+    const uint64_t before = c.client->stats().adoptions;
+    c.client->AfterStep(c.params, 64, absl::Milliseconds(1));
+    const worker::SyncStats st = c.client->stats();
     if (st.adoptions != before) {
       adopted_at.push_back(step);
       EXPECT_EQ(st.adoptions - before, 4u) << "step " << step;
     }
     if (step % 5 == 0) {
       absl::SleepFor(absl::Milliseconds(300));  // the answers arrive before the next step
-      EXPECT_EQ((*client)->stats().pushes, static_cast<uint64_t>(step / 5 * 4)) << "step " << step;
+      EXPECT_EQ(c.client->stats().pushes, static_cast<uint64_t>(step / 5 * 4)) << "step " << step;
     }
   }
   EXPECT_EQ(adopted_at, (std::vector<int>{8, 13, 18}));
-  ASSERT_TRUE((*client)->Drain(params, absl::Seconds(20)).ok());
-  const worker::SyncStats st = (*client)->stats();
+  ASSERT_TRUE(c.client->Drain(c.params, absl::Seconds(20)).ok());
+  const worker::SyncStats st = c.client->stats();
   EXPECT_EQ(st.applied, 16u);
   EXPECT_EQ(st.adoptions, joined + 16);
 }
@@ -293,31 +300,24 @@ TEST(SyncClientTest, AnInterruptedLockstepStepStopsWaitingForItsRound) {
   o.lockstep_timeout = absl::Seconds(300);
   std::atomic<bool> stop{false};
   o.interrupted = [&stop] { return stop.load(); };
-  auto manifest = GptManifest(*ParseGptConfig("tiny"));
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  std::vector<float> params(manifest->total_elements(), 1.0f);
-  auto client = worker::SyncClient::Create(o, *manifest);
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->Join(params, absl::Seconds(20)).ok());
+  JoinedClient c, idle;
+  ASSERT_NO_FATAL_FAILURE(JoinTiny(o, 1.0f, &c));
   worker::SyncOptions idle_options = o;  // joined and heartbeating, never stepping
   idle_options.worker_id = 1;
-  std::vector<float> idle_params(params.size(), 1.0f);
-  auto idle = worker::SyncClient::Create(idle_options, *manifest);
-  ASSERT_TRUE(idle.ok()) << idle.status();
-  ASSERT_TRUE((*idle)->Join(idle_params, absl::Seconds(20)).ok());
-  (*client)->AfterStep(params, 64, absl::Milliseconds(1));  // step 1: nothing due
+  ASSERT_NO_FATAL_FAILURE(JoinTiny(idle_options, 1.0f, &idle));
+  c.client->AfterStep(c.params, 64, absl::Milliseconds(1));  // step 1: nothing due
   std::thread signal([&] {
     absl::SleepFor(absl::Seconds(1));
     stop = true;
   });
   const absl::Time t0 = absl::Now();
-  (*client)->AfterStep(params, 64, absl::Milliseconds(1));  // step 2: every fragment pushed
+  c.client->AfterStep(c.params, 64, absl::Milliseconds(1));  // step 2: every fragment pushed
   const absl::Duration waited = absl::Now() - t0;
   signal.join();
   EXPECT_GE(waited, absl::Milliseconds(900)) << "the step did not wait for its round";
   EXPECT_LT(waited, absl::Seconds(120)) << "the interrupted step waited for lockstep_timeout";
-  EXPECT_EQ((*client)->stats().pushes, 4u);
-  EXPECT_EQ((*client)->stats().applied, 0u);
+  EXPECT_EQ(c.client->stats().pushes, 4u);
+  EXPECT_EQ(c.client->stats().applied, 0u);
 }
 
 // The most an element of `fragment` moved between two views of the global model.
