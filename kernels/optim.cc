@@ -44,18 +44,28 @@ void LerpAdopt(std::span<const float> global, std::span<float> local, float alph
 }
 
 void RebaseAdopt(std::span<const float> global, std::span<float> anchor, std::span<float> local,
-                 std::span<const float> pushed) {
+                 std::span<const float> pushed, float pushed_scale) {
   const float* g = global.data();
   const float* d = pushed.empty() ? nullptr : pushed.data();
   float* a = anchor.data();
   float* l = local.data();
   ParallelFor(local.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
-    if (d) {
+    if (d && pushed_scale != 1.0f) {
+      for (size_t i = lo; i < hi; ++i) l[i] = g[i] + ((l[i] - a[i]) + pushed_scale * d[i]);
+    } else if (d) {
       for (size_t i = lo; i < hi; ++i) l[i] = g[i] + ((l[i] - a[i]) + d[i]);
     } else {
       for (size_t i = lo; i < hi; ++i) l[i] = g[i] + (l[i] - a[i]);
     }
     for (size_t i = lo; i < hi; ++i) a[i] = g[i];
+  });
+}
+
+void Axpy(float a, std::span<const float> x, std::span<float> y) {
+  const float* xs = x.data();
+  float* ys = y.data();
+  ParallelFor(y.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) ys[i] += a * xs[i];
   });
 }
 

@@ -26,11 +26,16 @@ void Delta(std::span<const float> anchor, std::span<const float> local, std::spa
 void LerpAdopt(std::span<const float> global, std::span<float> local, float alpha);
 
 // Adoption that keeps the inner steps the global values do not hold yet:
-//   local += global - anchor + pushed;  anchor = global
+//   local += global - anchor + pushed_scale * pushed;  anchor = global
 // where `pushed` is the delta (anchor - local at push time) the new global values include, or
-// empty when they include none of this worker's work since `anchor`. So local ends as
-// global + (local - local_at_push): nothing trained after the push is thrown away.
+// empty when they include none of this worker's work since `anchor`, and pushed_scale how far
+// the local values were moved along it at the push (1: not moved; worker/training_sync.h,
+// "Extrapolation"). So local ends as global + (local - local_at_push): nothing trained after the
+// push is thrown away.
 void RebaseAdopt(std::span<const float> global, std::span<float> anchor, std::span<float> local,
-                 std::span<const float> pushed);
+                 std::span<const float> pushed, float pushed_scale = 1.0f);
+
+// y += a * x
+void Axpy(float a, std::span<const float> x, std::span<float> y);
 
 }  // namespace diloco::kernels

@@ -11,17 +11,16 @@
 // works on a fragment as a whole, so the first range of a fragment asked for in a call makes the
 // Python side copy that whole fragment down (`fetch(fragment)`: upcast to fp32, one call per
 // fragment), and the fragments handed out are remembered. After the call, the fragments the
-// client wrote (adoptions, re-anchors; found from its counters, below) are copied back up
-// (`store(fragments)`: rounded once to the parameter's dtype) and become last_written(); a
-// fragment only read (a push) is not copied back. A step on which nothing is due calls neither.
+// client wrote (adoptions, re-anchors, a push's extrapolation; counted by the client, below) are
+// copied back up (`store(fragments)`: rounded once to the parameter's dtype) and become
+// last_written(); a fragment only read is not copied back. A step on which nothing is due calls
+// neither.
 // Join and drain read and write the whole model the same way.
 //
-// Which fragments were written: the client bumps SyncStats::versions[f] and ::adoptions on each
-// adoption and ::reanchors on each re-anchor. A handed-out fragment whose version moved was
-// written; if the counters moved more than the versions explain (two adoptions of a fragment in
-// one call, a re-anchor, a rebuilt fragment taken as version 0), every fragment handed out is
-// taken as written. Copying up a fragment that was only read is harmless (fp32 holds every
-// bfloat16 and float16 value exactly, so the values round-trip), only wasted work.
+// Which fragments were written: the client counts each write of a fragment's local values
+// (SyncStats::local_writes: adoptions, re-anchors, the extrapolation at a push and its undoing);
+// a handed-out fragment whose count moved was written. A push without extrapolation
+// (extrapolate=1, or lockstep) only reads its fragment.
 //
 // Calls that wait (join, after_step in lockstep, drain) release the GIL and take it back only
 // to copy; failures raise with the shard's reason.
@@ -88,7 +87,7 @@ class Learner {
     if (!plan.ok()) Raise(plan.status());
     MapFragments(*plan);
     claimed_.assign(plan->fragments().size(), false);
-    seen_versions_.assign(plan->fragments().size(), 0);
+    seen_writes_.assign(plan->fragments().size(), 0);
   }
 
   void Join(double timeout_s) {
@@ -309,19 +308,9 @@ class Learner {
   std::vector<uint32_t> Written() {
     const worker::SyncStats st = client_->stats();
     std::vector<uint32_t> out;
-    uint64_t moved = 0;
-    for (uint32_t f = 0; f < seen_versions_.size(); ++f) {
-      if (st.versions[f] == seen_versions_[f]) continue;
-      ++moved;
-      if (claimed_[f]) out.push_back(f);
-    }
-    const bool unexplained =
-        st.adoptions - seen_adoptions_ > moved || st.reanchors != seen_reanchors_;
-    seen_versions_ = st.versions;
-    seen_adoptions_ = st.adoptions;
-    seen_reanchors_ = st.reanchors;
-    if (unexplained) out = claimed_list_;
-    std::sort(out.begin(), out.end());
+    for (uint32_t f = 0; f < seen_writes_.size(); ++f)
+      if (st.local_writes[f] != seen_writes_[f] && claimed_[f]) out.push_back(f);
+    seen_writes_ = st.local_writes;
     return out;
   }
 
@@ -367,9 +356,8 @@ class Learner {
   std::vector<bool> claimed_;               // per fragment: handed out in this call
   std::vector<uint32_t> claimed_list_;
   std::vector<uint32_t> last_written_;
-  std::vector<uint64_t> seen_versions_;
-  uint64_t seen_adoptions_ = 0, seen_reanchors_ = 0;
-  std::string error_;  // a failed fetch, raised once the client's call returns
+  std::vector<uint64_t> seen_writes_;  // SyncStats::local_writes when last looked at
+  std::string error_;                  // a failed fetch, raised once the client's call returns
   uint64_t fetched_ = 0, stored_ = 0;
   double fetch_us_ = 0, store_us_ = 0;
   absl::Time last_step_ = absl::InfinitePast();

@@ -42,6 +42,7 @@ LearnerOptions LearnerOptions::Make(LearnerOptions o) {
   s.stream = o.stream;
   s.adopt = ParseAdopt(o.adopt);
   s.adopt_alpha = static_cast<float>(o.adopt_alpha);
+  s.extrapolate = static_cast<float>(o.extrapolate);
   s.lockstep = o.lockstep;
   s.error_feedback = o.error_feedback;
   s.link_margin = o.link_margin;
@@ -67,6 +68,7 @@ py::dict LearnerOptions::Keywords() const {
   d["stream"] = stream;
   d["adopt"] = adopt;
   d["adopt_alpha"] = adopt_alpha;
+  d["extrapolate"] = extrapolate;
   d["lockstep"] = lockstep;
   d["error_feedback"] = error_feedback;
   d["auto_codecs"] = auto_codecs;
@@ -94,7 +96,7 @@ void BindLearnerOptions(py::module_& m) {
                              "a bad value raises ValueError naming its keyword.")
       .def(py::init([](std::string codec, const py::object& inner_steps, uint32_t fragments,
                        uint64_t generation, bool dylu, bool stream, std::string adopt,
-                       double adopt_alpha, bool lockstep, bool error_feedback,
+                       double adopt_alpha, double extrapolate, bool lockstep, bool error_feedback,
                        std::string auto_codecs, uint32_t inner_steps_min, uint32_t inner_steps_max,
                        double link_margin, const py::object& curve_server_key,
                        const py::object& curve_secret_key_file) {
@@ -107,6 +109,7 @@ void BindLearnerOptions(py::module_& m) {
              o.stream = stream;
              o.adopt = std::move(adopt);
              o.adopt_alpha = adopt_alpha;
+             o.extrapolate = extrapolate;
              o.lockstep = lockstep;
              o.error_feedback = error_feedback;
              o.auto_codecs = std::move(auto_codecs);
@@ -120,9 +123,9 @@ void BindLearnerOptions(py::module_& m) {
            py::kw_only(), py::arg("codec") = d.codec, py::arg("inner_steps") = d.InnerSteps(),
            py::arg("fragments") = d.fragments, py::arg("generation") = d.generation,
            py::arg("dylu") = d.dylu, py::arg("stream") = d.stream, py::arg("adopt") = d.adopt,
-           py::arg("adopt_alpha") = d.adopt_alpha, py::arg("lockstep") = d.lockstep,
-           py::arg("error_feedback") = d.error_feedback, py::arg("auto_codecs") = d.auto_codecs,
-           py::arg("inner_steps_min") = d.inner_steps_min,
+           py::arg("adopt_alpha") = d.adopt_alpha, py::arg("extrapolate") = d.extrapolate,
+           py::arg("lockstep") = d.lockstep, py::arg("error_feedback") = d.error_feedback,
+           py::arg("auto_codecs") = d.auto_codecs, py::arg("inner_steps_min") = d.inner_steps_min,
            py::arg("inner_steps_max") = d.inner_steps_max, py::arg("link_margin") = d.link_margin,
            py::arg("curve_server_key") = py::none(), py::arg("curve_secret_key_file") = py::none())
       .def("keywords", &LearnerOptions::Keywords)
@@ -145,6 +148,7 @@ void BindLearnerOptions(py::module_& m) {
       .def_readonly("stream", &LearnerOptions::stream)
       .def_readonly("adopt", &LearnerOptions::adopt)
       .def_readonly("adopt_alpha", &LearnerOptions::adopt_alpha)
+      .def_readonly("extrapolate", &LearnerOptions::extrapolate)
       .def_readonly("lockstep", &LearnerOptions::lockstep)
       .def_readonly("error_feedback", &LearnerOptions::error_feedback)
       .def_readonly("auto_codecs", &LearnerOptions::auto_codecs)

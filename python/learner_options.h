@@ -23,6 +23,7 @@ struct LearnerOptions {
   bool stream = true;
   std::string adopt = "keep";
   double adopt_alpha = 0;
+  double extrapolate = 1.25;
   bool lockstep = false;
   bool error_feedback = true;
   std::string auto_codecs = "int8:256,int4:256,topk:0.0429";

@@ -68,6 +68,9 @@ absl::Status ValidateAdoption(const SyncOptions& o, const Names& n) {
     return Refuse(alpha,
                   absl::StrCat("applies to ", n("adopt"), "=lerp only (", n("adopt"), "=keep)"));
   if (!(o.adopt_alpha >= 0.0f && o.adopt_alpha <= 1.0f)) return Refuse(alpha, "must be in [0, 1]");
+  if (!(o.extrapolate >= 1.0f && o.extrapolate <= 3.0f))
+    return Refuse(absl::StrCat(n("extrapolate"), "=", o.extrapolate),
+                  "must be in [1, 3] (1: the local values stay where the push left them)");
   if (!(o.ef_decay >= 0.0f && o.ef_decay <= 1.0f))
     return Refuse(absl::StrCat(n("ef_decay"), "=", o.ef_decay),
                   "must be in (0, 1] (1 keeps the whole residual), or 0 for the codec's own");
@@ -99,6 +102,12 @@ absl::Status Validate(const SyncOptions& o, OptionNames names) {
   if (auto st = ValidateCadence(o, n); !st.ok()) return st;
   if (auto st = ValidateAdoption(o, n); !st.ok()) return st;
   return ValidateLink(o, n);
+}
+
+float PushExtrapolation(const SyncOptions& o) {
+  if (o.adopt != SyncOptions::Adopt::kKeep) return 1.0f;
+  if (o.lockstep && o.lockstep_overlap == 0) return 1.0f;
+  return o.extrapolate;
 }
 
 }  // namespace diloco::worker

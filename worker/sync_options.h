@@ -40,6 +40,12 @@ struct SyncOptions {
   enum class Adopt { kKeep, kLerp };
   Adopt adopt = Adopt::kKeep;
   float adopt_alpha = 0.0f;
+  // kKeep, where training goes on while a push is out (asynchronous, or lockstep with an
+  // overlap): at each push the local values move on to anchor - extrapolate x delta, so the
+  // steps taken until the answer start nearer where the fleet's outer step will land, and the
+  // adoption takes extrapolate x delta out again (worker/training_sync.h, "Extrapolation").
+  // 1 turns it off; see PushExtrapolation for where it applies.
+  float extrapolate = 1.25f;
   // The most local steps a fragment carries into a push, as a multiple of inner_steps (H): a
   // push answered late leaves every step taken since in the local model, and one push holding
   // them all would outweigh the fleet's round with a drift taken on a long-gone model. Past
@@ -129,6 +135,10 @@ struct SyncStats {
   double after_step_us = 0;       // EMA cost of AfterStep on the training thread
   double after_step_max_us = 0;
   std::vector<uint64_t> versions;  // adopted version per fragment
+  // Per fragment: the times the client wrote its local values (adoptions, re-anchors, the
+  // extrapolation at a push and its undoing), so that a caller mirroring them knows which to
+  // copy back (python/learner.cc).
+  std::vector<uint64_t> local_writes;
   // Downloads adopted: whole fp32 fragments, and quantized update chains reconstructed on the
   // last adopted values (docs/protocol.md, "Quantized downloads"). A reconstruction whose
   // checksum differs from the shard's (never expected) is counted and the fragment pulled whole.
@@ -172,5 +182,11 @@ enum class OptionNames { kFlags, kKeywords };
 // the first bad option and its value. `servers` is SyncClient::Create's to check; the faults are a
 // test's own.
 absl::Status Validate(const SyncOptions& o, OptionNames names = OptionNames::kFlags);
+
+// The extrapolation a worker applies at a push: o.extrapolate where adoption keeps the local
+// work (kKeep) and a push's answer may come while training goes on; 1 (none) with kLerp, and in
+// lockstep without an overlap, where the answer is adopted before the next step and moving the
+// local values on first would only change their rounding.
+float PushExtrapolation(const SyncOptions& o);
 
 }  // namespace diloco::worker

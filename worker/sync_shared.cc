@@ -23,6 +23,7 @@ SyncShared::SyncShared(uint32_t num_fragments, uint32_t num_shards, size_t max_e
     : max_events_(max_events), host_(HostName()) {
   MutexLock g(&mu_);  // no other thread yet; the lock satisfies the analysis
   stats_.versions.assign(num_fragments, 0);
+  stats_.local_writes.assign(num_fragments, 0);
   shard_fleet_us_.assign(num_shards, 0);
 }
 

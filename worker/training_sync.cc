@@ -11,7 +11,7 @@
 namespace diloco::worker {
 
 TrainingSync::TrainingSync(const SyncOptions& opt, const Plan& plan, SyncShared& shared)
-    : opt_(opt), plan_(plan), shared_(shared) {
+    : opt_(opt), plan_(plan), shared_(shared), extrapolate_(PushExtrapolation(opt)) {
   anchor_.assign(plan.total_elements(), 0.0f);
   frags_.resize(plan.fragments().size());
   for (uint32_t i = 0; i < frags_.size(); ++i) frags_[i].spec = &plan.fragment(i);
@@ -19,6 +19,15 @@ TrainingSync::TrainingSync(const SyncOptions& opt, const Plan& plan, SyncShared&
 
 void TrainingSync::ReleaseDelta(Fragment& f) {
   if (!f.outstanding && f.delta.data) pool_.Give(std::exchange(f.delta, {}));
+}
+
+void TrainingSync::MoveAlongDelta(ParamsFn params, const Fragment& f, float a) {
+  const float* d = f.delta.data.get();
+  for (const Piece& p : f.spec->pieces) {
+    kernels::Axpy(a, std::span<const float>(d, p.length), params(p.flat_offset, p.length));
+    d += p.length;
+  }
+  shared_.Update([&](SyncStats& s) { ++s.local_writes[f.spec->id]; });
 }
 
 int64_t TrainingSync::carry_bound() const {
@@ -35,9 +44,12 @@ void TrainingSync::Process(ParamsFn params, Arrival& a) {
     case Arrival::kDone:
       // The push ended unapplied: its delta is still in (local - anchor) unless an adoption or
       // a re-anchor took it out, so the next push carries its steps and tokens again.
+      // An extrapolating worker moved on by (c - 1) x delta at the push: back to where the
+      // push left it, so the next push holds this one's work as it was.
       if (f.outstanding && !f.delta_taken && opt_.adopt == SyncOptions::Adopt::kKeep) {
         f.steps += f.pushed_steps;
         f.tokens += f.pushed_tokens;
+        if (extrapolate_ != 1.0f) MoveAlongDelta(params, f, extrapolate_ - 1.0f);
       }
       f.outstanding = f.delta_taken = false;
       ReleaseDelta(f);  // the session has undone its error feedback before delivering kDone
@@ -121,7 +133,8 @@ void TrainingSync::Adopt(ParamsFn params, Arrival& a) {
       if (keep) {
         kernels::RebaseAdopt(global, anc, local,
                              take_delta ? std::span<const float>(f.delta.data.get() + at, take)
-                                        : std::span<const float>());
+                                        : std::span<const float>(),
+                             extrapolate_);
       } else {
         std::memcpy(anc.data(), global.data(), take * sizeof(float));
         kernels::LerpAdopt(anc, local, alpha);
@@ -164,6 +177,7 @@ void TrainingSync::Adopt(ParamsFn params, Arrival& a) {
       recent.push_back(ms);
     }
     s.versions[a.fragment] = f.version;
+    ++s.local_writes[a.fragment];
     s.joined = joined_count_;
     ++s.adoptions;
   });
@@ -191,6 +205,7 @@ void TrainingSync::Reanchor(ParamsFn params, Fragment& f) {
     const std::span<float> local = params(p.flat_offset, p.length);
     std::memcpy(local.data(), anchor_.data() + p.flat_offset, p.length * sizeof(float));
   }
+  shared_.Update([&](SyncStats& s) { ++s.local_writes[f.spec->id]; });
   f.delta_taken = f.outstanding;
   f.steps = 0;
   f.tokens = 0;
@@ -229,6 +244,8 @@ std::vector<PushJob> TrainingSync::Step(ParamsFn params, uint64_t tokens, uint32
                      params(p.flat_offset, p.length), std::span<float>(d, p.length));
       d += p.length;
     }
+    // local = anchor - c x delta (the header's "Extrapolation").
+    if (extrapolate_ != 1.0f) MoveAlongDelta(params, f, 1.0f - extrapolate_);
     f.outstanding = true;
     f.delta_taken = false;
     f.offset = 0;

@@ -13,6 +13,16 @@
 // fleet's model: local = the last adopted global values, steps and tokens from 0
 // (SyncStats::reanchors, a "reanchor" event).
 //
+// Extrapolation (SyncOptions::extrapolate, c; PushExtrapolation says where it applies): while a
+// push is out the worker trains on, and its answer moves the fragment by the fleet's outer
+// step, which is larger than this worker's own delta (averaged deltas plus momentum). Steps
+// taken from local = anchor - delta are taken from behind where the answer lands and were
+// measured to cost 1-2% of loss at 13-15 steps of overlap in 50 (benchmarks/quality/RESULTS.md,
+// "What the overlap costs"). So at a push the local values move on to anchor - c x delta; the
+// adoption of values that hold the push takes c x delta out (local = global + the steps since),
+// and a push that ends unapplied puts (c - 1) x delta back, so its work is pushed again as it
+// was.
+//
 // Steps and tokens reported with a push are those its delta holds: a push that ends unapplied
 // leaves its delta in the local model, so its steps and tokens count again towards the next.
 //
@@ -96,10 +106,13 @@ class TrainingSync {
   void CountReanchor(const Fragment& f);
   // The push has ended (answered, or ended unapplied): its delta buffer goes back to the pool.
   void ReleaseDelta(Fragment& f);
+  // local += a x the outstanding push's delta, over the fragment's pieces.
+  void MoveAlongDelta(ParamsFn params, const Fragment& f, float a);
 
   const SyncOptions& opt_;
   const Plan& plan_;
   SyncShared& shared_;
+  const float extrapolate_;    // PushExtrapolation(opt_)
   std::vector<float> anchor_;  // flat: global values adopted last
   DeltaPool pool_;
   std::vector<Fragment> frags_;

@@ -91,6 +91,7 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
   so.stream = absl::GetFlag(FLAGS_stream);
   so.adopt = absl::GetFlag(FLAGS_adopt);
   so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
+  so.extrapolate = static_cast<float>(absl::GetFlag(FLAGS_extrapolate));
   so.lockstep_overlap = absl::GetFlag(FLAGS_lockstep_overlap);
   so.carry_max = absl::GetFlag(FLAGS_carry_max);
   so.lockstep = absl::GetFlag(FLAGS_lockstep);

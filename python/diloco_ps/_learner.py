@@ -49,6 +49,10 @@ class Learner:
       adopt="keep"           how new global values are adopted: "keep" (global + the steps taken
                              since the push) or "lerp" (global + adopt_alpha * (local - global))
       adopt_alpha=0.0        adopt="lerp" only, in [0, 1]; 0 replaces the local values
+      extrapolate=1.25       adopt="keep": at each push the local values move on to anchor -
+                             extrapolate x delta, so the steps trained until its answer start
+                             nearer where the round lands; in [1, 3], 1 off; not applied with
+                             lockstep (docs/worker.md, "Extrapolation")
       lockstep=False         deterministic mode: after_step returns once its pushes are answered
                              and adopted (a fixed codec and H, not auto)
       error_feedback=True    a push's quantisation error goes into the next push (off: study only)

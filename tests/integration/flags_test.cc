@@ -90,6 +90,7 @@ TEST(FlagsTest, WorkerRefusesBadFlagsWithAMessage) {
        "--adopt_alpha=0.5: applies to --adopt=lerp only"},
       {"--adopt=lerp --adopt_alpha=1.5 --servers=tcp://127.0.0.1:9",
        "--adopt_alpha=1.5: must be in [0, 1]"},
+      {"--extrapolate=4 --servers=tcp://127.0.0.1:9", "--extrapolate=4: must be in [1, 3]"},
       // Refused at start, not after the run.
       {"--save_model=/nonexistent/dir/m.safetensors",
        "/nonexistent/dir/m.safetensors: directory /nonexistent/dir does not exist"},

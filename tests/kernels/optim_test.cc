@@ -166,5 +166,24 @@ TEST(RebaseAdopt, WithoutAPushKeepsEverythingSinceTheAnchor) {
   EXPECT_EQ(local, (std::vector<float>{1.5f, 2.25f, 2}));
 }
 
+// Local values moved on to anchor - c x pushed at the push: adoption takes c x pushed out, so
+// again only the work since the push is kept.
+TEST(RebaseAdopt, TakesOutTheScaledPushOfAnExtrapolatingWorker) {
+  const std::vector<float> global = {1, 2, 3}, pushed = {0.5f, -1, 2};
+  std::vector<float> anchor = {0, 0, 0}, local = {-0.625f + 0.25f, 1.25f, -2.5f - 1};
+  RebaseAdopt(global, anchor, local, pushed, 1.25f);
+  EXPECT_EQ(anchor, global);
+  EXPECT_EQ(local, (std::vector<float>{1.25f, 2, 2}));
+}
+
+TEST(Axpy, AddsAScaledSpan) {
+  const size_t n = 70001;
+  const std::vector<float> x = testing::Gaussian(n, 1), y0 = testing::Gaussian(n, 2);
+  std::vector<float> y = y0;
+  Axpy(-0.25f, x, y);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_NEAR(y[i], y0[i] - 0.25f * x[i], 1e-6f * (1 + std::abs(y0[i]) + std::abs(x[i]))) << i;
+}
+
 }  // namespace
 }  // namespace diloco::kernels

@@ -26,6 +26,7 @@ BAD = [
     (dict(adopt_alpha=0.5), "adopt_alpha=0.5: applies to adopt=lerp only"),
     (dict(adopt="lerp", adopt_alpha=1.5), "adopt_alpha=1.5: must be in [0, 1]"),
     (dict(adopt="copy"), "adopt=copy: expected keep or lerp"),
+    (dict(extrapolate=0.5), "extrapolate=0.5: must be in [1, 3]"),
     (dict(fragments=0), "fragments=0: expected at least one fragment"),
     (dict(inner_steps=0), "inner_steps=0: expected a positive number of steps"),
     (dict(inner_steps="often"), "inner_steps=often: expected a positive number of steps"),
@@ -61,10 +62,10 @@ def check_native(native, failures):
         failures.append("LearnerOptions(**keywords()) differs from the options")
     o = LearnerOptions(codec="int4:128", inner_steps="auto", inner_steps_min=20,
                        inner_steps_max=400, fragments=2, adopt="lerp", adopt_alpha=0.25,
-                       curve_server_key=None)
+                       extrapolate=1.5, curve_server_key=None)
     got = (o.codec, o.inner_steps, o.inner_steps_min, o.inner_steps_max, o.fragments, o.adopt,
-           o.adopt_alpha)
-    if got != ("int4:128", "auto", 20, 400, 2, "lerp", 0.25):
+           o.adopt_alpha, o.extrapolate)
+    if got != ("int4:128", "auto", 20, 400, 2, "lerp", 0.25, 1.5):
         failures.append(f"keywords not taken: {got}")
     if LearnerOptions(inner_steps="25").inner_steps != 25:
         failures.append("inner_steps='25' is not H = 25")

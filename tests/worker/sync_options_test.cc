@@ -104,6 +104,10 @@ TEST(SyncOptionsTest, EachRuleRefusesABadValueNamingTheOption) {
          o.adopt_alpha = -0.25f;
        },
        "--adopt_alpha=-0.25: must be in [0, 1]", "adopt_alpha=-0.25: must be in [0, 1]"},
+      {"extrapolation below 1", [](SyncOptions& o) { o.extrapolate = 0.5f; },
+       "--extrapolate=0.5: must be in [1, 3]", "extrapolate=0.5: must be in [1, 3]"},
+      {"extrapolation NaN", [](SyncOptions& o) { o.extrapolate = std::nanf(""); },
+       "--extrapolate=nan: must be in [1, 3]", "extrapolate=nan: must be in [1, 3]"},
       {"negative decay", [](SyncOptions& o) { o.ef_decay = -0.5f; },
        "--ef_decay=-0.5: must be in (0, 1]", "ef_decay=-0.5: must be in (0, 1]"},
       {"decay above 1", [](SyncOptions& o) { o.ef_decay = 1.5f; },
@@ -136,6 +140,23 @@ TEST(SyncOptionsTest, EachRuleRefusesABadValueNamingTheOption) {
     EXPECT_TRUE(absl::IsInvalidArgument(keywords)) << keywords;
     EXPECT_EQ(keywords.message().find(r.keyword_text), 0u) << keywords;
   }
+}
+
+// The extrapolation applies where training goes on while a push is out and the adoption keeps
+// the local work: asynchronous keep, and lockstep with an overlap.
+TEST(SyncOptionsTest, ExtrapolationAppliesOnlyWhereAPushOverlapsTraining) {
+  SyncOptions o = Good();
+  o.extrapolate = 1.5f;
+  EXPECT_EQ(PushExtrapolation(o), 1.5f);
+  o.lockstep = true;
+  EXPECT_EQ(PushExtrapolation(o), 1.0f);
+  o.lockstep_overlap = 10;
+  EXPECT_EQ(PushExtrapolation(o), 1.5f);
+  o.lockstep = false;
+  o.lockstep_overlap = 0;
+  o.adopt = SyncOptions::Adopt::kLerp;
+  EXPECT_EQ(PushExtrapolation(o), 1.0f);
+  EXPECT_EQ(PushExtrapolation(Good()), 1.25f);  // the default
 }
 
 // A fault is a test's own: the options with faults pass like any others.

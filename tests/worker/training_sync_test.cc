@@ -102,7 +102,7 @@ class TrainingSyncTest : public ::testing::Test {
   // Answers what the session sent, then hands what arrived to the training half.
   void Serve() {
     for (const Sent& s : transport_.Take(MsgType::Pull)) SendUpdate(s.h.fragment_id, 0);
-    for (const Sent& s : transport_.Take(MsgType::Push)) {
+    for (const Sent& s : hold_pushes_ ? std::vector<Sent>() : transport_.Take(MsgType::Push)) {
       const uint32_t f = s.h.fragment_id;
       pushes_.push_back(s);
       auto ack = FromShard(MsgType::PushAck);
@@ -166,6 +166,7 @@ class TrainingSyncTest : public ::testing::Test {
   std::vector<float> theta_[2];
   uint64_t version_[2] = {1, 1};
   std::vector<Sent> pushes_;  // every push the shard saw, in order
+  bool hold_pushes_ = false;  // the shard leaves pushes unread (unanswered) while set
 };
 
 TEST_F(TrainingSyncTest,
@@ -236,6 +237,43 @@ TEST_F(TrainingSyncTest, APushEndedUnappliedWithinTheBoundGivesItsStepsToTheNext
     carried |= s.h.fragment_id == 0 && s.h.seq > 1 && s.h.steps > opt_.inner_steps;
   }
   EXPECT_TRUE(carried) << "the push after the Stale one carries its steps too";
+}
+
+// Extrapolation (training_sync.h): at a push the local values move on to anchor - c x delta,
+// the steps until the answer are trained from there, and the adoption of the answer keeps only
+// those steps: local = global + the steps since the push.
+TEST_F(TrainingSyncTest, AnExtrapolatingPushMovesOnAndItsAnswerKeepsOnlyTheStepsSince) {
+  opt_.faults = nullptr;
+  opt_.extrapolate = 1.5f;
+  Start();
+  hold_pushes_ = true;
+  for (int i = 1; i <= 5; ++i) Step(i);  // both fragments push at step 5: delta 5 steps
+  ASSERT_EQ(shared_.stats().pushes, 2u);
+  const float theta0 = 0.5f, delta = 5 * kStepMove;
+  for (float p : params_) ASSERT_NEAR(p, theta0 - 1.5f * delta, 1e-6f);
+  Step(6);
+  Step(7);
+  hold_pushes_ = false;
+  Step(8);  // the shard applies both pushes (theta -= delta) and the answers are adopted
+  ASSERT_EQ(shared_.stats().applied, 2u);
+  for (float p : params_) ASSERT_NEAR(p, (theta0 - delta) - 3 * kStepMove, 1e-6f);
+}
+
+// A push that ends unapplied gives its (c - 1) x delta back: the next push holds its work as it
+// was, and only the steps taken (the Stale case above holds with extrapolation too, at the
+// default c).
+TEST_F(TrainingSyncTest, AnUnappliedExtrapolatingPushPutsTheLocalValuesBack) {
+  opt_.faults = nullptr;
+  opt_.extrapolate = 2.0f;
+  Start();
+  hold_pushes_ = true;
+  for (int i = 1; i <= 5; ++i) Step(i);
+  for (float p : params_) ASSERT_NEAR(p, 0.5f - 2 * 5 * kStepMove, 1e-6f);
+  version_[0] = version_[1] = 10;  // far past the pushes' base: answered Stale
+  hold_pushes_ = false;
+  Step(6);
+  ASSERT_EQ(shared_.stats().stale, 2u);
+  for (float p : params_) ASSERT_NEAR(p, 0.5f - 6 * kStepMove, 1e-6f);
 }
 
 TEST_F(TrainingSyncTest, ANewHSpreadsTheNextPushesOverItsRound) {

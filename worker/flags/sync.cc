@@ -30,6 +30,11 @@ ABSL_FLAG(SyncOptions::Adopt, adopt, SyncOptions::Adopt::kKeep,
           "adoption of new global values: keep (local = global + the steps taken since the "
           "push) or lerp (local = global + adopt_alpha*(local - global); alpha 0 replaces)");
 ABSL_FLAG(double, adopt_alpha, 0.0, "--adopt=lerp: local = global + alpha*(local - global)");
+ABSL_FLAG(double, extrapolate, 1.25,
+          "--adopt=keep: at each push, move the local values on to anchor - c x delta, so the "
+          "steps trained until its answer start nearer where the round lands (the adoption "
+          "takes c x delta out again); in [1, 3], 1 off. Not applied in --lockstep without "
+          "--lockstep_overlap (nothing is trained while a push is out)");
 ABSL_FLAG(uint32_t, carry_max, 8,
           "the most local steps a fragment carries into a push, in units of --inner_steps: a "
           "fragment whose push was answered so late that more steps piled up re-anchors on the "

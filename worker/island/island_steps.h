@@ -3,16 +3,16 @@
 // Before every inner step the ranks exchange one order from rank 0: stop or go on, the step's
 // learning rate (a schedule driven by the clock would differ between ranks otherwise), and the
 // parameter ranges rank 0's sync client changed since the last order (adopted fragments,
-// re-anchors), followed by those ranges' values. So adoptions reach every rank at the same step
-// boundary and the ranks stay identical bit for bit: the gradients they step on are all-reduced
-// (the same bytes on every rank), and everything else that writes the parameters goes through
-// here.
+// re-anchors, a push's extrapolation), followed by those ranges' values. So adoptions reach every
+// rank at the same step boundary and the ranks stay identical bit for bit: the gradients they step
+// on are all-reduced (the same bytes on every rank), and everything else that writes the parameters
+// goes through here.
 //
 // Which ranges changed: rank 0 hands its sync client the parameters through Range(), which
 // notes each range with a checksum of its values then; at the next order, the ranges whose
-// checksum moved are sent. A push only reads its fragment (its checksum does not move) and
-// costs two checksums, nothing on the wire. More than kMaxRanges changed ranges go as the whole
-// model.
+// checksum moved are sent. A push that only reads its fragment (lockstep, or no extrapolation)
+// costs two checksums, nothing on the wire; an extrapolating push moved it, and its fragment is
+// sent. More than kMaxRanges changed ranges go as the whole model.
 //
 // Every `check_every` steps (and at the end) the ranks compare a checksum of their whole
 // parameters (Island::CheckSame): a divergence stops the island with an error naming the ranks.
