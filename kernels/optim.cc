@@ -50,10 +50,10 @@ void RebaseAdopt(std::span<const float> global, std::span<float> anchor, std::sp
   float* a = anchor.data();
   float* l = local.data();
   ParallelFor(local.size(), kMinElementsPerTask, [&](size_t lo, size_t hi) {
-    if (d && pushed_scale != 1.0f) {
+    // pushed_scale 1 multiplies exactly (and this file is built without contraction to FMA):
+    // the same values as a sum without it.
+    if (d) {
       for (size_t i = lo; i < hi; ++i) l[i] = g[i] + ((l[i] - a[i]) + pushed_scale * d[i]);
-    } else if (d) {
-      for (size_t i = lo; i < hi; ++i) l[i] = g[i] + ((l[i] - a[i]) + d[i]);
     } else {
       for (size_t i = lo; i < hi; ++i) l[i] = g[i] + (l[i] - a[i]);
     }
