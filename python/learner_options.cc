@@ -43,6 +43,7 @@ LearnerOptions LearnerOptions::Make(LearnerOptions o) {
   s.adopt = ParseAdopt(o.adopt);
   s.adopt_alpha = static_cast<float>(o.adopt_alpha);
   s.extrapolate = static_cast<float>(o.extrapolate);
+  s.align_pushes = o.align_pushes;
   s.lockstep = o.lockstep;
   s.error_feedback = o.error_feedback;
   s.link_margin = o.link_margin;
@@ -69,6 +70,7 @@ py::dict LearnerOptions::Keywords() const {
   d["adopt"] = adopt;
   d["adopt_alpha"] = adopt_alpha;
   d["extrapolate"] = extrapolate;
+  d["align_pushes"] = align_pushes;
   d["lockstep"] = lockstep;
   d["error_feedback"] = error_feedback;
   d["auto_codecs"] = auto_codecs;
@@ -94,40 +96,43 @@ void BindLearnerOptions(py::module_& m) {
   py::class_<LearnerOptions>(m, "LearnerOptions",
                              "The learner's options, keywords only (diloco_ps.Learner lists them); "
                              "a bad value raises ValueError naming its keyword.")
-      .def(py::init([](std::string codec, const py::object& inner_steps, uint32_t fragments,
-                       uint64_t generation, bool dylu, bool stream, std::string adopt,
-                       double adopt_alpha, double extrapolate, bool lockstep, bool error_feedback,
-                       std::string auto_codecs, uint32_t inner_steps_min, uint32_t inner_steps_max,
-                       double link_margin, const py::object& curve_server_key,
-                       const py::object& curve_secret_key_file) {
-             LearnerOptions o;
-             o.codec = std::move(codec);
-             o.inner_steps = TextOf(inner_steps, false);
-             o.fragments = fragments;
-             o.generation = generation;
-             o.dylu = dylu;
-             o.stream = stream;
-             o.adopt = std::move(adopt);
-             o.adopt_alpha = adopt_alpha;
-             o.extrapolate = extrapolate;
-             o.lockstep = lockstep;
-             o.error_feedback = error_feedback;
-             o.auto_codecs = std::move(auto_codecs);
-             o.inner_steps_min = inner_steps_min;
-             o.inner_steps_max = inner_steps_max;
-             o.link_margin = link_margin;
-             o.curve_server_key = TextOf(curve_server_key, true);
-             o.curve_secret_key_file = TextOf(curve_secret_key_file, true);
-             return LearnerOptions::Make(std::move(o));
-           }),
-           py::kw_only(), py::arg("codec") = d.codec, py::arg("inner_steps") = d.InnerSteps(),
-           py::arg("fragments") = d.fragments, py::arg("generation") = d.generation,
-           py::arg("dylu") = d.dylu, py::arg("stream") = d.stream, py::arg("adopt") = d.adopt,
-           py::arg("adopt_alpha") = d.adopt_alpha, py::arg("extrapolate") = d.extrapolate,
-           py::arg("lockstep") = d.lockstep, py::arg("error_feedback") = d.error_feedback,
-           py::arg("auto_codecs") = d.auto_codecs, py::arg("inner_steps_min") = d.inner_steps_min,
-           py::arg("inner_steps_max") = d.inner_steps_max, py::arg("link_margin") = d.link_margin,
-           py::arg("curve_server_key") = py::none(), py::arg("curve_secret_key_file") = py::none())
+      .def(
+          py::init([](std::string codec, const py::object& inner_steps, uint32_t fragments,
+                      uint64_t generation, bool dylu, bool stream, std::string adopt,
+                      double adopt_alpha, double extrapolate, bool align_pushes, bool lockstep,
+                      bool error_feedback, std::string auto_codecs, uint32_t inner_steps_min,
+                      uint32_t inner_steps_max, double link_margin,
+                      const py::object& curve_server_key, const py::object& curve_secret_key_file) {
+            LearnerOptions o;
+            o.codec = std::move(codec);
+            o.inner_steps = TextOf(inner_steps, false);
+            o.fragments = fragments;
+            o.generation = generation;
+            o.dylu = dylu;
+            o.stream = stream;
+            o.adopt = std::move(adopt);
+            o.adopt_alpha = adopt_alpha;
+            o.extrapolate = extrapolate;
+            o.align_pushes = align_pushes;
+            o.lockstep = lockstep;
+            o.error_feedback = error_feedback;
+            o.auto_codecs = std::move(auto_codecs);
+            o.inner_steps_min = inner_steps_min;
+            o.inner_steps_max = inner_steps_max;
+            o.link_margin = link_margin;
+            o.curve_server_key = TextOf(curve_server_key, true);
+            o.curve_secret_key_file = TextOf(curve_secret_key_file, true);
+            return LearnerOptions::Make(std::move(o));
+          }),
+          py::kw_only(), py::arg("codec") = d.codec, py::arg("inner_steps") = d.InnerSteps(),
+          py::arg("fragments") = d.fragments, py::arg("generation") = d.generation,
+          py::arg("dylu") = d.dylu, py::arg("stream") = d.stream, py::arg("adopt") = d.adopt,
+          py::arg("adopt_alpha") = d.adopt_alpha, py::arg("extrapolate") = d.extrapolate,
+          py::arg("align_pushes") = d.align_pushes, py::arg("lockstep") = d.lockstep,
+          py::arg("error_feedback") = d.error_feedback, py::arg("auto_codecs") = d.auto_codecs,
+          py::arg("inner_steps_min") = d.inner_steps_min,
+          py::arg("inner_steps_max") = d.inner_steps_max, py::arg("link_margin") = d.link_margin,
+          py::arg("curve_server_key") = py::none(), py::arg("curve_secret_key_file") = py::none())
       .def("keywords", &LearnerOptions::Keywords)
       .def("__repr__",
            [](const LearnerOptions& o) {
@@ -149,6 +154,7 @@ void BindLearnerOptions(py::module_& m) {
       .def_readonly("adopt", &LearnerOptions::adopt)
       .def_readonly("adopt_alpha", &LearnerOptions::adopt_alpha)
       .def_readonly("extrapolate", &LearnerOptions::extrapolate)
+      .def_readonly("align_pushes", &LearnerOptions::align_pushes)
       .def_readonly("lockstep", &LearnerOptions::lockstep)
       .def_readonly("error_feedback", &LearnerOptions::error_feedback)
       .def_readonly("auto_codecs", &LearnerOptions::auto_codecs)

@@ -24,6 +24,7 @@ struct LearnerOptions {
   std::string adopt = "keep";
   double adopt_alpha = 0;
   double extrapolate = 1.25;
+  bool align_pushes = true;
   bool lockstep = false;
   bool error_feedback = true;
   std::string auto_codecs = "int8:256,int4:256,topk:0.0429";

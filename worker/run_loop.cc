@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,6 +14,7 @@
 #include "common/ema.h"
 #include "common/log.h"
 #include "common/model_family.h"
+#include "worker/eval_schedule.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/model/safetensors.h"
 #include "worker/run_report.h"
@@ -35,7 +37,8 @@ int RunTraining(const RunParts& parts) {
   const Baseline& before = parts.before;
   bool joined_logged = parts.joined_logged;
   const int64_t max_steps = w.steps;
-  const int64_t eval_every = w.eval_every;
+  // Islands keep every rank on the same steps: they evaluate at the multiples.
+  EvalSchedule evals(w.eval_every, sync && !island && w.sync && PushAlignment(*w.sync));
   const absl::Time start = absl::Now();
   // The run's clock (--duration, the schedule): a learner resumed from --state_dir goes on
   // from the training time it had.
@@ -94,7 +97,12 @@ int RunTraining(const RunParts& parts) {
         log.Write(ev);
       }
     }
-    if (eval_every > 0 && (step + 1) % eval_every == 0) {  // curves of the convergence study
+    uint64_t version0 = 0;
+    if (evals.Watching(step + 1)) {
+      const std::vector<uint64_t> versions = sync->stats().versions;
+      version0 = versions.empty() ? 0 : versions[0];
+    }
+    if (evals.Now(step + 1, version0)) {  // curves of the convergence study
       JsonObject ev;
       ev.Add("event", "eval").Add("worker", uint64_t{wid}).Add("step", step + 1);
       ev.Add("tokens", tokens).Add("elapsed_s", absl::ToDoubleSeconds(absl::Now() - start));
@@ -138,6 +146,7 @@ int RunTraining(const RunParts& parts) {
         AddSyncFigures(ev, st);
         ev.Add("resends", st.resends).Add("reconnects", st.reconnects);
         ev.Add("reanchors", st.reanchors).Add("reanchored_steps", st.reanchored_steps);
+        ev.Add("aligned_pushes", st.aligned_pushes).Add("aligned_steps", st.aligned_steps);
         ev.Add("shard_restarts", st.shard_restarts).Add("unacked", uint64_t{st.unacked});
         ev.Add("joined", uint64_t{st.joined}).Add("inner_steps", uint64_t{st.inner_steps_now});
         ev.Add("step_time_us", st.step_time_us).Add("fleet_step_time_us", st.fleet_step_time_us);
@@ -187,6 +196,7 @@ int RunTraining(const RunParts& parts) {
     done.Add("join_asks", st.join_asks).Add("reasks", st.reasks);
     done.Add("init_resumed", st.init_resumed).Add("init_bytes_sent", st.init_bytes_sent);
     done.Add("reanchors", st.reanchors).Add("reanchored_steps", st.reanchored_steps);
+    done.Add("aligned_pushes", st.aligned_pushes).Add("aligned_steps", st.aligned_steps);
     done.Add("reconnects", st.reconnects).Add("errors", st.errors).Add("refused", st.refused);
     done.Add("after_step_us", st.after_step_us).Add("step_time_us", st.step_time_us);
     AddSyncFigures(done, st);

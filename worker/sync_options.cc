@@ -110,4 +110,8 @@ float PushExtrapolation(const SyncOptions& o) {
   return o.extrapolate;
 }
 
+bool PushAlignment(const SyncOptions& o) {
+  return o.align_pushes && !o.lockstep && o.adopt == SyncOptions::Adopt::kKeep;
+}
+
 }  // namespace diloco::worker

@@ -46,6 +46,12 @@ struct SyncOptions {
   // adoption takes extrapolate x delta out again (worker/training_sync.h, "Extrapolation").
   // 1 turns it off; see PushExtrapolation for where it applies.
   float extrapolate = 1.25f;
+  // kKeep, asynchronous: a push's Applied answer says how long the shard held it before its round
+  // closed (held_us), and the fragment's next push comes that many of this worker's steps later
+  // than H (at most H / 2 later), so that the fleet's pushes of a round leave together instead of
+  // waiting on the last one at the phases the workers happened to start with (worker/
+  // training_sync.h, "Alignment"). Off only to measure what it is worth.
+  bool align_pushes = true;
   // The most local steps a fragment carries into a push, as a multiple of inner_steps (H): a
   // push answered late leaves every step taken since in the local model, and one push holding
   // them all would outweigh the fleet's round with a drift taken on a long-gone model. Past
@@ -113,6 +119,9 @@ struct SyncStats {
   // Fragments whose local work passed carry_max x H and was dropped for the global values,
   // and the steps so dropped.
   uint64_t reanchors = 0, reanchored_steps = 0;
+  // Pushes due later than H to align with the fleet's (SyncOptions::align_pushes), and the
+  // steps they waited in all.
+  uint64_t aligned_pushes = 0, aligned_steps = 0;
   uint64_t join_asks = 0;  // fragments asked for while joining (the first asks and any re-asks)
   // A joined fragment's values asked for again on a live connection, the answer overdue.
   uint64_t reasks = 0;
@@ -188,5 +197,10 @@ absl::Status Validate(const SyncOptions& o, OptionNames names = OptionNames::kFl
 // lockstep without an overlap, where the answer is adopted before the next step and moving the
 // local values on first would only change their rounding.
 float PushExtrapolation(const SyncOptions& o);
+
+// Whether a fragment's next push waits for the hold of its last one (align_pushes): only
+// asynchronously with kKeep. Lockstep workers push at the same step counts already, and kLerp
+// counts a fragment's steps from its adoption, so its next push already follows the round.
+bool PushAlignment(const SyncOptions& o);
 
 }  // namespace diloco::worker

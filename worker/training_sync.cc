@@ -1,6 +1,7 @@
 #include "worker/training_sync.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -11,7 +12,11 @@
 namespace diloco::worker {
 
 TrainingSync::TrainingSync(const SyncOptions& opt, const Plan& plan, SyncShared& shared)
-    : opt_(opt), plan_(plan), shared_(shared), extrapolate_(PushExtrapolation(opt)) {
+    : opt_(opt),
+      plan_(plan),
+      shared_(shared),
+      extrapolate_(PushExtrapolation(opt)),
+      align_(PushAlignment(opt)) {
   anchor_.assign(plan.total_elements(), 0.0f);
   frags_.resize(plan.fragments().size());
   for (uint32_t i = 0; i < frags_.size(); ++i) frags_[i].spec = &plan.fragment(i);
@@ -28,6 +33,18 @@ void TrainingSync::MoveAlongDelta(ParamsFn params, const Fragment& f, float a) {
     d += p.length;
   }
   shared_.Update([&](SyncStats& s) { ++s.local_writes[f.spec->id]; });
+}
+
+void TrainingSync::Align(Fragment& f, absl::Duration held) {
+  const double step_us = static_cast<double>(shared_.step_time_us());
+  if (!align_ || held <= absl::ZeroDuration() || step_us <= 0) return;
+  const double steps = std::floor(absl::ToDoubleMicroseconds(held) / step_us);
+  f.offset = static_cast<int64_t>(std::min(steps, static_cast<double>(h_ / 2)));
+  if (f.offset <= 0) return;  // held for less than a step: the last pusher of its round
+  shared_.Update([&](SyncStats& s) {
+    ++s.aligned_pushes;
+    s.aligned_steps += static_cast<uint64_t>(f.offset);
+  });
 }
 
 int64_t TrainingSync::carry_bound() const {
@@ -93,7 +110,10 @@ void TrainingSync::Adopt(ParamsFn params, Arrival& a) {
     return;
   }
   const bool was_outstanding = f.outstanding;
-  if (a.answers_push) f.outstanding = false;
+  if (a.answers_push) {
+    f.outstanding = false;
+    if (was_outstanding) Align(f, absl::Microseconds(m.header().held_us()));
+  }
   if (!newer) {  // nothing newer than what we have
     if (!f.outstanding) f.delta_taken = false;
     return;

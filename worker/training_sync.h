@@ -23,6 +23,19 @@
 // and a push that ends unapplied puts (c - 1) x delta back, so its work is pushed again as it
 // was.
 //
+// Alignment (SyncOptions::align_pushes; PushAlignment says where it applies): an asynchronous
+// round closes when its last push arrives (or its grace window ends), and the workers that
+// pushed earlier train on meanwhile from values the round is about to move. Left alone, how
+// long the shard holds their pushes stays what the workers' start times made it: with four
+// equally fast workers, pushes 17-25 steps apart and holds of 6-14 steps in 50, round after
+// round. The Applied answer says how long the shard held the push (held_us, its own clock, so a
+// slow download adds nothing); the fragment's next push comes that many of this worker's steps
+// (rounded down) later than H, at most H / 2 later, so the pushes of a round leave together
+// after a round or two. The last pusher of a round, held for less than a step, keeps H; so does
+// everyone once aligned. A worker that stops training for a while (an evaluation) falls behind
+// by that much, and the others follow it in the next round: their rounds grow by the pause.
+// What it is worth: benchmarks/quality/RESULTS.md, "Aligned pushes".
+//
 // Steps and tokens reported with a push are those its delta holds: a push that ends unapplied
 // leaves its delta in the local model, so its steps and tokens count again towards the next.
 //
@@ -86,7 +99,9 @@ class TrainingSync {
     // kLerp: since the last adoption).
     int64_t steps = 0;
     uint64_t tokens = 0;
-    int64_t offset = 0;  // extra steps before the first push (streaming stagger)
+    // Extra steps before the next push (streaming's stagger before the first; alignment's after
+    // a held push).
+    int64_t offset = 0;
     uint64_t next_seq = 1;
     bool outstanding = false;
     // kKeep: the outstanding push's delta is no longer in (local - anchor): an adoption while
@@ -108,11 +123,15 @@ class TrainingSync {
   void ReleaseDelta(Fragment& f);
   // local += a x the outstanding push's delta, over the fragment's pieces.
   void MoveAlongDelta(ParamsFn params, const Fragment& f, float a);
+  // The answer of f's push says the shard held it `held`: its next push comes as many of this
+  // worker's steps later (the header's "Alignment").
+  void Align(Fragment& f, absl::Duration held);
 
   const SyncOptions& opt_;
   const Plan& plan_;
   SyncShared& shared_;
   const float extrapolate_;    // PushExtrapolation(opt_)
+  const bool align_;           // PushAlignment(opt_)
   std::vector<float> anchor_;  // flat: global values adopted last
   DeltaPool pool_;
   std::vector<Fragment> frags_;

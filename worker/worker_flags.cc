@@ -92,6 +92,7 @@ absl::StatusOr<SyncOptions> SyncOptionsFromFlags(std::vector<std::string> server
   so.adopt = absl::GetFlag(FLAGS_adopt);
   so.adopt_alpha = static_cast<float>(absl::GetFlag(FLAGS_adopt_alpha));
   so.extrapolate = static_cast<float>(absl::GetFlag(FLAGS_extrapolate));
+  so.align_pushes = absl::GetFlag(FLAGS_align_pushes);
   so.lockstep_overlap = absl::GetFlag(FLAGS_lockstep_overlap);
   so.carry_max = absl::GetFlag(FLAGS_carry_max);
   so.lockstep = absl::GetFlag(FLAGS_lockstep);

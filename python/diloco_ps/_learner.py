@@ -53,6 +53,9 @@ class Learner:
                              extrapolate x delta, so the steps trained until its answer start
                              nearer where the round lands; in [1, 3], 1 off; not applied with
                              lockstep (docs/worker.md, "Extrapolation")
+      align_pushes=True      adopt="keep", not lockstep: a fragment's next push comes as many
+                             steps later than H as the shard held its last one (at most H/2),
+                             so the fleet's pushes leave together (docs/worker.md, "Alignment")
       lockstep=False         deterministic mode: after_step returns once its pushes are answered
                              and adopted (a fixed codec and H, not auto)
       error_feedback=True    a push's quantisation error goes into the next push (off: study only)

@@ -55,17 +55,17 @@ def check_native(native, failures):
     LearnerOptions = native.LearnerOptions
     d = LearnerOptions()
     defaults = d.keywords()
-    if (d.codec, d.inner_steps, d.fragments, d.link_margin, d.curve_server_key) != (
-            "int8:256", 50, 4, 1.5, None):
+    if (d.codec, d.inner_steps, d.fragments, d.link_margin, d.align_pushes,
+            d.curve_server_key) != ("int8:256", 50, 4, 1.5, True, None):
         failures.append(f"defaults: {d!r}")
     if LearnerOptions(**defaults).keywords() != defaults:
         failures.append("LearnerOptions(**keywords()) differs from the options")
     o = LearnerOptions(codec="int4:128", inner_steps="auto", inner_steps_min=20,
                        inner_steps_max=400, fragments=2, adopt="lerp", adopt_alpha=0.25,
-                       extrapolate=1.5, curve_server_key=None)
+                       extrapolate=1.5, align_pushes=False, curve_server_key=None)
     got = (o.codec, o.inner_steps, o.inner_steps_min, o.inner_steps_max, o.fragments, o.adopt,
-           o.adopt_alpha, o.extrapolate)
-    if got != ("int4:128", "auto", 20, 400, 2, "lerp", 0.25, 1.5):
+           o.adopt_alpha, o.extrapolate, o.align_pushes)
+    if got != ("int4:128", "auto", 20, 400, 2, "lerp", 0.25, 1.5, False):
         failures.append(f"keywords not taken: {got}")
     if LearnerOptions(inner_steps="25").inner_steps != 25:
         failures.append("inner_steps='25' is not H = 25")

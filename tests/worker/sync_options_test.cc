@@ -159,6 +159,21 @@ TEST(SyncOptionsTest, ExtrapolationAppliesOnlyWhereAPushOverlapsTraining) {
   EXPECT_EQ(PushExtrapolation(Good()), 1.25f);  // the default
 }
 
+TEST(SyncOptionsTest, AlignmentAppliesOnlyToAsynchronousKeepingWorkers) {
+  EXPECT_TRUE(PushAlignment(Good()));  // the default
+  SyncOptions o = Good();
+  o.align_pushes = false;
+  EXPECT_FALSE(PushAlignment(o));
+  o = Good();
+  o.lockstep = true;  // pushes already leave at the same step counts
+  EXPECT_FALSE(PushAlignment(o));
+  o.lockstep_overlap = 10;
+  EXPECT_FALSE(PushAlignment(o));
+  o = Good();
+  o.adopt = SyncOptions::Adopt::kLerp;  // its steps count from the adoption already
+  EXPECT_FALSE(PushAlignment(o));
+}
+
 // A fault is a test's own: the options with faults pass like any others.
 TEST(SyncOptionsTest, TestFaultsAreNotValidated) {
   SyncOptions o = Good();

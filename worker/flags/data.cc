@@ -12,4 +12,6 @@ ABSL_FLAG(uint64_t, seed, 1234, "seed of the batch order (and of theta(0) unless
 ABSL_FLAG(int, eval_batches, 4, "held-out batches per evaluation");
 ABSL_FLAG(int64_t, eval_every, 0,
           "every N inner steps, write an \"eval\" event with the held-out loss of the local model "
-          "and of the last adopted global one (0: only at the end)");
+          "and of the last adopted global one (0: only at the end); an asynchronous worker "
+          "that aligns its pushes evaluates at its first adoption of fragment 0 from the due "
+          "step, with the rest of the fleet (worker/eval_schedule.h)");

@@ -24,6 +24,7 @@ ABSL_DECLARE_FLAG(bool, stream);
 ABSL_DECLARE_FLAG(diloco::worker::SyncOptions::Adopt, adopt);
 ABSL_DECLARE_FLAG(double, adopt_alpha);
 ABSL_DECLARE_FLAG(double, extrapolate);
+ABSL_DECLARE_FLAG(bool, align_pushes);
 ABSL_DECLARE_FLAG(uint32_t, lockstep_overlap);
 ABSL_DECLARE_FLAG(uint32_t, carry_max);
 ABSL_DECLARE_FLAG(bool, lockstep);

@@ -35,6 +35,10 @@ ABSL_FLAG(double, extrapolate, 1.25,
           "steps trained until its answer start nearer where the round lands (the adoption "
           "takes c x delta out again); in [1, 3], 1 off. Not applied in --lockstep without "
           "--lockstep_overlap (nothing is trained while a push is out)");
+ABSL_FLAG(bool, align_pushes, true,
+          "asynchronous --adopt=keep: a fragment's next push comes as many steps later than H "
+          "as the shard held its last one before the round closed (at most H/2), so that the "
+          "fleet's pushes of a round leave together; false only to measure what it is worth");
 ABSL_FLAG(uint32_t, carry_max, 8,
           "the most local steps a fragment carries into a push, in units of --inner_steps: a "
           "fragment whose push was answered so late that more steps piled up re-anchors on the "
