@@ -55,6 +55,14 @@ std::string HandshakeMonitor::WrongServerKey(const std::string& at) const {
                       key, ")");
 }
 
+std::string HandshakeMonitor::KeysNeeded(const std::string& at) const {
+  return absl::StrCat("the server at ", at,
+                      " requires CURVE and this client has no keys (give --curve_server_key and "
+                      "--curve_secret_key_file): it closed ",
+                      failed_in_a_row_,
+                      " handshakes in a row before they ended (or it is not a shard)");
+}
+
 void HandshakeMonitor::Drain() {
   for (;;) {
     // An event is two frames: 16-bit event id and 32-bit value, then the endpoint.
@@ -81,11 +89,12 @@ void HandshakeMonitor::Drain() {
                          : absl::StrCat("the server at ", at,
                                         " requires CURVE and this client has no keys (give "
                                         "--curve_server_key and --curve_secret_key_file)");
-        else if (curve_ && ++failed_in_a_row_ >= kFailedCurveHandshakes)
-          refusal_ = WrongServerKey(at);
+        else if (++failed_in_a_row_ >= kFailedHandshakes)
+          refusal_ = curve_ ? WrongServerKey(at) : KeysNeeded(at);
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-        if (curve_ && ++failed_in_a_row_ >= kFailedCurveHandshakes) refusal_ = WrongServerKey(at);
+        if (++failed_in_a_row_ >= kFailedHandshakes)
+          refusal_ = curve_ ? WrongServerKey(at) : KeysNeeded(at);
         break;
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         failed_in_a_row_ = 0;
