@@ -1,9 +1,13 @@
 #include "worker/eval_schedule.h"
 
+#include <algorithm>
+
 namespace diloco::worker {
 
-EvalSchedule::EvalSchedule(int64_t every, bool at_adoption)
-    : every_(every), at_adoption_(at_adoption), due_(every) {}
+EvalSchedule::EvalSchedule(int64_t every, bool at_adoption, int64_t first)
+    : every_(every),
+      at_adoption_(at_adoption),
+      due_(every > 0 ? (std::max<int64_t>(first, 1) + every - 1) / every * every : 0) {}
 
 bool EvalSchedule::Watching(int64_t step) const {
   return every_ > 0 && at_adoption_ && step >= due_ - 1;

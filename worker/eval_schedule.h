@@ -14,8 +14,10 @@ namespace diloco::worker {
 
 class EvalSchedule {
  public:
-  // `every` steps (0: never); `at_adoption`: wait for fragment 0's next version as above.
-  EvalSchedule(int64_t every, bool at_adoption);
+  // `every` steps (0: never); `at_adoption`: wait for fragment 0's next version as above. The
+  // first step is `first` (a resumed worker's start step + 1): the first evaluation is due at
+  // the first multiple of `every` from there.
+  EvalSchedule(int64_t every, bool at_adoption, int64_t first = 1);
 
   // Whether Now needs fragment 0's adopted version after step `step` (so the caller reads it
   // only on the steps around an evaluation).

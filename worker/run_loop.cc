@@ -38,7 +38,8 @@ int RunTraining(const RunParts& parts) {
   bool joined_logged = parts.joined_logged;
   const int64_t max_steps = w.steps;
   // Islands keep every rank on the same steps: they evaluate at the multiples.
-  EvalSchedule evals(w.eval_every, sync && !island && w.sync && PushAlignment(*w.sync));
+  EvalSchedule evals(w.eval_every, sync && !island && w.sync && PushAlignment(*w.sync),
+                     w.start_step + 1);
   const absl::Time start = absl::Now();
   // The run's clock (--duration, the schedule): a learner resumed from --state_dir goes on
   // from the training time it had.

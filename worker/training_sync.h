@@ -33,7 +33,8 @@
 // (rounded down) later than H, at most H / 2 later, so the pushes of a round leave together
 // after a round or two. The last pusher of a round, held for less than a step, keeps H; so does
 // everyone once aligned. A worker that stops training for a while (an evaluation) falls behind
-// by that much, and the others follow it in the next round: their rounds grow by the pause.
+// by that much, and the others follow it in the next round: their rounds grow by the pause, so
+// diloco-worker evaluates where the fleet adopts a round together (worker/eval_schedule.h).
 // What it is worth: benchmarks/quality/RESULTS.md, "Aligned pushes".
 //
 // Steps and tokens reported with a push are those its delta holds: a push that ends unapplied

@@ -32,6 +32,15 @@ TEST(EvalScheduleTest, AtTheMultiplesWithoutAdoption) {
   EXPECT_TRUE(Evaluations(EvalSchedule(0, true), 350, EveryFifty).empty());
 }
 
+TEST(EvalScheduleTest, AResumedWorkerEvaluatesAtTheMultiplesAfterItsStart) {
+  // Resumed at step 1000 (its first step 1001): the next multiple is 1100, not the first step.
+  EvalSchedule s(100, false, 1001);
+  std::vector<int64_t> at;
+  for (int64_t i = 1001; i <= 1250; ++i)
+    if (s.Now(i, 0)) at.push_back(i);
+  EXPECT_EQ(at, (std::vector<int64_t>{1100, 1200}));
+}
+
 TEST(EvalScheduleTest, AnAlignedWorkerEvaluatesAtItsFirstAdoptionFromTheDueStep) {
   // Due at 100: the next adoption is at 117; due at 200: 217; due at 300: 317.
   EXPECT_EQ(Evaluations(EvalSchedule(100, true), 350, EveryFifty),
