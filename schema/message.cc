@@ -185,6 +185,8 @@ zmq::message_t BuildHeader(const HeaderFields& h, std::span<const uint64_t> leng
   b.add_refused_type(h.refused_type);
   b.add_values_checksum(h.values_checksum);
   b.add_train_checksum(h.train_checksum);
+  b.add_keyframe_version(h.keyframe_version);
+  b.add_chain_updates(h.chain_updates);
   if (!h.held_trains.empty()) b.add_held_trains(hv);
   if (h.figures) b.add_figures(fv);
   fbb.Finish(b.Finish());

@@ -21,7 +21,8 @@ bool SamePayload(const Header& a, const Header& b) {
          a.codec() == b.codec() && a.block() == b.block() && a.topk() == b.topk() &&
          a.num_elements() == b.num_elements() && a.chunk_elements() == b.chunk_elements() &&
          a.ack() == b.ack() && a.num_chunks() == b.num_chunks() &&
-         a.values_checksum() == b.values_checksum() && a.train_checksum() == b.train_checksum();
+         a.values_checksum() == b.values_checksum() && a.train_checksum() == b.train_checksum() &&
+         a.keyframe_version() == b.keyframe_version() && a.chain_updates() == b.chain_updates();
 }
 
 // A validated chunk's checksum (ParseMessage checked that it carries one frame and its sum).

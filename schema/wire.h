@@ -113,6 +113,10 @@ struct HeaderFields {
   std::vector<HeldTrain> held_trains;  // Welcome: pushes whose leading chunks the shard holds
   uint32_t connection = 0;  // data Hello: which of the worker's data connections (0: unsaid)
   std::optional<LearnerFiguresFields> figures;  // worker Heartbeat: the learner's figures
+  // Push: the keyframe the worker holds; FragmentUpdate chain: the keyframe after it (0: every
+  // version is one). docs/protocol.md, "Keyframes".
+  uint64_t keyframe_version = 0;
+  uint32_t chain_updates = 0;  // FragmentUpdate chain: its updates (0: version - base_version)
 };
 
 // What names a message in a refusal of it (an Error's worker_id, fragment_id, seq and

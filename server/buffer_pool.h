@@ -83,5 +83,8 @@ class BufferPool {
 inline std::span<float> Floats(wire::Bytes& b) {
   return {reinterpret_cast<float*>(b.data()), b.size() / sizeof(float)};
 }
+inline std::span<const float> Floats(const wire::Bytes& b) {
+  return {reinterpret_cast<const float*>(b.data()), b.size() / sizeof(float)};
+}
 
 }  // namespace diloco::server

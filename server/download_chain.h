@@ -21,6 +21,16 @@
 // per parameter): re-quantizing it every version would lose that part of the step. It is not
 // checkpointed: a restarted shard starts with a zero residual and an empty chain (workers then
 // get whole fragments).
+//
+// Keyframes (`every` > 1; docs/protocol.md, "Keyframes"): a version's update is taken from the
+// last keyframe K instead of the version before it, U_v = Q(theta_v - P_K + r), P_v = P_K +
+// deQ(U_v), and every `every`-th version (or one a whole fragment was sent at) becomes the next
+// keyframe. A worker that holds keyframe K then reaches any later version of K's span with one
+// update, however many versions it missed, and one more per keyframe it crossed: the download
+// costs about what one push does where the chain of every version cost one update per version.
+// `every` = 1 makes every version a keyframe: the chain above, bit for bit. Costs: the
+// keyframe's values (4 bytes per parameter), and a grid as coarse as the span's drift (the
+// residual keeps what the grid loses for the next version, as above).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +49,8 @@ namespace diloco::server {
 // the fragment's order, as Checksum64 or a Hasher over them gives).
 struct DownloadUpdate {
   uint64_t version = 0;
+  uint64_t base = 0;      // the version whose values it is added to (version - 1 or a keyframe)
+  bool keyframe = false;  // later updates are built on P_version
   std::shared_ptr<const wire::Bytes> bytes;
   std::shared_ptr<const std::vector<uint64_t>> sums;
   uint64_t values_checksum = 0;
@@ -47,34 +59,49 @@ struct DownloadUpdate {
 class DownloadChain {
  public:
   // `codec` quantizes the updates (int8 or int4; fp32 downloads need no chain); a fragment of
-  // `numel` values.
-  DownloadChain(kernels::Codec codec, uint64_t numel);
+  // `numel` values; a keyframe every `every` versions (1: each version is one).
+  DownloadChain(kernels::Codec codec, uint64_t numel, uint32_t every = 1);
 
   // The outer step moved theta from `previous` (P_{v-1}, unchanged here) to `theta`: rewrites
-  // `theta` to P_v and appends U_v as `version`. False when theta, or theta - P_{v-1} + r, is
+  // `theta` to P_v and appends U_v as `version`, built on P_{v-1} or on the keyframe (the first
+  // keyframe after a Reset is P_{v-1}). False when theta, or theta - P_{v-1} + r, is
   // not finite (a diverged model): theta is left as stepped (published whole), the residual
   // zeroed and the chain emptied, so workers take the whole fragment. `scratch` (resized to two
   // chunks, reused) is the caller's, so that a shard's fragments share one.
   bool Quantize(uint64_t version, std::span<const float> previous, std::span<float> theta,
                 std::vector<float>& scratch);
 
-  // The updates that take P_base to P_version, oldest first; empty when the chain does not hold
-  // all of them or when they are not smaller than the whole fp32 fragment (then send that).
+  // The updates that take P_base to P_version, oldest first, each built on the one before (the
+  // keyframes between them, then version's); empty when the chain does not hold all of them,
+  // when base is not a version they build on, or when they are not smaller than the whole fp32
+  // fragment (then send that).
   std::vector<const DownloadUpdate*> Between(uint64_t base, uint64_t version) const;
 
+  // A worker was sent `version`'s values whole (`values`, P_version): with keyframes, version
+  // becomes the keyframe later updates build on, so that worker's next download is an update
+  // (the updates after `version` already made stay as they were built). Nothing with `every` =
+  // 1, or for a version older than the keyframe.
+  void MarkKeyframe(uint64_t version, std::span<const float> values);
+
   // Forgets the updates no worker can still need: those up to `oldest_base` (every live worker
-  // holds that version or a newer one), and beyond the newest `max_updates`.
-  void Trim(uint64_t oldest_base, size_t max_updates);
+  // holds that version or a newer one), those older than `published` that are not keyframes
+  // (no chain passes through them), and beyond the newest `max_updates`.
+  void Trim(uint64_t oldest_base, uint64_t published, size_t max_updates);
 
   // theta was replaced other than by Quantize (theta(0), a recovered checkpoint): no update
   // leads to it and the residual belongs to nothing.
   void Reset();
 
   kernels::Codec codec() const { return codec_; }
+  uint32_t every() const { return every_; }
   size_t size() const { return updates_.size(); }
   uint64_t update_bytes() const { return update_bytes_; }  // of one update
-  // Resident bytes: the residual and the kept updates.
-  uint64_t bytes() const { return residual_.size() + updates_.size() * update_bytes_; }
+  uint64_t keyframe() const { return keyframe_; }  // the version updates build on now (every > 1)
+  // Resident bytes: the residual, the kept updates and the keyframe's values.
+  uint64_t bytes() const {
+    return residual_.size() + updates_.size() * update_bytes_ +
+           keyframe_values_.size() * sizeof(float);
+  }
 
  private:
   kernels::Codec codec_;
@@ -83,7 +110,11 @@ class DownloadChain {
   uint64_t update_bytes_;
   bool residual_zero_ = true;  // residual_ holds no values yet (all zero)
   std::vector<uint8_t> residual_;
-  std::deque<DownloadUpdate> updates_;  // consecutive versions, oldest first
+  uint32_t every_;
+  uint64_t keyframe_ = 0;               // every > 1: its version (0: none since a Reset)
+  std::vector<float> keyframe_values_;  // every > 1: P_keyframe
+  std::deque<DownloadUpdate> updates_;  // ascending versions, oldest first
+  const DownloadUpdate* Find(uint64_t version) const;
 };
 
 }  // namespace diloco::server

@@ -200,6 +200,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
         absl::StrCat("--download_codec=", codec, ": ", download.status().message()));
   o.download = *download;
   o.download_chain = absl::GetFlag(FLAGS_download_chain);
+  o.download_keyframe_every = absl::GetFlag(FLAGS_download_keyframe_every);
   auto faults = TestFaultsFromFlags();
   if (!faults.ok()) return faults.status();
   s.faults = *std::move(faults);

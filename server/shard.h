@@ -104,6 +104,10 @@ struct ShardOptions {
   // Updates kept per fragment for workers a few versions behind (a chain is sent only while
   // smaller than the whole fragment: up to 3 int8 or 7 int4 updates).
   uint32_t download_chain = 4;
+  // A keyframe every this many versions: each update is taken from the last keyframe, so a
+  // worker several versions behind takes one update (and one per keyframe crossed) instead of
+  // one per version (server/download_chain.h). 1: every version is a keyframe.
+  uint32_t download_keyframe_every = 1;
   absl::Duration worker_timeout = absl::Seconds(10);
   // Rounds due together close in turn within one Tick until this much time has gone (at least
   // one per call); the rest close on the next call. At 124M parameters in 8 fragments one
@@ -319,9 +323,11 @@ class Shard {
   void StartCheckpoint(bool sync);
   void FinishCheckpoint(const CheckpointWriter::Result& r);
   // A FragmentUpdate of f's published version for a worker that holds version `base` (0: none
-  // known): the quantized updates since `base` when f keeps them and they are smaller, else the
-  // whole fragment. Records that `worker` now holds the published version.
-  void FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, Outgoing* o);
+  // known) and `keyframe` (0: unsaid, an older worker): the quantized updates from `base`, or
+  // else from `keyframe`, when f keeps them and they are smaller, else the whole fragment (whose
+  // version then becomes a keyframe: server/download_chain.h). Records that `worker` now holds
+  // the published version.
+  void FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, uint64_t keyframe, Outgoing* o);
   // Quantized downloads: the step moved theta from `previous`; theta becomes the published
   // values P_v and the update to them is kept (server/download_chain.h).
   void QuantizeDownload(FragmentState& f, std::span<const float> previous);

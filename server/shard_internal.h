@@ -101,7 +101,8 @@ struct Shard::FragmentState {
     uint64_t base = 0;    // the version the push was trained from: what the worker holds
     uint64_t tokens = 0;  // what the push claimed (the audit log's)
     uint32_t steps = 0;
-    absl::Time arrived;  // the push was taken (its Queued answer): the Applied one's held_us
+    absl::Time arrived;     // the push was taken (its Queued answer): the Applied one's held_us
+    uint64_t keyframe = 0;  // the keyframe the worker holds (0: unsaid, an older worker)
   };
   std::vector<Contribution> contributors;       // in the open round
   std::vector<Contribution> unacked;            // applied, Applied ack held until published

@@ -64,7 +64,7 @@ void Shard::OnPull(const std::string& rid, const wire::Message& m, std::vector<O
     return Refuse(rid, WireError(ErrorCode::NotInitialized, "fragment has no theta(0) yet"), &h,
                   out);
   Outgoing o{rid, Reply(MsgType::FragmentUpdate), {}};
-  FillUpdate(f, h.worker_id(), /*base=*/0, &o);  // a pull is answered whole
+  FillUpdate(f, h.worker_id(), /*base=*/0, /*keyframe=*/0, &o);  // a pull is answered whole
   o.header.worker_id = h.worker_id();
   out->push_back(std::move(o));
 }

@@ -174,8 +174,8 @@ void Shard::OnPush(const std::string& rid, wire::Message m, std::vector<Outgoing
         Ema(timings_.time_to_quorum_s, absl::ToDoubleSeconds(now - f.round.opened), kEmaWeight);
   }
   const uint64_t bytes = msg->payload_bytes();
-  f.contributors.push_back(
-      {rid, w.id, w.generation, h.seq(), bytes, h.base_version(), h.tokens(), h.steps(), now});
+  f.contributors.push_back({rid, w.id, w.generation, h.seq(), bytes, h.base_version(), h.tokens(),
+                            h.steps(), now, h.keyframe_version()});
   counters_.max_held_bytes = std::max(counters_.max_held_bytes, held + bytes);
   timings_.inner_steps = Ema(timings_.inner_steps, steps.value, kEmaWeight);
   if (h.step_time_us() > 0) w.step_time_us = h.step_time_us();  // the worker's own average

@@ -19,7 +19,8 @@ std::shared_ptr<const std::vector<uint64_t>> SnapshotChecksums(const wire::Bytes
   return sums;
 }
 
-void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, Outgoing* o) {
+void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, uint64_t keyframe,
+                       Outgoing* o) {
   o->header.fragment_id = f.spec->id;
   o->header.version = f.published;
   o->values_checksums = f.snapshot_sums;
@@ -27,9 +28,18 @@ void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, Outgoin
     uint64_t& holds = w->holds[f.spec->id];
     holds = std::max(holds, f.published);
   }
-  const auto chain = f.downloads && base > 0 ? f.downloads->Between(base, f.published)
-                                             : std::vector<const DownloadUpdate*>{};
+  std::vector<const DownloadUpdate*> chain;
+  const bool keyed = f.downloads && f.downloads->every() > 1;
+  if (f.downloads && base > 0) chain = f.downloads->Between(base, f.published);
+  if (keyed && chain.empty() && keyframe > 0 && keyframe < base) {
+    chain = f.downloads->Between(keyframe, f.published);
+    base = keyframe;
+  }
+  // A worker that does not say its keyframe reads a chain as one update per version.
+  if (keyed && keyframe == 0 && chain.size() != f.published - base) chain.clear();
   if (chain.empty()) {
+    // The worker's next download is an update from these values.
+    if (keyed) f.downloads->MarkKeyframe(f.published, Floats(*f.snapshot));
     wire::SetPayloadLayout(o->header, wire::kFragmentCodec, f.spec->numel);
     o->payloads = wire::PayloadFrames(f.snapshot, wire::kFragmentCodec, f.spec->numel);
     o->checksums = f.snapshot_sums;
@@ -37,11 +47,17 @@ void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, Outgoin
     counters_.update_bytes_full += f.spec->numel * sizeof(float);
     return;
   }
-  // U_{base+1} .. U_published, each cut in chunks as a push is: the worker reconstructs them in
-  // turn on the values of `base` and checks the result against values_checksum.
+  // U_{base+1} .. U_published (with keyframes: those of the keyframes after `base`, then the
+  // published version's), each cut in chunks as a push is: the worker reconstructs them in turn
+  // on the values of `base` and checks the result against values_checksum.
   const kernels::Codec codec = f.downloads->codec();
   wire::SetPayloadLayout(o->header, codec, f.spec->numel);
   o->header.base_version = base;
+  if (keyed) {
+    const DownloadUpdate& last = *chain.back();
+    o->header.chain_updates = static_cast<uint32_t>(chain.size());
+    o->header.keyframe_version = last.keyframe ? last.version : last.base;
+  }
   o->header.values_checksum = chain.back()->values_checksum;
   auto sums = std::make_shared<std::vector<uint64_t>>();
   for (const DownloadUpdate* u : chain) {
@@ -64,7 +80,7 @@ void Shard::TrimDownloads(FragmentState& f) {
   if (!f.downloads) return;
   // The oldest version a live worker that took this fragment holds (a worker that took none
   // from this shard gets it whole): updates up to it are no one's to use.
-  f.downloads->Trim(workers_.OldestHeld(clock_->Now(), f.spec->id, f.published),
+  f.downloads->Trim(workers_.OldestHeld(clock_->Now(), f.spec->id, f.published), f.published,
                     opt_.download_chain);
 }
 
@@ -226,7 +242,7 @@ void Shard::Publish(FragmentState& f, std::vector<Outgoing>* out) {
   f.published = f.version;
   for (const auto& c : f.unacked) {
     Outgoing o{c.rid, Reply(MsgType::FragmentUpdate), {}};
-    FillUpdate(f, c.worker, c.base, &o);
+    FillUpdate(f, c.worker, c.base, c.keyframe, &o);
     o.header.worker_id = c.worker;
     o.header.generation = c.generation;
     o.header.seq = c.seq;

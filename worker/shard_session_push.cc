@@ -77,6 +77,7 @@ void ShardSession::SendPush(PushJob& job) {
   h.fragment_id = job.fragment;
   h.seq = job.seq;
   h.base_version = job.base_version;
+  h.keyframe_version = job.keyframe_version;
   h.tokens = job.tokens;
   h.steps = job.steps;
   wire::SetPayloadLayout(h, job.codec, f.numel);

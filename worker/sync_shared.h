@@ -37,6 +37,7 @@ namespace diloco::worker {
 struct PushJob {
   uint32_t fragment = 0;
   uint64_t seq = 0, base_version = 0, tokens = 0;
+  uint64_t keyframe_version = 0;  // the keyframe the worker holds (docs/protocol.md, "Keyframes")
   uint32_t steps = 0;
   kernels::Codec codec;  // chosen by the training thread (SyncOptions::codec or auto)
   // The fp32 delta, the training thread's buffer (worker/delta_pool.h): the session reads it to

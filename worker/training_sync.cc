@@ -72,7 +72,7 @@ void TrainingSync::Process(ParamsFn params, Arrival& a) {
       ReleaseDelta(f);  // the session has undone its error feedback before delivering kDone
       return;
     case Arrival::kReset:
-      f.version = 0;  // the shard may have gone back: adopt whatever it sends next
+      f.version = f.keyframe = 0;  // the shard may have gone back: adopt whatever it sends next
       return;
     case Arrival::kNeedInit: {
       // An unjoined fragment offers the local values (theta(0) during Join); a joined one the
@@ -105,9 +105,15 @@ void TrainingSync::Adopt(ParamsFn params, Arrival& a) {
   const wire::Message& m = *a.message;
   const bool chain = IsUpdateChain(m.header());
   const bool newer = !f.joined || a.version > f.version;
-  if (chain && newer && (!f.joined || f.version < m.header().base_version())) {
-    shared_.QueuePull(a.fragment, a.answers_push);
-    return;
+  ChainPlan plan;
+  if (chain && newer) {
+    auto p = f.joined ? PlanChain(m.header(), f.version, f.keyframe)
+                      : absl::FailedPreconditionError("not joined");
+    if (!p.ok()) {
+      shared_.QueuePull(a.fragment, a.answers_push);
+      return;
+    }
+    plan = *p;
   }
   const bool was_outstanding = f.outstanding;
   if (a.answers_push) {
@@ -140,9 +146,17 @@ void TrainingSync::Adopt(ParamsFn params, Arrival& a) {
       start += pc.length;
     }
   };
+  const float* source =
+      plan.source == ChainPlan::Source::kKeyframe ? keyframe_.data() : anchor_.data();
   auto gather = [&](uint64_t pos, std::span<float> out) {
     for_pieces(pos, out.size(), [&](uint64_t flat, uint64_t take, uint64_t at) {
-      std::memcpy(out.data() + (at - pos), anchor_.data() + flat, take * sizeof(float));
+      std::memcpy(out.data() + (at - pos), source + flat, take * sizeof(float));
+    });
+  };
+  if (plan.keep_after >= 0 && keyframe_.empty()) keyframe_.assign(anchor_.size(), 0.0f);
+  auto keep_keyframe = [&](uint64_t pos, std::span<const float> values) {
+    for_pieces(pos, values.size(), [&](uint64_t flat, uint64_t take, uint64_t at) {
+      std::memcpy(keyframe_.data() + flat, values.data() + (at - pos), take * sizeof(float));
     });
   };
   auto consume = [&](uint64_t pos, std::span<const float> values) {
@@ -161,8 +175,10 @@ void TrainingSync::Adopt(ParamsFn params, Arrival& a) {
       }
     });
   };
-  auto read = ReadFragmentUpdate(m, f.version, update_scratch_, gather, consume);
+  auto read = ReadFragmentUpdate(m, plan, update_scratch_, gather, consume, keep_keyframe);
   const bool mismatch = chain && (!read.ok() || *read != m.header().values_checksum());
+  // A whole fragment is a keyframe (the shard builds on it); a chain says which one follows it.
+  f.keyframe = mismatch ? 0 : chain ? plan.keyframe : a.version;
   // A re-anchor dropped the outstanding push's delta with the rest of the local work.
   f.delta_taken = f.outstanding && (f.delta_taken || take_delta || too_long);
   if (!f.joined) {
@@ -276,6 +292,7 @@ std::vector<PushJob> TrainingSync::Step(ParamsFn params, uint64_t tokens, uint32
     job.delta = std::span<const float>(f.delta.data.get(), f.spec->numel);
     job.seq = f.next_seq++;
     job.base_version = f.version;
+    job.keyframe_version = f.keyframe;
     job.tokens = f.pushed_tokens = std::max<uint64_t>(f.tokens, 1);
     f.pushed_steps = std::max<int64_t>(f.steps, 1);
     job.steps = static_cast<uint32_t>(f.pushed_steps);

@@ -96,6 +96,9 @@ class TrainingSync {
     const diloco::Fragment* spec = nullptr;
     bool joined = false;   // pulled at least once: local started from the global values
     uint64_t version = 0;  // adopted global version (0 after a shard restart: take any)
+    // The newest keyframe it holds (docs/protocol.md, "Keyframes"; 0: none), its values in
+    // keyframe_ when it is not `version` (a version between keyframes).
+    uint64_t keyframe = 0;
     // Local steps and tokens in (local - anchor) beyond the outstanding push's delta (kKeep;
     // kLerp: since the last adoption).
     int64_t steps = 0;
@@ -134,6 +137,9 @@ class TrainingSync {
   const float extrapolate_;    // PushExtrapolation(opt_)
   const bool align_;           // PushAlignment(opt_)
   std::vector<float> anchor_;  // flat: global values adopted last
+  // Flat: the values of each fragment's keyframe while apart from anchor_ (allocated with the
+  // first: shards whose downloads have keyframes, 4 bytes per parameter).
+  std::vector<float> keyframe_;
   DeltaPool pool_;
   std::vector<Fragment> frags_;
   uint32_t joined_count_ = 0;

@@ -23,6 +23,7 @@ ABSL_DECLARE_FLAG(absl::Duration, keep_cut_trains_for);
 ABSL_DECLARE_FLAG(uint64_t, keep_cut_trains_mib);
 ABSL_DECLARE_FLAG(std::string, download_codec);
 ABSL_DECLARE_FLAG(uint32_t, download_chain);
+ABSL_DECLARE_FLAG(uint32_t, download_keyframe_every);
 ABSL_DECLARE_FLAG(absl::Duration, worker_timeout);
 
 // server/flags/rounds.cc

@@ -40,28 +40,54 @@ wire::Message Received(const Outgoing& o) {
   return *std::move(m);
 }
 
-// A worker's copy of one fragment: the values of `version`, updated from FragmentUpdates as the
-// sync client does.
+// A worker's copy of one fragment: the values of `version`, and of its keyframe when that is
+// another version, updated from FragmentUpdates as the sync client does (worker/
+// training_sync.cc).
 struct Mirror {
   std::vector<float> values;
   uint64_t version = 0;
+  uint64_t keyframe = 0;  // 0: none, or the worker does not say (an older one)
+  std::vector<float> keyframe_values;
+  bool says = true;  // it says its keyframe in its pushes (an older worker does not)
+
+  Mirror() = default;
+  Mirror(std::vector<float> v, uint64_t version, bool says_keyframe = true)
+      : values(std::move(v)),
+        version(version),
+        keyframe(says_keyframe ? version : 0),
+        says(says_keyframe) {}
 
   // Adopts `o`; returns the checksum the rebuild produced (0 for a whole fragment).
   uint64_t Take(const Outgoing& o) {
     const wire::Message m = Received(o);
     EXPECT_TRUE(worker::CheckFragmentUpdate(m, values.size()).ok());
-    std::vector<float> next(values.size()), scratch;
+    worker::ChainPlan plan;
+    if (worker::IsUpdateChain(m.header())) {
+      auto p = worker::PlanChain(m.header(), version, keyframe);
+      EXPECT_TRUE(p.ok()) << p.status();
+      if (!p.ok()) return 0;
+      plan = *p;
+    }
+    const std::vector<float>& from =
+        plan.source == worker::ChainPlan::Source::kKeyframe ? keyframe_values : values;
+    std::vector<float> next(values.size()), kept = keyframe_values, scratch;
     auto sum = worker::ReadFragmentUpdate(
-        m, version, scratch,
+        m, plan, scratch,
         [&](uint64_t pos, std::span<float> out) {
-          std::memcpy(out.data(), values.data() + pos, out.size_bytes());
+          std::memcpy(out.data(), from.data() + pos, out.size_bytes());
         },
         [&](uint64_t pos, std::span<const float> v) {
           std::memcpy(next.data() + pos, v.data(), v.size_bytes());
+        },
+        [&](uint64_t pos, std::span<const float> v) {
+          kept.resize(values.size());
+          std::memcpy(kept.data() + pos, v.data(), v.size_bytes());
         });
     EXPECT_TRUE(sum.ok()) << sum.status();
     values = std::move(next);
+    keyframe_values = std::move(kept);
     version = o.header.version;
+    if (says) keyframe = worker::IsUpdateChain(m.header()) ? plan.keyframe : version;
     return sum.ok() ? *sum : 0;
   }
 };
@@ -72,10 +98,13 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 class ShardDownloadTest : public ::testing::Test {
  protected:
-  void SetUpShard(kernels::Codec download, uint32_t quorum = 2) {
+  void SetUpShard(kernels::Codec download, uint32_t quorum = 2, uint32_t keyframe_every = 1,
+                  absl::Duration worker_timeout = absl::Seconds(10)) {
     auto o = TinyOptions(/*fragments=*/1);
+    o.worker_timeout = worker_timeout;
     o.round.quorum = quorum;
     o.download = download;
+    o.download_keyframe_every = keyframe_every;
     h_ = std::make_unique<ShardHarness>(o);
     n_ = h_->fragment(0).numel;
     h_->Hello("a", 1);
@@ -90,6 +119,14 @@ class ShardDownloadTest : public ::testing::Test {
     h_->Push("a", 1, 0, seq, a_.version, Random(n_, 0.01f, seed));
     h_->Push("b", 2, 0, seq, b_.version, Random(n_, 0.01f, seed + 1));
     return h_->Tick();
+  }
+  // `m` pushes on what it holds, saying its keyframe as a worker does (0 for an older one).
+  void PushFrom(const std::string& rid, uint32_t worker, uint64_t seq, const Mirror& m,
+                uint32_t seed) {
+    const auto delta = Random(n_, 0.01f, seed);
+    auto h = h_->PushFields(worker, 0, seq, m.version, n_, 100, 10, wire::kFragmentCodec);
+    h.keyframe_version = m.keyframe;
+    h_->Send(rid, h, ShardHarness::Encode(wire::kFragmentCodec, delta));
   }
   const Outgoing* To(const std::vector<Outgoing>& out, const std::string& rid) {
     for (const auto& o : out)
@@ -172,6 +209,115 @@ TEST_F(ShardDownloadTest, AWorkerBehindGetsTheChainThenTheWholeFragment) {
   EXPECT_TRUE(SameBits(a_.values, h_->shard().params(0)));
 }
 
+// Keyframes every 4 versions (docs/protocol.md, "Keyframes"): a worker several versions behind
+// takes one update where the chain of every version would be larger than the whole fragment,
+// and one more per keyframe it crossed; every rebuild is the published values to the bit.
+TEST_F(ShardDownloadTest, WithKeyframesAWorkerBehindTakesOneUpdate) {
+  // Workers live 20 s: each pushes at least every third round of 6 s below.
+  SetUpShard(kInt8, /*quorum=*/1, /*keyframe_every=*/4, absl::Seconds(20));
+  h_->clock().Advance(absl::Seconds(21));    // b silent: a's rounds close at once
+  for (uint64_t seq = 1; seq <= 3; ++seq) {  // versions 2, 3, 4, each built on keyframe 1
+    PushFrom("a", 1, seq, a_, static_cast<uint32_t>(seq));
+    const auto out = h_->Tick();
+    const Outgoing* u = To(out, "a");
+    ASSERT_NE(u, nullptr);
+    EXPECT_EQ(u->header.chain_updates, 1u);
+    EXPECT_EQ(u->header.keyframe_version, 1u);
+    EXPECT_EQ(a_.Take(*u), u->header.values_checksum);
+  }
+  ASSERT_EQ(a_.version, 4u);
+  // Take one answer and check it: the update count, its base, the keyframe after it.
+  auto expect = [&](const std::string& rid, Mirror& m, uint64_t version, uint64_t base,
+                    uint32_t updates, uint64_t keyframe) {
+    const auto out = h_->Tick();
+    const Outgoing* u = To(out, rid);
+    ASSERT_NE(u, nullptr);
+    EXPECT_EQ(u->header.codec, static_cast<uint8_t>(kernels::CodecKind::kInt8));
+    EXPECT_EQ(u->header.version, version);
+    EXPECT_EQ(u->header.base_version, base);
+    EXPECT_EQ(u->header.chain_updates, updates);
+    EXPECT_EQ(u->payloads.size(), updates);  // one chunk per update at this size
+    EXPECT_EQ(u->header.keyframe_version, keyframe);
+    EXPECT_EQ(m.Take(*u), u->header.values_checksum);
+    EXPECT_TRUE(SameBits(m.values, h_->shard().params(0))) << rid << " at " << version;
+  };
+  // b pushes on version 1, four behind (the chain of each version would be sent whole): version
+  // 5, a keyframe, built on keyframe 1, one update.
+  PushFrom("b", 2, 1, b_, 99);
+  h_->clock().Advance(absl::Seconds(6));  // a is live and missing: the round closes at the cap
+  expect("b", b_, 5, 1, 1, 5);
+  // a holds 4 and keyframe 1: version 6 is U_5 then U_6 from keyframe 1; a keeps P_5 apart.
+  PushFrom("a", 1, 4, a_, 100);
+  h_->clock().Advance(absl::Seconds(6));
+  expect("a", a_, 6, 1, 2, 5);
+  EXPECT_EQ(a_.keyframe, 5u);
+  // b holds keyframe 5 itself: version 7 is one update from it; b keeps P_5 apart now.
+  PushFrom("b", 2, 2, b_, 101);
+  h_->clock().Advance(absl::Seconds(6));
+  expect("b", b_, 7, 5, 1, 5);
+  // a holds 6, keyframe 5 apart: version 8 from keyframe 5.
+  PushFrom("a", 1, 5, a_, 102);
+  h_->clock().Advance(absl::Seconds(6));
+  expect("a", a_, 8, 5, 1, 5);
+  // A worker that does not say its keyframe (an older one) reads chains as one update per
+  // version: b at 7 gets version 9 (its chain is U_9 on keyframe 5, not one per version) whole.
+  Mirror older(b_.values, b_.version, /*says_keyframe=*/false);
+  PushFrom("b", 2, 3, older, 103);
+  h_->clock().Advance(absl::Seconds(6));
+  const auto out = h_->Tick();
+  const Outgoing* whole = To(out, "b");
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(whole->header.codec, static_cast<uint8_t>(kernels::CodecKind::kFp32));
+  b_ = Mirror(h_->shard().params(0), 9);
+  // Version 9 is a keyframe (5 + 4): b, holding it, takes version 10 as one update from it, and
+  // a, holding 8 (keyframe 5), version 11 as the updates of 9 and 11.
+  PushFrom("b", 2, 4, b_, 104);
+  h_->clock().Advance(absl::Seconds(6));
+  expect("b", b_, 10, 9, 1, 9);
+  PushFrom("a", 1, 6, a_, 105);
+  h_->clock().Advance(absl::Seconds(6));
+  expect("a", a_, 11, 5, 2, 9);
+}
+
+// A pull is answered whole and makes its version a keyframe: the puller's next download is an
+// update again.
+TEST_F(ShardDownloadTest, WithKeyframesAPulledVersionIsAKeyframe) {
+  SetUpShard(kInt8, /*quorum=*/1, /*keyframe_every=*/100);
+  h_->clock().Advance(absl::Seconds(11));
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    PushFrom("a", 1, seq, a_, static_cast<uint32_t>(seq));
+    a_.Take(*To(h_->Tick(), "a"));
+  }
+  auto pull = h_->Base(MsgType::Pull, 2);
+  pull.fragment_id = 0;
+  const auto pulled = h_->Send("b", pull);
+  Mirror fresh(std::vector<float>(n_), 0);
+  fresh.Take(*Only(pulled, MsgType::FragmentUpdate));
+  ASSERT_EQ(fresh.version, 4u);
+  EXPECT_EQ(fresh.keyframe, 4u);
+  PushFrom("b", 2, 1, fresh, 50);
+  h_->clock().Advance(absl::Seconds(6));
+  const auto out = h_->Tick();
+  const Outgoing* u = To(out, "b");
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(u->header.base_version, 4u);
+  EXPECT_EQ(u->header.chain_updates, 1u);
+  EXPECT_EQ(fresh.Take(*u), u->header.values_checksum);
+  EXPECT_TRUE(SameBits(fresh.values, h_->shard().params(0)));
+  // a, at 4 with keyframe 1, gets version 6 as one update from 4 (a keyframe now), and keeps
+  // P_4 apart.
+  PushFrom("a", 1, 4, a_, 51);
+  h_->clock().Advance(absl::Seconds(6));
+  const auto out_a = h_->Tick();
+  const Outgoing* ua = To(out_a, "a");
+  ASSERT_NE(ua, nullptr);
+  EXPECT_EQ(ua->header.base_version, 4u);
+  EXPECT_EQ(ua->header.chain_updates, 1u);
+  EXPECT_EQ(a_.Take(*ua), ua->header.values_checksum);
+  EXPECT_EQ(a_.keyframe, 4u);
+  EXPECT_TRUE(SameBits(a_.values, h_->shard().params(0)));
+}
+
 TEST_F(ShardDownloadTest, PullsAreAnsweredWithTheWholeFragment) {
   SetUpShard(kInt8);
   Round(1, 5);
@@ -189,9 +335,14 @@ TEST_F(ShardDownloadTest, PullsAreAnsweredWithTheWholeFragment) {
 // The outer optimizer's trajectory does not depend on what is published (momentum and theta's
 // steps come from the pushes), so a shard with fp32 downloads fed the same pushes shows it; the
 // published values stay within a grid step of it however many rounds go by, because the
-// residual carries what each update's quantization left out.
-TEST_F(ShardDownloadTest, PublishedValuesTrackTheOuterOptimizer) {
-  SetUpShard(kInt8);
+// residual carries what each update's quantization left out. With keyframes every 4 versions an
+// update spans up to 4 versions' steps, and so does its grid.
+class PublishedValuesTest : public ShardDownloadTest,
+                            public ::testing::WithParamInterface<uint32_t> {};
+
+TEST_P(PublishedValuesTest, TrackTheOuterOptimizer) {
+  const uint32_t every = GetParam();
+  SetUpShard(kInt8, /*quorum=*/2, every);
   auto o = TinyOptions(1);
   o.round.quorum = 2;
   ShardHarness exact(o);
@@ -216,11 +367,59 @@ TEST_F(ShardDownloadTest, PublishedValuesTrackTheOuterOptimizer) {
     }
     before = t;
   }
-  // Half an int8 grid step of the largest update is largest_step / 254; the residual's own int4
-  // encoding loses under 1/14 of that a version. Without the residual the error would grow with
-  // the rounds.
+  // Half an int8 grid step of the largest update is largest_step / 254 (x every with
+  // keyframes); the residual's own int4 encoding loses under 1/14 of that a version. Without
+  // the residual the error would grow with the rounds.
   EXPECT_GT(worst, 0.0);
-  EXPECT_LT(worst, largest_step / 254 * 1.5);
+  EXPECT_LT(worst, largest_step * every / 254 * 1.5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Keyframes, PublishedValuesTest, ::testing::Values(1u, 4u));
+
+TEST(DownloadChainTest, KeyframesBuildEachUpdateOnTheLastKeyframe) {
+  const uint64_t n = 5000;
+  DownloadChain chain(kInt8, n, /*every=*/3);
+  std::vector<float> p(n, 0.0f), scratch;
+  for (uint64_t v = 2; v <= 8; ++v) {  // keyframes 1 (the first base), 4, 7
+    std::vector<float> next = Random(n, 1.0f, static_cast<uint32_t>(v));
+    ASSERT_TRUE(chain.Quantize(v, p, next, scratch));
+    p = next;
+  }
+  EXPECT_EQ(chain.keyframe(), 7u);
+  auto versions = [&](uint64_t base, uint64_t version) {
+    std::vector<uint64_t> v;
+    for (const DownloadUpdate* u : chain.Between(base, version)) v.push_back(u->version);
+    return v;
+  };
+  EXPECT_EQ(versions(1, 6), (std::vector<uint64_t>{4, 6}));
+  EXPECT_EQ(versions(4, 6), (std::vector<uint64_t>{6}));
+  EXPECT_EQ(versions(1, 8), (std::vector<uint64_t>{4, 7, 8}));
+  EXPECT_TRUE(versions(5, 6).empty());  // 5 is no keyframe: nothing is built on it
+  EXPECT_TRUE(versions(2, 8).empty());
+  // Everyone holds 4 or newer and 8 is published: the non-keyframes before 8 go, and 4.
+  chain.Trim(/*oldest_base=*/4, /*published=*/8, /*max_updates=*/8);
+  EXPECT_EQ(chain.size(), 2u);
+  EXPECT_EQ(versions(4, 8), (std::vector<uint64_t>{7, 8}));
+  // The update, the residual and the keyframe's values.
+  EXPECT_EQ(chain.bytes(), 2 * chain.update_bytes() + (n / 2 + (n + 63) / 64 * 4) + 4 * n);
+  // A whole fragment sent at 8 makes it the keyframe: 9 is built on it.
+  chain.MarkKeyframe(8, p);
+  std::vector<float> next = Random(n, 1.0f, 9);
+  ASSERT_TRUE(chain.Quantize(9, p, next, scratch));
+  EXPECT_EQ(versions(8, 9), (std::vector<uint64_t>{9}));
+  EXPECT_EQ(versions(4, 9), (std::vector<uint64_t>{7, 8, 9}));
+  // Every version a keyframe: the chain of one update per version, as without keyframes.
+  DownloadChain plain(kInt8, n, /*every=*/1);
+  std::vector<float> q(n, 0.0f);
+  for (uint64_t v = 2; v <= 4; ++v) {
+    std::vector<float> nq = Random(n, 1.0f, static_cast<uint32_t>(v));
+    ASSERT_TRUE(plain.Quantize(v, q, nq, scratch));
+    q = nq;
+  }
+  std::vector<uint64_t> all;
+  for (const DownloadUpdate* u : plain.Between(1, 4)) all.push_back(u->version);
+  EXPECT_EQ(all, (std::vector<uint64_t>{2, 3, 4}));
+  EXPECT_EQ(plain.bytes(), 3 * plain.update_bytes() + (n / 2 + (n + 63) / 64 * 4));
 }
 
 TEST(DownloadChainTest, ANonFiniteStepIsPublishedWholeAndStartsAFreshChain) {
@@ -257,10 +456,10 @@ TEST(DownloadChainTest, BetweenAndTrim) {
   EXPECT_TRUE(chain.Between(6, 6).empty());
   EXPECT_TRUE(chain.Between(5, 7).empty());  // no such version yet
   EXPECT_EQ(chain.Between(4, 5).front()->version, 5u);
-  chain.Trim(/*oldest_base=*/4, /*max_updates=*/8);  // everyone holds 4 or newer
+  chain.Trim(/*oldest_base=*/4, /*published=*/6, /*max_updates=*/8);  // all hold 4 or newer
   EXPECT_EQ(chain.size(), 2u);
   EXPECT_TRUE(chain.Between(3, 5).empty());
-  chain.Trim(0, 1);
+  chain.Trim(0, 6, 1);
   EXPECT_EQ(chain.size(), 1u);
   // One update and the int4 residual: two values a byte, a 4-byte scale per block of 64.
   EXPECT_EQ(chain.bytes(), chain.update_bytes() + (n / 2 + (n + 63) / 64 * 4));
@@ -291,23 +490,99 @@ TEST(FragmentUpdateTest, MalformedChainsAreRefusedBeforeAnyValueIsRead) {
   no_base.base_version = 0;
   no_base.version = 2;
   EXPECT_FALSE(worker::CheckFragmentUpdate(message(no_base, {one, one}), n).ok());
+  auto more = h;  // 3 updates between versions 3 and 5
+  more.chain_updates = 3;
+  EXPECT_FALSE(worker::CheckFragmentUpdate(message(more, {one, one, one}), n).ok());
+  auto outside = h;  // a keyframe outside the chain
+  outside.keyframe_version = 6;
+  EXPECT_FALSE(worker::CheckFragmentUpdate(message(outside, {one, one}), n).ok());
   // Rebuilding needs the values of a version within the chain.
-  std::vector<float> scratch;
-  auto skip = [](uint64_t, std::span<float>) {};
-  auto drop = [](uint64_t, std::span<const float>) {};
   const wire::Message m = message(h, {one, one});
-  EXPECT_EQ(worker::ReadFragmentUpdate(m, 2, scratch, skip, drop).status().code(),
+  EXPECT_EQ(worker::PlanChain(m.header(), 2, 2).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(worker::ReadFragmentUpdate(m, 5, scratch, skip, drop).status().code(),
+  EXPECT_EQ(worker::PlanChain(m.header(), 5, 5).status().code(),
             absl::StatusCode::kFailedPrecondition);
   // From version 4 only the second update is added.
-  std::vector<float> got;
+  std::vector<float> scratch, got;
   auto zeros = [](uint64_t, std::span<float> out) { std::fill(out.begin(), out.end(), 0.0f); };
-  auto keep = [&](uint64_t, std::span<const float> v) { got.assign(v.begin(), v.end()); };
-  ASSERT_TRUE(worker::ReadFragmentUpdate(m, 4, scratch, zeros, keep).ok());
+  auto take = [&](uint64_t, std::span<const float> v) { got.assign(v.begin(), v.end()); };
+  auto drop = [](uint64_t, std::span<const float>) { ADD_FAILURE() << "nothing to keep"; };
+  auto plan = worker::PlanChain(m.header(), 4, 4);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->skip, 1u);
+  ASSERT_TRUE(worker::ReadFragmentUpdate(m, *plan, scratch, zeros, take, drop).ok());
   std::vector<float> once(n);
   ASSERT_TRUE(kernels::Decode(kInt8, one, once).ok());
   EXPECT_TRUE(SameBits(got, once));
+}
+
+// Where a worker starts a chain and which values it keeps as its next keyframe.
+TEST(FragmentUpdateTest, PlanChainStartsFromWhatTheWorkerHolds) {
+  auto header = [](uint64_t base, uint64_t version, uint32_t updates, uint64_t keyframe) {
+    wire::HeaderFields h;
+    h.type = MsgType::FragmentUpdate;
+    wire::SetPayloadLayout(h, kInt8, 100);
+    h.base_version = base;
+    h.version = version;
+    h.chain_updates = updates;
+    h.keyframe_version = keyframe;
+    std::vector<std::vector<uint8_t>> payloads(
+        updates != 0 ? updates : version - base,
+        std::vector<uint8_t>(kernels::EncodedSize(kInt8, 100)));
+    auto m = wire::ParseMessage(ShardHarness::Frames(h, payloads));
+    EXPECT_TRUE(m.ok()) << m.status();
+    return *std::move(m);
+  };
+  using Source = worker::ChainPlan::Source;
+  {  // U_7 (a keyframe) and U_9 on keyframe 4
+    const wire::Message m = header(4, 9, 2, 7);
+    auto from_key = worker::PlanChain(m.header(), 6, 4);  // holds 6, keyframe 4 apart
+    ASSERT_TRUE(from_key.ok());
+    EXPECT_EQ(from_key->source, Source::kKeyframe);
+    EXPECT_EQ(from_key->keep_after, 1);  // P_7, after the first update
+    EXPECT_EQ(from_key->keyframe, 7u);
+    auto from_held = worker::PlanChain(m.header(), 4, 4);
+    ASSERT_TRUE(from_held.ok());
+    EXPECT_EQ(from_held->source, Source::kHeld);
+    EXPECT_EQ(from_held->keep_after, 1);
+    EXPECT_FALSE(worker::PlanChain(m.header(), 6, 3).ok());  // neither 4 nor one per version
+  }
+  {  // U_6 on keyframe 5, which the worker holds: it keeps P_5 apart
+    const wire::Message m = header(5, 6, 1, 5);
+    auto p = worker::PlanChain(m.header(), 5, 5);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->keep_after, 0);
+    EXPECT_EQ(p->keyframe, 5u);
+    auto kept = worker::PlanChain(m.header(), 5, 0);  // no keyframe said: still from the held
+    ASSERT_TRUE(kept.ok());
+    EXPECT_EQ(kept->keep_after, 0);
+  }
+  {  // U_8 on keyframe 5, kept apart already: nothing new to keep
+    const wire::Message m = header(5, 8, 1, 5);
+    auto p = worker::PlanChain(m.header(), 6, 5);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->source, Source::kKeyframe);
+    EXPECT_EQ(p->keep_after, -1);
+    EXPECT_EQ(p->keyframe, 5u);
+  }
+  {  // one update per version, 5 a keyframe: from 4 one is skipped, P_5 kept after two
+    const wire::Message m = header(3, 6, 0, 5);
+    auto p = worker::PlanChain(m.header(), 4, 4);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->skip, 1u);
+    EXPECT_EQ(p->keep_after, 2);
+    auto past = worker::PlanChain(m.header(), 5, 5);  // holds 5: kept from the start
+    ASSERT_TRUE(past.ok());
+    EXPECT_EQ(past->skip, 2u);
+    EXPECT_EQ(past->keep_after, 2);
+  }
+  {  // without keyframes (fields unsaid) every version is one: nothing kept apart
+    const wire::Message m = header(3, 6, 0, 0);
+    auto p = worker::PlanChain(m.header(), 3, 3);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->keep_after, -1);
+    EXPECT_EQ(p->keyframe, 6u);
+  }
 }
 
 }  // namespace

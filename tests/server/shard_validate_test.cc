@@ -39,6 +39,7 @@ TEST(ShardOptionsTest, DefaultsAndEdgeValuesPass) {
   o.faults = Drop(0.5);
   o.download = *kernels::ParseCodec("int8:256");
   o.download_chain = 1;
+  o.download_keyframe_every = 8;
   o.outer_mode = OuterMode::kDelayedNesterov;
   EXPECT_TRUE(Validate(o).ok()) << Validate(o);
 }
@@ -76,6 +77,14 @@ TEST(ShardOptionsTest, EachRuleRefusesABadValueNamingTheFlag) {
          o.download_chain = 0;
        },
        "--download_chain=0: a quantized download"},
+      {"keyframes 0", [](ShardOptions& o) { o.download_keyframe_every = 0; },
+       "--download_keyframe_every=0: must be >= 1"},
+      {"keyframes of fp32 downloads",
+       [](ShardOptions& o) {
+         o.download = wire::kFragmentCodec;
+         o.download_keyframe_every = 4;
+       },
+       "--download_keyframe_every=4: keyframes belong to quantized downloads"},
       {"kept trains", [](ShardOptions& o) { o.keep_trains.time = absl::Seconds(-1); },
        "--keep_cut_trains_for=-1s: must not be negative"},
   };

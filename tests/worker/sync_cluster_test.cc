@@ -571,6 +571,31 @@ TEST(WorkerSyncTest, QuantizedDownloadsRebuildTheShardsBytes) {
   f.StopAll();
 }
 
+// Keyframes every 3 versions (docs/protocol.md, "Keyframes"): three workers at their own pace on
+// one shard are often several versions behind, and take the updates of the keyframes they
+// crossed and the version's, rebuilt on the keyframe each keeps apart: every rebuild matches the
+// shard's checksum, and most downloads are updates, not whole fragments.
+TEST(WorkerSyncTest, KeyframedDownloadsRebuildTheShardsBytes) {
+  Fleet f;
+  f.StartShards(1, {"--download_codec=int8", "--download_keyframe_every=3"});
+  for (int w = 0; w < 3; ++w)
+    f.workers.push_back(f.StartWorker(w, {absl::StrCat("--seed=", 100 + 7 * w), "--steps=80",
+                                          "--inner_steps=5", "--num_workers=3"}));
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(f.workers[w]->Wait(absl::Seconds(60)), std::optional<int>(0)) << "worker " << w;
+    const auto done = Named(ReadTyped(f.Jsonl(w)), "done");
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_GE(done[0].num.at("updates_delta"), 10) << "worker " << w;
+    EXPECT_EQ(done[0].num.at("download_mismatches"), 0) << "worker " << w;
+    EXPECT_EQ(done[0].num.at("errors"), 0) << "worker " << w;
+    EXPECT_LT(2 * done[0].num.at("updates_full"), done[0].num.at("updates_delta"))
+        << "worker " << w;
+  }
+  EXPECT_GE(f.Stat(0, "updates_delta"), 30);
+  EXPECT_EQ(f.Stat(0, "bad_messages"), 0);
+  f.StopAll();
+}
+
 // int8 downloads train as well as fp32 ones (the same lockstep run, both directions quantized).
 TEST(WorkerSyncTest, Int8DownloadsReachTheFp32Loss) {
   const auto fp32 = FinalLoss("int8:256", "fp32");
