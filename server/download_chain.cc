@@ -20,15 +20,15 @@ DownloadChain::DownloadChain(kernels::Codec codec, uint64_t numel, uint32_t ever
       every_(std::max<uint32_t>(every, 1)) {}
 
 bool DownloadChain::Quantize(uint64_t version, std::span<const float> previous,
-                             std::span<float> theta, std::vector<float>& scratch) {
+                             std::span<float> theta, std::vector<float>& scratch, bool caught_up) {
   if (!updates_.empty() && updates_.back().version + 1 != version) updates_.clear();
   const bool keyed = every_ > 1;
-  if (keyed && keyframe_ == 0) {  // the first since a Reset: built on P_{v-1}
-    keyframe_values_.assign(previous.begin(), previous.end());
-    keyframe_ = version - 1;
-  }
-  const std::span<const float> base_values = keyed ? keyframe_values_ : previous;
+  if (keyed && keyframe_ == 0) keyframe_ = version - 1;  // the first since a Reset: P_{v-1}
+  // Built on the version before (no keyframes, or it is the keyframe: its values are
+  // `previous`) or on the keyframe's values kept apart.
   const uint64_t base = keyed ? keyframe_ : version - 1;
+  const std::span<const float> base_values =
+      base == version - 1 ? previous : std::span<const float>(keyframe_values_);
   auto update = std::make_shared<wire::Bytes>(update_bytes_);
   auto sums = std::make_shared<std::vector<uint64_t>>();
   Hasher values;
@@ -62,10 +62,13 @@ bool DownloadChain::Quantize(uint64_t version, std::span<const float> previous,
     values.Update(p.data(), n * sizeof(float));
   }
   residual_zero_ = false;
-  const bool keyframe = !keyed || version - keyframe_ >= every_;
+  const bool keyframe = !keyed || caught_up || version - keyframe_ >= every_;
   if (keyed && keyframe) {
-    keyframe_values_.assign(theta.begin(), theta.end());
-    keyframe_ = version;
+    keyframe_ = version;  // its values are the next version's `previous`
+  } else if (keyed && base == version - 1) {
+    // Later versions build on the keyframe too: its values are kept apart from now on (the
+    // only copy, and the only memory keyframes take, while workers lag).
+    keyframe_values_.assign(previous.begin(), previous.end());
   }
   updates_.push_back(
       {version, base, keyframe, std::move(update), std::move(sums), values.Digest()});
@@ -95,8 +98,10 @@ std::vector<const DownloadUpdate*> DownloadChain::Between(uint64_t base, uint64_
 
 void DownloadChain::MarkKeyframe(uint64_t version, std::span<const float> values) {
   if (every_ == 1 || version <= keyframe_) return;
-  keyframe_values_.assign(values.begin(), values.end());
   keyframe_ = version;
+  // The newest version's values are the next Quantize's `previous`: no copy needed.
+  if (updates_.empty() || updates_.back().version != version)
+    keyframe_values_.assign(values.begin(), values.end());
   auto it = std::lower_bound(updates_.begin(), updates_.end(), version,
                              [](const DownloadUpdate& u, uint64_t v) { return u.version < v; });
   if (it != updates_.end() && it->version == version) it->keyframe = true;

@@ -24,13 +24,14 @@
 //
 // Keyframes (`every` > 1; docs/protocol.md, "Keyframes"): a version's update is taken from the
 // last keyframe K instead of the version before it, U_v = Q(theta_v - P_K + r), P_v = P_K +
-// deQ(U_v), and every `every`-th version (or one a whole fragment was sent at) becomes the next
-// keyframe. A worker that holds keyframe K then reaches any later version of K's span with one
+// deQ(U_v), and every `every`-th version (or one a whole fragment was sent at, or one made while
+// every worker held the version before it) becomes the next keyframe. A worker that holds keyframe K then reaches any later version of K's span with one
 // update, however many versions it missed, and one more per keyframe it crossed: the download
 // costs about what one push does where the chain of every version cost one update per version.
-// `every` = 1 makes every version a keyframe: the chain above, bit for bit. Costs: the
-// keyframe's values (4 bytes per parameter), and a grid as coarse as the span's drift (the
-// residual keeps what the grid loses for the next version, as above).
+// `every` = 1 makes every version a keyframe: the chain above, bit for bit. Costs, while workers
+// lag: the keyframe's values (4 bytes per parameter, allocated at the first version built on an
+// older keyframe), and a grid as coarse as the span's drift (the residual keeps what the grid
+// loses for the next version, as above).
 #pragma once
 
 #include <cstdint>
@@ -64,12 +65,15 @@ class DownloadChain {
 
   // The outer step moved theta from `previous` (P_{v-1}, unchanged here) to `theta`: rewrites
   // `theta` to P_v and appends U_v as `version`, built on P_{v-1} or on the keyframe (the first
-  // keyframe after a Reset is P_{v-1}). False when theta, or theta - P_{v-1} + r, is
-  // not finite (a diverged model): theta is left as stepped (published whole), the residual
-  // zeroed and the chain emptied, so workers take the whole fragment. `scratch` (resized to two
-  // chunks, reused) is the caller's, so that a shard's fragments share one.
+  // keyframe after a Reset is P_{v-1}). `caught_up`: every worker that will take version v holds
+  // v-1, so v is a keyframe whatever the count: no worker is behind to gain from a coarser
+  // grid, and a fleet in lockstep publishes exactly the values it would without keyframes.
+  // False when theta, or theta - P_{v-1} + r, is not finite (a diverged model): theta is left as
+  // stepped (published whole), the residual zeroed and the chain emptied, so workers take the
+  // whole fragment. `scratch` (resized to two chunks, reused) is the caller's, so that a shard's
+  // fragments share one.
   bool Quantize(uint64_t version, std::span<const float> previous, std::span<float> theta,
-                std::vector<float>& scratch);
+                std::vector<float>& scratch, bool caught_up = false);
 
   // The updates that take P_base to P_version, oldest first, each built on the one before (the
   // keyframes between them, then version's); empty when the chain does not hold all of them,
@@ -112,7 +116,9 @@ class DownloadChain {
   std::vector<uint8_t> residual_;
   uint32_t every_;
   uint64_t keyframe_ = 0;               // every > 1: its version (0: none since a Reset)
-  std::vector<float> keyframe_values_;  // every > 1: P_keyframe
+  // every > 1: P_keyframe, once a version was built on it that is not the next (while workers
+  // lag; a fleet in lockstep never needs it)
+  std::vector<float> keyframe_values_;
   std::deque<DownloadUpdate> updates_;  // ascending versions, oldest first
   const DownloadUpdate* Find(uint64_t version) const;
 };

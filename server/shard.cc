@@ -60,8 +60,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& o, cons
     f->momentum.assign(f->spec->numel, 0.0f);
     s->owned_params_ += f->spec->numel;
     if (!kernels::EntryOf(o.download).exact)
-      f->downloads = std::make_unique<DownloadChain>(o.download, f->spec->numel,
-                                                     o.download_keyframe_every);
+      f->downloads =
+          std::make_unique<DownloadChain>(o.download, f->spec->numel, o.download_keyframe_every);
     f->steps_cap = MedianCap(o.push_steps_cap);
     f->norm_cap = MedianCap(o.push_norm_cap);
     f->dense.merge = MakeRoundMerge(o.merge, f->spec->numel);

@@ -104,10 +104,11 @@ struct ShardOptions {
   // Updates kept per fragment for workers a few versions behind (a chain is sent only while
   // smaller than the whole fragment: up to 3 int8 or 7 int4 updates).
   uint32_t download_chain = 4;
-  // A keyframe every this many versions: each update is taken from the last keyframe, so a
-  // worker several versions behind takes one update (and one per keyframe crossed) instead of
-  // one per version (server/download_chain.h). 1: every version is a keyframe.
-  uint32_t download_keyframe_every = 1;
+  // Quantized downloads: a keyframe every this many versions (and each version made while every
+  // live worker holds the one before): each update is taken from the last keyframe, so a worker
+  // several versions behind takes one update (and one per keyframe crossed) instead of one per
+  // version (server/download_chain.h). 1: every version is a keyframe.
+  uint32_t download_keyframe_every = 8;
   absl::Duration worker_timeout = absl::Seconds(10);
   // Rounds due together close in turn within one Tick until this much time has gone (at least
   // one per call); the rest close on the next call. At 124M parameters in 8 fragments one

@@ -71,7 +71,10 @@ void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, uint64_
 }
 
 void Shard::QuantizeDownload(FragmentState& f, std::span<const float> previous) {
-  if (!f.downloads->Quantize(f.version + 1, previous, f.theta(), step_scratch_))
+  // Every live worker that took this fragment holds the version before this one: no one is
+  // behind, so the new version is a keyframe (server/download_chain.h).
+  const bool caught_up = workers_.OldestHeld(clock_->Now(), f.spec->id, f.published) >= f.version;
+  if (!f.downloads->Quantize(f.version + 1, previous, f.theta(), step_scratch_, caught_up))
     log_lines_.push_back(absl::StrCat("fragment ", f.spec->id, " version ", f.version + 1,
                                       " is not finite: published whole, not as an update"));
 }

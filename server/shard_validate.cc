@@ -50,10 +50,6 @@ absl::Status ValidateServing(const ShardOptions& o) {
     return Refuse("--download_keyframe_every=0",
                   "must be >= 1 (1: each update from the version "
                   "before)");
-  if (kernels::EntryOf(o.download).exact && o.download_keyframe_every > 1)
-    return Refuse(absl::StrCat("--download_keyframe_every=", o.download_keyframe_every),
-                  "keyframes belong to quantized downloads, and --download_codec=fp32 sends "
-                  "every fragment whole");
   if (o.keep_trains.time < absl::ZeroDuration())
     return Refuse(absl::StrCat("--keep_cut_trains_for=", absl::FormatDuration(o.keep_trains.time)),
                   "must not be negative");

@@ -30,10 +30,10 @@ ABSL_FLAG(std::string, download_codec, "int8",
           "pulls still get whole fragments)");
 ABSL_FLAG(uint32_t, download_chain, 4,
           "quantized downloads: updates kept per fragment for workers a few versions behind");
-ABSL_FLAG(uint32_t, download_keyframe_every, 1,
-          "quantized downloads: every this many versions a keyframe, and each update is taken "
-          "from the last keyframe, so a worker several versions behind takes one update and one "
-          "per keyframe it crossed (docs/protocol.md, \"Keyframes\"); 1: each update from the "
-          "version before");
+ABSL_FLAG(uint32_t, download_keyframe_every, 8,
+          "quantized downloads: every this many versions a keyframe (and every version made "
+          "while all live workers hold the one before), each update taken from the last "
+          "keyframe, so a worker several versions behind takes one update and one per keyframe "
+          "it crossed (docs/protocol.md, \"Keyframes\"); 1: each update from the version before");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "a worker silent this long is not live");

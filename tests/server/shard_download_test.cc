@@ -211,24 +211,21 @@ TEST_F(ShardDownloadTest, AWorkerBehindGetsTheChainThenTheWholeFragment) {
 
 // Keyframes every 4 versions (docs/protocol.md, "Keyframes"): a worker several versions behind
 // takes one update where the chain of every version would be larger than the whole fragment,
-// and one more per keyframe it crossed; every rebuild is the published values to the bit.
+// and one more per keyframe it crossed; a version made while every live worker holds the one
+// before is a keyframe; every rebuild is the published values to the bit.
 TEST_F(ShardDownloadTest, WithKeyframesAWorkerBehindTakesOneUpdate) {
-  // Workers live 20 s: each pushes at least every third round of 6 s below.
+  // Workers live 20 s: each pushes at least every third round of 6 s below (the other is live
+  // and missing: a round closes at the 5 s cap).
   SetUpShard(kInt8, /*quorum=*/1, /*keyframe_every=*/4, absl::Seconds(20));
-  h_->clock().Advance(absl::Seconds(21));    // b silent: a's rounds close at once
-  for (uint64_t seq = 1; seq <= 3; ++seq) {  // versions 2, 3, 4, each built on keyframe 1
-    PushFrom("a", 1, seq, a_, static_cast<uint32_t>(seq));
-    const auto out = h_->Tick();
-    const Outgoing* u = To(out, "a");
-    ASSERT_NE(u, nullptr);
-    EXPECT_EQ(u->header.chain_updates, 1u);
-    EXPECT_EQ(u->header.keyframe_version, 1u);
-    EXPECT_EQ(a_.Take(*u), u->header.values_checksum);
-  }
-  ASSERT_EQ(a_.version, 4u);
-  // Take one answer and check it: the update count, its base, the keyframe after it.
-  auto expect = [&](const std::string& rid, Mirror& m, uint64_t version, uint64_t base,
-                    uint32_t updates, uint64_t keyframe) {
+  auto pull = h_->Base(MsgType::Pull, 2);  // b joins: it holds version 1
+  pull.fragment_id = 0;
+  b_.Take(*Only(h_->Send("b", pull), MsgType::FragmentUpdate));
+  // One push and its answer: the update count, its base, the keyframe after it.
+  auto round = [&](const std::string& rid, uint32_t worker, uint64_t seq, Mirror& m,
+                   uint64_t version, uint64_t base, uint32_t updates, uint64_t keyframe) {
+    SCOPED_TRACE(absl::StrCat(rid, " to version ", version));
+    PushFrom(rid, worker, seq, m, static_cast<uint32_t>(10 * version));
+    h_->clock().Advance(absl::Seconds(6));
     const auto out = h_->Tick();
     const Outgoing* u = To(out, rid);
     ASSERT_NE(u, nullptr);
@@ -239,28 +236,21 @@ TEST_F(ShardDownloadTest, WithKeyframesAWorkerBehindTakesOneUpdate) {
     EXPECT_EQ(u->payloads.size(), updates);  // one chunk per update at this size
     EXPECT_EQ(u->header.keyframe_version, keyframe);
     EXPECT_EQ(m.Take(*u), u->header.values_checksum);
-    EXPECT_TRUE(SameBits(m.values, h_->shard().params(0))) << rid << " at " << version;
+    EXPECT_TRUE(SameBits(m.values, h_->shard().params(0)));
+    EXPECT_EQ(m.keyframe, keyframe);
   };
-  // b pushes on version 1, four behind (the chain of each version would be sent whole): version
-  // 5, a keyframe, built on keyframe 1, one update.
-  PushFrom("b", 2, 1, b_, 99);
-  h_->clock().Advance(absl::Seconds(6));  // a is live and missing: the round closes at the cap
-  expect("b", b_, 5, 1, 1, 5);
-  // a holds 4 and keyframe 1: version 6 is U_5 then U_6 from keyframe 1; a keeps P_5 apart.
-  PushFrom("a", 1, 4, a_, 100);
-  h_->clock().Advance(absl::Seconds(6));
-  expect("a", a_, 6, 1, 2, 5);
-  EXPECT_EQ(a_.keyframe, 5u);
-  // b holds keyframe 5 itself: version 7 is one update from it; b keeps P_5 apart now.
-  PushFrom("b", 2, 2, b_, 101);
-  h_->clock().Advance(absl::Seconds(6));
-  expect("b", b_, 7, 5, 1, 5);
-  // a holds 6, keyframe 5 apart: version 8 from keyframe 5.
-  PushFrom("a", 1, 5, a_, 102);
-  h_->clock().Advance(absl::Seconds(6));
-  expect("a", a_, 8, 5, 1, 5);
+  // Version 2: everyone holds 1, so 2 is a keyframe. 3 and 4 are built on it (b holds 1).
+  round("a", 1, 1, a_, 2, 1, 1, 2);
+  round("a", 1, 2, a_, 3, 2, 1, 2);  // a keeps P_2 apart
+  round("a", 1, 3, a_, 4, 2, 1, 2);  // from a's keyframe: 4 is built on 2, not on 3
+  // b, three versions behind: version 5 is U_2 then U_5 (the chain of every version, four
+  // updates, would be sent whole).
+  round("b", 2, 1, b_, 5, 1, 2, 2);
+  round("a", 1, 4, a_, 6, 2, 1, 6);  // 6 = 2 + 4: a keyframe, built on 2
+  round("b", 2, 2, b_, 7, 2, 2, 6);  // U_6, U_7 from b's keyframe 2
+  round("a", 1, 5, a_, 8, 6, 1, 6);  // a holds keyframe 6 itself
   // A worker that does not say its keyframe (an older one) reads chains as one update per
-  // version: b at 7 gets version 9 (its chain is U_9 on keyframe 5, not one per version) whole.
+  // version: b at 7 gets version 9 (U_9 on keyframe 6) whole, and 9 becomes a keyframe.
   Mirror older(b_.values, b_.version, /*says_keyframe=*/false);
   PushFrom("b", 2, 3, older, 103);
   h_->clock().Advance(absl::Seconds(6));
@@ -269,53 +259,82 @@ TEST_F(ShardDownloadTest, WithKeyframesAWorkerBehindTakesOneUpdate) {
   ASSERT_NE(whole, nullptr);
   EXPECT_EQ(whole->header.codec, static_cast<uint8_t>(kernels::CodecKind::kFp32));
   b_ = Mirror(h_->shard().params(0), 9);
-  // Version 9 is a keyframe (5 + 4): b, holding it, takes version 10 as one update from it, and
-  // a, holding 8 (keyframe 5), version 11 as the updates of 9 and 11.
-  PushFrom("b", 2, 4, b_, 104);
-  h_->clock().Advance(absl::Seconds(6));
-  expect("b", b_, 10, 9, 1, 9);
-  PushFrom("a", 1, 6, a_, 105);
-  h_->clock().Advance(absl::Seconds(6));
-  expect("a", a_, 11, 5, 2, 9);
+  round("b", 2, 4, b_, 10, 9, 1, 9);
+  round("a", 1, 6, a_, 11, 6, 2, 9);  // U_9, U_11 from a's keyframe 6
+}
+
+// A fleet in lockstep (every worker holds the version before each new one) publishes with
+// keyframes the values it publishes without them, to the bit: every version is a keyframe.
+TEST_F(ShardDownloadTest, InLockstepKeyframesChangeNoBit) {
+  SetUpShard(kInt8, /*quorum=*/2, /*keyframe_every=*/4);
+  auto o = TinyOptions(1);
+  o.round.quorum = 2;
+  o.download = kInt8;
+  o.download_keyframe_every = 1;
+  ShardHarness plain(o);
+  plain.Hello("a", 1);
+  plain.Hello("b", 2);
+  plain.Init("a", 1, 0, a_.values);
+  for (uint64_t r = 1; r <= 12; ++r) {
+    const auto da = Random(n_, 0.01f, static_cast<uint32_t>(3 * r));
+    const auto db = Random(n_, 0.01f, static_cast<uint32_t>(3 * r + 1));
+    for (ShardHarness* s : {h_.get(), &plain}) {
+      s->Push("a", 1, 0, r, r, da);
+      s->Push("b", 2, 0, r, r, db);
+    }
+    const auto out = h_->Tick();
+    plain.Tick();
+    const Outgoing* u = To(out, "a");
+    ASSERT_NE(u, nullptr);
+    EXPECT_EQ(u->header.keyframe_version, r + 1);
+    EXPECT_TRUE(SameBits(h_->shard().params(0), plain.shard().params(0))) << "round " << r;
+  }
+  // Nor a byte of memory: no keyframe's values are kept apart (both hold a residual and the
+  // updates no one has taken yet).
+  auto download_bytes = [](ShardHarness& s) {
+    const std::string j = s.shard().StatsJson();
+    const size_t at = j.find("\"download_bytes\":");
+    EXPECT_NE(at, std::string::npos);
+    return std::stoull(j.substr(at + 17));
+  };
+  EXPECT_EQ(download_bytes(*h_), download_bytes(plain));
 }
 
 // A pull is answered whole and makes its version a keyframe: the puller's next download is an
-// update again.
+// update again, and so is the others'.
 TEST_F(ShardDownloadTest, WithKeyframesAPulledVersionIsAKeyframe) {
-  SetUpShard(kInt8, /*quorum=*/1, /*keyframe_every=*/100);
-  h_->clock().Advance(absl::Seconds(11));
-  for (uint64_t seq = 1; seq <= 3; ++seq) {
+  SetUpShard(kInt8, /*quorum=*/1, /*keyframe_every=*/100, absl::Seconds(30));
+  h_->Hello("c", 3);
+  auto pull = [&](const std::string& rid, uint32_t worker) {
+    auto h = h_->Base(MsgType::Pull, worker);
+    h.fragment_id = 0;
+    return h_->Send(rid, h);
+  };
+  b_.Take(*Only(pull("b", 2), MsgType::FragmentUpdate));  // b holds 1 throughout: a lags
+  for (uint64_t seq = 1; seq <= 3; ++seq) {  // 2 (everyone held 1), then 3 and 4 built on 2
     PushFrom("a", 1, seq, a_, static_cast<uint32_t>(seq));
+    h_->clock().Advance(absl::Seconds(6));
     a_.Take(*To(h_->Tick(), "a"));
   }
-  auto pull = h_->Base(MsgType::Pull, 2);
-  pull.fragment_id = 0;
-  const auto pulled = h_->Send("b", pull);
-  Mirror fresh(std::vector<float>(n_), 0);
-  fresh.Take(*Only(pulled, MsgType::FragmentUpdate));
-  ASSERT_EQ(fresh.version, 4u);
-  EXPECT_EQ(fresh.keyframe, 4u);
-  PushFrom("b", 2, 1, fresh, 50);
-  h_->clock().Advance(absl::Seconds(6));
-  const auto out = h_->Tick();
-  const Outgoing* u = To(out, "b");
-  ASSERT_NE(u, nullptr);
-  EXPECT_EQ(u->header.base_version, 4u);
-  EXPECT_EQ(u->header.chain_updates, 1u);
-  EXPECT_EQ(fresh.Take(*u), u->header.values_checksum);
-  EXPECT_TRUE(SameBits(fresh.values, h_->shard().params(0)));
-  // a, at 4 with keyframe 1, gets version 6 as one update from 4 (a keyframe now), and keeps
-  // P_4 apart.
-  PushFrom("a", 1, 4, a_, 51);
-  h_->clock().Advance(absl::Seconds(6));
-  const auto out_a = h_->Tick();
-  const Outgoing* ua = To(out_a, "a");
-  ASSERT_NE(ua, nullptr);
-  EXPECT_EQ(ua->header.base_version, 4u);
-  EXPECT_EQ(ua->header.chain_updates, 1u);
-  EXPECT_EQ(a_.Take(*ua), ua->header.values_checksum);
-  EXPECT_EQ(a_.keyframe, 4u);
-  EXPECT_TRUE(SameBits(a_.values, h_->shard().params(0)));
+  ASSERT_EQ(a_.keyframe, 2u);
+  Mirror c(std::vector<float>(n_), 0);
+  c.Take(*Only(pull("c", 3), MsgType::FragmentUpdate));
+  ASSERT_EQ(c.version, 4u);
+  EXPECT_EQ(c.keyframe, 4u);
+  auto expect_one = [&](const std::string& rid, uint32_t worker, uint64_t seq, Mirror& m) {
+    PushFrom(rid, worker, seq, m, static_cast<uint32_t>(50 + seq));
+    h_->clock().Advance(absl::Seconds(6));
+    const auto out = h_->Tick();
+    const Outgoing* u = To(out, rid);
+    ASSERT_NE(u, nullptr);
+    EXPECT_EQ(u->header.base_version, 4u);  // built on the pulled version
+    EXPECT_EQ(u->header.chain_updates, 1u);
+    EXPECT_EQ(m.Take(*u), u->header.values_checksum);
+    EXPECT_TRUE(SameBits(m.values, h_->shard().params(0)));
+    EXPECT_EQ(m.keyframe, 4u);
+  };
+  expect_one("c", 3, 1, c);   // version 5 from 4
+  expect_one("a", 1, 4, a_);  // version 6 from 4, which a holds: a keeps P_4 apart
 }
 
 TEST_F(ShardDownloadTest, PullsAreAnsweredWithTheWholeFragment) {
@@ -335,16 +354,22 @@ TEST_F(ShardDownloadTest, PullsAreAnsweredWithTheWholeFragment) {
 // The outer optimizer's trajectory does not depend on what is published (momentum and theta's
 // steps come from the pushes), so a shard with fp32 downloads fed the same pushes shows it; the
 // published values stay within a grid step of it however many rounds go by, because the
-// residual carries what each update's quantization left out. With keyframes every 4 versions an
-// update spans up to 4 versions' steps, and so does its grid.
+// residual carries what each update's quantization left out. With keyframes every 4 versions
+// (one worker pushing on version 1 throughout, so no version is caught up) an update spans up
+// to 4 versions' steps, and so does its grid.
 class PublishedValuesTest : public ShardDownloadTest,
                             public ::testing::WithParamInterface<uint32_t> {};
 
 TEST_P(PublishedValuesTest, TrackTheOuterOptimizer) {
   const uint32_t every = GetParam();
-  SetUpShard(kInt8, /*quorum=*/2, every);
+  // a pushes every round; b, live, holds version 1 throughout (it pulled it and pushes nothing),
+  // so with keyframes no version is caught up. Rounds close at the 5 s cap (b is missing).
+  SetUpShard(kInt8, /*quorum=*/1, every, absl::Seconds(1000));
+  auto pull = h_->Base(MsgType::Pull, 2);
+  pull.fragment_id = 0;
+  h_->Send("b", pull);
   auto o = TinyOptions(1);
-  o.round.quorum = 2;
+  o.worker_timeout = absl::Seconds(1000);
   ShardHarness exact(o);
   exact.Hello("a", 1);
   exact.Hello("b", 2);
@@ -353,13 +378,12 @@ TEST_P(PublishedValuesTest, TrackTheOuterOptimizer) {
   std::vector<float> before = exact.shard().params(0);
   for (uint64_t r = 1; r <= 30; ++r) {
     const auto da = Random(n_, 0.01f, static_cast<uint32_t>(3 * r));
-    const auto db = Random(n_, 0.01f, static_cast<uint32_t>(3 * r + 1));
-    h_->Push("a", 1, 0, r, r, da);
-    h_->Push("b", 2, 0, r, r, db);
-    h_->Tick();
-    exact.Push("a", 1, 0, r, r, da);
-    exact.Push("b", 2, 0, r, r, db);
-    exact.Tick();
+    for (ShardHarness* s : {h_.get(), &exact}) {
+      s->Push("a", 1, 0, r, r, da);
+      s->clock().Advance(absl::Seconds(6));
+      s->Tick();
+    }
+    ASSERT_EQ(h_->shard().published_version(0), r + 1);
     const auto p = h_->shard().params(0), t = exact.shard().params(0);
     for (size_t i = 0; i < n_; ++i) {
       worst = std::max(worst, std::fabs(static_cast<double>(p[i]) - t[i]));

@@ -79,12 +79,7 @@ TEST(ShardOptionsTest, EachRuleRefusesABadValueNamingTheFlag) {
        "--download_chain=0: a quantized download"},
       {"keyframes 0", [](ShardOptions& o) { o.download_keyframe_every = 0; },
        "--download_keyframe_every=0: must be >= 1"},
-      {"keyframes of fp32 downloads",
-       [](ShardOptions& o) {
-         o.download = wire::kFragmentCodec;
-         o.download_keyframe_every = 4;
-       },
-       "--download_keyframe_every=4: keyframes belong to quantized downloads"},
+
       {"kept trains", [](ShardOptions& o) { o.keep_trains.time = absl::Seconds(-1); },
        "--keep_cut_trains_for=-1s: must not be negative"},
   };
