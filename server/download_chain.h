@@ -25,13 +25,13 @@
 // Keyframes (`every` > 1; docs/protocol.md, "Keyframes"): a version's update is taken from the
 // last keyframe K instead of the version before it, U_v = Q(theta_v - P_K + r), P_v = P_K +
 // deQ(U_v), and every `every`-th version (or one a whole fragment was sent at, or one made while
-// every worker held the version before it) becomes the next keyframe. A worker that holds keyframe K then reaches any later version of K's span with one
-// update, however many versions it missed, and one more per keyframe it crossed: the download
-// costs about what one push does where the chain of every version cost one update per version.
-// `every` = 1 makes every version a keyframe: the chain above, bit for bit. Costs, while workers
-// lag: the keyframe's values (4 bytes per parameter, allocated at the first version built on an
-// older keyframe), and a grid as coarse as the span's drift (the residual keeps what the grid
-// loses for the next version, as above).
+// every worker held the version before it) becomes the next keyframe. A worker that holds keyframe
+// K then reaches any later version of K's span with one update, however many versions it missed,
+// and one more per keyframe it crossed: the download costs about what one push does where the chain
+// of every version cost one update per version. `every` = 1 makes every version a keyframe: the
+// chain above, bit for bit. Costs, while workers lag: the keyframe's values (4 bytes per parameter,
+// allocated at the first version built on an older keyframe), and a grid as coarse as the span's
+// drift (the residual keeps what the grid loses for the next version, as above).
 #pragma once
 
 #include <cstdint>
@@ -115,7 +115,7 @@ class DownloadChain {
   bool residual_zero_ = true;  // residual_ holds no values yet (all zero)
   std::vector<uint8_t> residual_;
   uint32_t every_;
-  uint64_t keyframe_ = 0;               // every > 1: its version (0: none since a Reset)
+  uint64_t keyframe_ = 0;  // every > 1: its version (0: none since a Reset)
   // every > 1: P_keyframe, once a version was built on it that is not the next (while workers
   // lag; a fleet in lockstep never needs it)
   std::vector<float> keyframe_values_;
