@@ -180,6 +180,15 @@ class Learner {
     d["shard_restarts"] = st.shard_restarts;
     d["reanchors"] = st.reanchors;
     d["reanchored_steps"] = st.reanchored_steps;
+    // Downloads: whole fragments, chains of updates (docs/protocol.md, "Keyframes"), rebuilds
+    // that did not match the shard's checksum (never expected).
+    d["updates_full"] = st.updates_full;
+    d["updates_delta"] = st.updates_delta;
+    d["download_mismatches"] = st.download_mismatches;
+    // Pushes that came later for the shard's hold, and the steps they waited (docs/worker.md,
+    // "Alignment").
+    d["aligned_pushes"] = st.aligned_pushes;
+    d["aligned_steps"] = st.aligned_steps;
     d["joined"] = st.joined;
     d["unacked"] = st.unacked;
     d["mean_staleness"] = st.mean_staleness;

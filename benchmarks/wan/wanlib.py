@@ -366,6 +366,7 @@ def row(profile, fleet, synced, ceiling):
         "profile": profile, "H": fleet.H, "codec": fleet.codec,
         "download_codec": fleet.download_codec, "workers": fleet.workers,
         **({"server_flags": " ".join(fleet.extra_server)} if fleet.extra_server else {}),
+        **({"worker_flags": " ".join(fleet.extra_worker)} if fleet.extra_worker else {}),
         "utilization": round(util, 4) if util is not None else None,
         "ceiling": round(ceil, 4) if ceil is not None else None,
         "ratio": round(util / ceil, 4) if util is not None and ceil else None,

@@ -182,8 +182,10 @@ class Learner:
 
     @property
     def stats(self):
-        """Counters: pushes, applied, adoptions, stale, refused, bytes_sent, versions, ...; and
-        the copies: fetched_fragments, stored_fragments, fetch_us, store_us."""
+        """Counters: pushes, applied, adoptions, stale, refused, bytes_sent, versions,
+        updates_full and updates_delta (downloads whole and as updates), download_mismatches,
+        aligned_pushes, aligned_steps, ...; and the copies: fetched_fragments,
+        stored_fragments, fetch_us, store_us."""
         return self._native.stats()
 
     def take_events(self):

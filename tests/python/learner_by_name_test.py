@@ -184,6 +184,12 @@ def main():
         st = learner.stats
         check(st["applied"] == st["pushes"] == FRAGMENTS * STEPS // H and st["refused"] == 0,
               f"pushes {st['pushes']}, applied {st['applied']}, refused {st['refused']}")
+        # Each applied push is answered by the version it made: int8 updates (the shard's
+        # default downloads) after the join's whole fragments, every one rebuilt to the bit.
+        check(st["updates_full"] == FRAGMENTS and st["updates_delta"] == st["applied"]
+              and st["download_mismatches"] == 0,
+              f"downloads: {st['updates_full']} whole, {st['updates_delta']} updates, "
+              f"{st['download_mismatches']} mismatches for {st['applied']} applied pushes")
         g = learner.global_params()
         check(all(torch.equal(p.detach().view(-1), g[place[n][0]:place[n][1]])
                   for n, p in shuffled.named_parameters()),
