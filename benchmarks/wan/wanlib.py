@@ -295,13 +295,19 @@ def summarize(out_dir, fleet, rcs):
             w["codec_final"] = done.get("codec", fleet.codec)
             w["h_final"] = last.get("inner_steps")
             w["link_choices"] = done.get("link_choices", 0)
-            due, at = 0.0, 0
+            # An aligned push comes later by design (docs/worker.md, "Alignment"): the steps it
+            # waited (aligned_steps, over the fragments) are no steps a push was due in.
+            w["aligned_steps"] = done.get("aligned_steps", last.get("aligned_steps", 0))
+            due, at, aligned = 0.0, 0, 0
             for e in prog:
                 if e.get("inner_steps"):
-                    due += (e["step"] - at) * fleet.fragments / e["inner_steps"]
+                    due += ((e["step"] - at) * fleet.fragments -
+                            (e.get("aligned_steps", aligned) - aligned)) / e["inner_steps"]
                 at = e.get("step", at)
+                aligned = e.get("aligned_steps", aligned)
             if w["h_final"]:
-                due += (w["steps"] - at) * fleet.fragments / w["h_final"]
+                due += ((w["steps"] - at) * fleet.fragments -
+                        (w["aligned_steps"] - aligned)) / w["h_final"]
             # Fragment i first pushes after H + i H / F steps: (F - 1) / 2 rounds' pushes fewer.
             w["due_pushes"] = max(0.0, due - (fleet.fragments - 1) / 2)
             # Since the last change of H: pushes made over pushes due, once at least two rounds
@@ -310,8 +316,10 @@ def summarize(out_dir, fleet, rcs):
                           if prog[k].get("inner_steps") != prog[k - 1].get("inner_steps")), 0)
             h, s0 = prog[since].get("inner_steps") if prog else None, prog[since] if prog else {}
             steps_at_h = w["steps"] - s0.get("step", 0)
+            aligned_at_h = w["aligned_steps"] - s0.get("aligned_steps", 0)
             w["settled_push_ratio"] = (
-                round((w["pushes"] - s0.get("pushes", 0)) / (steps_at_h * fleet.fragments / h), 3)
+                round((w["pushes"] - s0.get("pushes", 0)) /
+                      ((steps_at_h * fleet.fragments - aligned_at_h) / h), 3)
                 if h and steps_at_h >= 2 * h else None)
             w["push_to_adopt_p50_ms"] = done.get("push_to_adopt_p50_ms")
             w["push_to_adopt_p99_ms"] = done.get("push_to_adopt_p99_ms")
@@ -356,6 +364,7 @@ def row(profile, fleet, synced, ceiling):
         due = sum((w["steps"] - i * fleet.H // fleet.fragments) // fleet.H
                   for w in ws for i in range(fleet.fragments)
                   if w["steps"] >= i * fleet.H // fleet.fragments)
+        due -= sum(w.get("aligned_steps", 0) for w in ws) / fleet.H  # pushes aligned later
     choice = {}
     if auto:
         hs = [w["h_final"] for w in ws if w.get("h_final")]
