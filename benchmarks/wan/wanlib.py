@@ -373,7 +373,10 @@ def row(profile, fleet, synced, ceiling):
                   "settled_push_ratio": [w["settled_push_ratio"] for w in ws]}
     return {**choice,
         "profile": profile, "H": fleet.H, "codec": fleet.codec,
-        "download_codec": fleet.download_codec, "workers": fleet.workers,
+        # The shards' flags win over the fleet's download codec (the last one given).
+        "download_codec": next((f.split("=", 1)[1] for f in reversed(fleet.extra_server)
+                                if f.startswith("--download_codec=")), fleet.download_codec),
+        "workers": fleet.workers,
         **({"server_flags": " ".join(fleet.extra_server)} if fleet.extra_server else {}),
         **({"worker_flags": " ".join(fleet.extra_worker)} if fleet.extra_worker else {}),
         "utilization": round(util, 4) if util is not None else None,
