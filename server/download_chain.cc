@@ -96,12 +96,11 @@ std::vector<const DownloadUpdate*> DownloadChain::Between(uint64_t base, uint64_
   return chain;
 }
 
-void DownloadChain::MarkKeyframe(uint64_t version, std::span<const float> values) {
+void DownloadChain::MarkKeyframe(uint64_t version, std::span<const float> values, bool newest) {
   if (every_ == 1 || version <= keyframe_) return;
   keyframe_ = version;
   // The newest version's values are the next Quantize's `previous`: no copy needed.
-  if (updates_.empty() || updates_.back().version != version)
-    keyframe_values_.assign(values.begin(), values.end());
+  if (!newest) keyframe_values_.assign(values.begin(), values.end());
   auto it = std::lower_bound(updates_.begin(), updates_.end(), version,
                              [](const DownloadUpdate& u, uint64_t v) { return u.version < v; });
   if (it != updates_.end() && it->version == version) it->keyframe = true;

@@ -65,9 +65,10 @@ class DownloadChain {
 
   // The outer step moved theta from `previous` (P_{v-1}, unchanged here) to `theta`: rewrites
   // `theta` to P_v and appends U_v as `version`, built on P_{v-1} or on the keyframe (the first
-  // keyframe after a Reset is P_{v-1}). `caught_up`: every worker that will take version v holds
-  // v-1, so v is a keyframe whatever the count: no worker is behind to gain from a coarser
-  // grid, and a fleet in lockstep publishes exactly the values it would without keyframes.
+  // keyframe after a Reset is P_{v-1}). `caught_up`: every worker holds the newest published
+  // version, so v is a keyframe whatever the count: no worker lags the others to gain from a
+  // coarser grid, and a fleet in lockstep publishes exactly the values it would without
+  // keyframes (and keeps no keyframe values).
   // False when theta, or theta - P_{v-1} + r, is not finite (a diverged model): theta is left as
   // stepped (published whole), the residual zeroed and the chain emptied, so workers take the
   // whole fragment. `scratch` (resized to two chunks, reused) is the caller's, so that a shard's
@@ -83,9 +84,10 @@ class DownloadChain {
 
   // A worker was sent `version`'s values whole (`values`, P_version): with keyframes, version
   // becomes the keyframe later updates build on, so that worker's next download is an update
-  // (the updates after `version` already made stay as they were built). Nothing with `every` =
-  // 1, or for a version older than the keyframe.
-  void MarkKeyframe(uint64_t version, std::span<const float> values);
+  // (the updates after `version` already made stay as they were built). `newest`: no version
+  // after it was made (the next Quantize's `previous` is `values`: nothing is copied). Nothing
+  // with `every` = 1, or for a version older than the keyframe.
+  void MarkKeyframe(uint64_t version, std::span<const float> values, bool newest);
 
   // Forgets the updates no worker can still need: those up to `oldest_base` (every live worker
   // holds that version or a newer one), those older than `published` that are not keyframes

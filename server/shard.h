@@ -105,7 +105,7 @@ struct ShardOptions {
   // smaller than the whole fragment: up to 3 int8 or 7 int4 updates).
   uint32_t download_chain = 4;
   // Quantized downloads: a keyframe every this many versions (and each version made while every
-  // live worker holds the one before): each update is taken from the last keyframe, so a worker
+  // live worker holds the newest published one): each update is taken from the last keyframe, so a worker
   // several versions behind takes one update (and one per keyframe crossed) instead of one per
   // version (server/download_chain.h). 1: every version is a keyframe.
   uint32_t download_keyframe_every = 8;

@@ -39,7 +39,8 @@ void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, uint64_
   if (keyed && keyframe == 0 && chain.size() != f.published - base) chain.clear();
   if (chain.empty()) {
     // The worker's next download is an update from these values.
-    if (keyed) f.downloads->MarkKeyframe(f.published, Floats(*f.snapshot));
+    if (keyed)
+      f.downloads->MarkKeyframe(f.published, Floats(*f.snapshot), f.published == f.version);
     wire::SetPayloadLayout(o->header, wire::kFragmentCodec, f.spec->numel);
     o->payloads = wire::PayloadFrames(f.snapshot, wire::kFragmentCodec, f.spec->numel);
     o->checksums = f.snapshot_sums;
@@ -71,9 +72,12 @@ void Shard::FillUpdate(FragmentState& f, uint32_t worker, uint64_t base, uint64_
 }
 
 void Shard::QuantizeDownload(FragmentState& f, std::span<const float> previous) {
-  // Every live worker that took this fragment holds the version before this one: no one is
-  // behind, so the new version is a keyframe (server/download_chain.h).
-  const bool caught_up = workers_.OldestHeld(clock_->Now(), f.spec->id, f.published) >= f.version;
+  // Every live worker that took this fragment holds the published version: no one is behind
+  // the others, so the new version is a keyframe (server/download_chain.h). Published, not the
+  // version before this one: with durability a version is published only once durable, and the
+  // workers of a lockstep fleet then take the versions since in one chain, as without keyframes.
+  const bool caught_up =
+      workers_.OldestHeld(clock_->Now(), f.spec->id, f.published) >= f.published;
   if (!f.downloads->Quantize(f.version + 1, previous, f.theta(), step_scratch_, caught_up))
     log_lines_.push_back(absl::StrCat("fragment ", f.spec->id, " version ", f.version + 1,
                                       " is not finite: published whole, not as an update"));

@@ -32,7 +32,7 @@ ABSL_FLAG(uint32_t, download_chain, 4,
           "quantized downloads: updates kept per fragment for workers a few versions behind");
 ABSL_FLAG(uint32_t, download_keyframe_every, 8,
           "quantized downloads: every this many versions a keyframe (and every version made "
-          "while all live workers hold the one before), each update taken from the last "
+          "while all live workers hold the newest published one), each update taken from the last "
           "keyframe, so a worker several versions behind takes one update and one per keyframe "
           "it crossed (docs/protocol.md, \"Keyframes\"); 1: each update from the version before");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),

@@ -275,6 +275,13 @@ TEST_F(ShardDownloadTest, InLockstepKeyframesChangeNoBit) {
   plain.Hello("a", 1);
   plain.Hello("b", 2);
   plain.Init("a", 1, 0, a_.values);
+  // Both workers join by pulling version 1 whole, which makes it a keyframe.
+  for (ShardHarness* s : {h_.get(), &plain})
+    for (auto [rid, id] : {std::pair{"a", 1u}, std::pair{"b", 2u}}) {
+      auto pull = s->Base(MsgType::Pull, id);
+      pull.fragment_id = 0;
+      s->Send(rid, pull);
+    }
   for (uint64_t r = 1; r <= 12; ++r) {
     const auto da = Random(n_, 0.01f, static_cast<uint32_t>(3 * r));
     const auto db = Random(n_, 0.01f, static_cast<uint32_t>(3 * r + 1));
@@ -289,8 +296,8 @@ TEST_F(ShardDownloadTest, InLockstepKeyframesChangeNoBit) {
     EXPECT_EQ(u->header.keyframe_version, r + 1);
     EXPECT_TRUE(SameBits(h_->shard().params(0), plain.shard().params(0))) << "round " << r;
   }
-  // Nor a byte of memory: no keyframe's values are kept apart (both hold a residual and the
-  // updates no one has taken yet).
+  // Nor a byte of memory: no keyframe's values are kept apart, not even the joins' (both hold a
+  // residual and the updates no one has taken yet).
   auto download_bytes = [](ShardHarness& s) {
     const std::string j = s.shard().StatsJson();
     const size_t at = j.find("\"download_bytes\":");
@@ -427,7 +434,7 @@ TEST(DownloadChainTest, KeyframesBuildEachUpdateOnTheLastKeyframe) {
   // The update, the residual and the keyframe's values.
   EXPECT_EQ(chain.bytes(), 2 * chain.update_bytes() + (n / 2 + (n + 63) / 64 * 4) + 4 * n);
   // A whole fragment sent at 8 makes it the keyframe: 9 is built on it.
-  chain.MarkKeyframe(8, p);
+  chain.MarkKeyframe(8, p, /*newest=*/true);
   std::vector<float> next = Random(n, 1.0f, 9);
   ASSERT_TRUE(chain.Quantize(9, p, next, scratch));
   EXPECT_EQ(versions(8, 9), (std::vector<uint64_t>{9}));
