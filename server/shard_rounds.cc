@@ -76,8 +76,7 @@ void Shard::QuantizeDownload(FragmentState& f, std::span<const float> previous) 
   // the others, so the new version is a keyframe (server/download_chain.h). Published, not the
   // version before this one: with durability a version is published only once durable, and the
   // workers of a lockstep fleet then take the versions since in one chain, as without keyframes.
-  const bool caught_up =
-      workers_.OldestHeld(clock_->Now(), f.spec->id, f.published) >= f.published;
+  const bool caught_up = workers_.OldestHeld(clock_->Now(), f.spec->id, f.published) >= f.published;
   if (!f.downloads->Quantize(f.version + 1, previous, f.theta(), step_scratch_, caught_up))
     log_lines_.push_back(absl::StrCat("fragment ", f.spec->id, " version ", f.version + 1,
                                       " is not finite: published whole, not as an update"));
